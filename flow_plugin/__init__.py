@@ -1,0 +1,45 @@
+"""flow-plugin: BERT-flow calibration of sentence embeddings for MTEB and SentEval.
+
+The package imports nothing heavy at import time (so the MTEB startup hook costs
+nothing); the public names below load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Backbone": "flow_plugin.encoder",
+    "Pooling": "flow_plugin.pooling",
+    "parse_pooling": "flow_plugin.pooling",
+    "CachedEncoder": "flow_plugin.cache",
+    "shared_encoder": "flow_plugin.cache",
+    "Calibrator": "flow_plugin.calibration",
+    "FlowCalibrator": "flow_plugin.calibration",
+    "Identity": "flow_plugin.calibration",
+    "NATSV": "flow_plugin.calibration",
+    "StandardNormalization": "flow_plugin.calibration",
+    "StandardNormalizationNATSV": "flow_plugin.calibration",
+    "Whitening": "flow_plugin.calibration",
+    "make_calibrator": "flow_plugin.calibration",
+    "CALIBRATOR_NAMES": "flow_plugin.calibration",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'flow_plugin' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,199 @@
+"""Embedding cache: each sentence goes through a backbone once per process (and, with a
+cache folder, once ever), whatever number of calibrators reads it.
+
+``CachedEncoder`` wraps a :class:`~flow_plugin.encoder.Backbone`. It deduplicates its
+input, serves known sentences from memory, and encodes only the new ones. With a
+``cache_dir`` it also keeps them on disk:
+
+    <cache_dir>/<digest of the backbone key>/key.json         the key, for humans
+    <cache_dir>/<digest of the backbone key>/shard-<id>.npz   sha256 of each text + embeddings
+
+A shard is written atomically, once, and carries its key and a checksum of its arrays.
+A shard that cannot be read, belongs to another key, or fails its checksum is reported,
+removed and recomputed, never trusted.
+
+``shared_encoder`` returns one ``CachedEncoder`` per backbone key in the process, so the
+six variants of a backbone share one model in memory and one embedding per sentence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._io import atomic_write_bytes, atomic_write_json
+from ._validation import check_sentences
+from .encoder import Backbone
+
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT = "flow-plugin-embedding-cache"
+CACHE_VERSION = 1
+#: Environment variable that turns the on-disk cache on for every shared encoder.
+CACHE_DIR_ENV = "FLOW_PLUGIN_CACHE_DIR"
+
+
+def text_digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def _arrays_checksum(hashes: np.ndarray, embeddings: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    digest.update(np.ascontiguousarray(hashes).tobytes())
+    digest.update(np.ascontiguousarray(embeddings).tobytes())
+    return digest.hexdigest()
+
+
+def default_cache_dir() -> Path | None:
+    """The folder named by ``FLOW_PLUGIN_CACHE_DIR``, or ``None`` (memory only)."""
+    value = os.environ.get(CACHE_DIR_ENV)
+    return Path(value).expanduser() if value else None
+
+
+class CachedEncoder:
+    """A backbone behind a per-sentence embedding cache (memory, plus disk if ``cache_dir``)."""
+
+    def __init__(self, backbone: Backbone, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self.backbone = backbone
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
+        self._vectors: dict[bytes, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._disk_loaded = False
+        #: sentences the backbone actually encoded (each unique text counts once)
+        self.n_encoded = 0
+        #: sentences served from the cache
+        self.n_cache_hits = 0
+
+    @property
+    def key(self) -> dict[str, Any]:
+        return self.backbone.key.as_dict()
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.backbone.embedding_dim
+
+    @property
+    def key_folder(self) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        digest = hashlib.sha256(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:24]
+        return self.cache_dir / digest
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    # ------------------------------------------------------------------ disk
+    def _load_disk(self) -> None:
+        folder = self.key_folder
+        self._disk_loaded = True
+        if folder is None or not folder.is_dir():
+            return
+        for shard in sorted(folder.glob("shard-*.npz")):
+            problem = self._read_shard(shard)
+            if problem:
+                logger.warning("embedding cache file %s ignored and removed (%s); it will be recomputed", shard, problem)
+                shard.unlink(missing_ok=True)
+
+    def _read_shard(self, shard: Path) -> str | None:
+        """Merge one shard into memory; return why it was rejected, or ``None``."""
+        try:
+            with np.load(shard, allow_pickle=False) as archive:
+                header = json.loads(str(archive["header"]))
+                hashes = archive["hashes"]
+                embeddings = archive["embeddings"]
+        except Exception as error:  # noqa: BLE001 -- any unreadable file is simply not trusted
+            return f"unreadable: {type(error).__name__}: {error}"
+        if header.get("format") != CACHE_FORMAT or header.get("version") != CACHE_VERSION:
+            return f"format {header.get('format')!r} version {header.get('version')!r}"
+        if header.get("key") != self.key:
+            return f"it belongs to another backbone key {header.get('key')}"
+        dim = self.embedding_dim
+        if hashes.ndim != 2 or hashes.shape[1] != 32 or embeddings.shape != (hashes.shape[0], dim):
+            return f"shapes {hashes.shape} and {embeddings.shape} do not fit {dim}-dimensional embeddings"
+        if embeddings.dtype != np.float32 or header.get("checksum") != _arrays_checksum(hashes, embeddings):
+            return "checksum mismatch"
+        if not np.isfinite(embeddings).all():
+            return "non-finite embeddings"
+        for digest, vector in zip(hashes, embeddings):
+            self._vectors[digest.tobytes()] = vector
+        return None
+
+    def _write_shard(self, digests: list[bytes], embeddings: np.ndarray) -> None:
+        folder = self.key_folder
+        if folder is None or not digests:
+            return
+        hashes = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(digests), 32)
+        header = {
+            "format": CACHE_FORMAT,
+            "version": CACHE_VERSION,
+            "key": self.key,
+            "count": len(digests),
+            "checksum": _arrays_checksum(hashes, embeddings),
+        }
+        buffer = io.BytesIO()
+        np.savez(buffer, header=np.array(json.dumps(header)), hashes=hashes, embeddings=embeddings)
+        if not (folder / "key.json").exists():
+            atomic_write_json(folder / "key.json", self.key)
+        atomic_write_bytes(folder / f"shard-{uuid.uuid4().hex}.npz", buffer.getvalue())
+
+    # ------------------------------------------------------------------ encoding
+    def encode(self, sentences: list[str], **encode_kwargs: Any) -> np.ndarray:
+        """Pooled embeddings in input order; the backbone sees each new unique text once."""
+        sentences = check_sentences(sentences)
+        digests = [text_digest(text) for text in sentences]
+        with self._lock:
+            if not self._disk_loaded:
+                self._load_disk()
+            new: dict[bytes, str] = {}
+            for digest, text in zip(digests, sentences):
+                if digest not in self._vectors and digest not in new:
+                    new[digest] = text
+            if new:
+                embeddings = self.backbone.encode(list(new.values()), **encode_kwargs)
+                for digest, vector in zip(new, embeddings):
+                    self._vectors[digest] = vector
+                self._write_shard(list(new), embeddings)
+            self.n_encoded += len(new)
+            self.n_cache_hits += len(sentences) - len(new)
+            if not sentences:
+                return np.empty((0, self.embedding_dim), dtype=np.float32)
+            return np.stack([self._vectors[digest] for digest in digests])
+
+
+_SHARED: dict[tuple[Any, ...], CachedEncoder] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_encoder(
+    model_name_or_path: str,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    **backbone_kwargs: Any,
+) -> CachedEncoder:
+    """The process-wide ``CachedEncoder`` for this backbone configuration (created once).
+
+    ``cache_dir=None`` falls back to ``FLOW_PLUGIN_CACHE_DIR`` (unset: memory only).
+    """
+    backbone = Backbone(model_name_or_path, **backbone_kwargs)
+    folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    identity = (backbone.key, str(backbone.device), str(folder) if folder else None, backbone.trust_remote_code)
+    with _SHARED_LOCK:
+        encoder = _SHARED.get(identity)
+        if encoder is None:
+            encoder = _SHARED[identity] = CachedEncoder(backbone, folder)
+        return encoder
+
+
+def clear_shared_encoders() -> None:
+    """Forget every shared encoder (frees their models and in-memory embeddings)."""
+    with _SHARED_LOCK:
+        _SHARED.clear()

@@ -1,0 +1,45 @@
+"""Calibrators: estimators that map backbone embeddings to a better-shaped space.
+
+``make_calibrator("flow")`` and friends build one by its short name, the suffix used in
+model names (``flow_plugin/<backbone>-<method>``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from ..errors import RegistryError
+from .base import CALIBRATOR_CLASSES, Calibrator
+from .flow import FlowCalibrator
+from .linear import NATSV, Identity, StandardNormalization, StandardNormalizationNATSV, Whitening
+
+#: Short names in the order tables list them.
+CALIBRATOR_NAMES: tuple[str, ...] = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
+
+
+def make_calibrator(method: str, **params: Any) -> Calibrator:
+    """Build an unfitted calibrator by short name (``raw``, ``sn``, ``natsv``, ``sn-natsv``,
+    ``whiten``, ``flow``) with optional hyper-parameters."""
+    try:
+        cls = CALIBRATOR_CLASSES[method]
+    except KeyError:
+        close = difflib.get_close_matches(method, CALIBRATOR_NAMES, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise RegistryError(
+            f"unknown calibrator {method!r}; known: {', '.join(CALIBRATOR_NAMES)}{hint}"
+        ) from None
+    return cls(**params)
+
+
+__all__ = [
+    "CALIBRATOR_NAMES",
+    "NATSV",
+    "Calibrator",
+    "FlowCalibrator",
+    "Identity",
+    "StandardNormalization",
+    "StandardNormalizationNATSV",
+    "Whitening",
+    "make_calibrator",
+]

@@ -1,0 +1,273 @@
+"""The frozen backbone: a Hugging Face encoder plus a pooling strategy.
+
+``Backbone`` loads any ``AutoModel``/``AutoTokenizer`` pair by hub id or local folder,
+freezes it, and turns sentences into pooled float32 embeddings:
+
+- sentences are tokenized once, sorted by length and batched, so each batch is padded
+  only to its own longest sentence; results come back in input order;
+- the forward pass runs under ``torch.inference_mode()`` with the chosen autocast
+  precision (see :mod:`flow_plugin.device`);
+- weights load lazily, on the first call that needs them, so building a Backbone (or a
+  model whose embeddings are all cached) costs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ._validation import check_sentences
+from .device import autocast_dtype, resolve_device, resolve_precision
+from .errors import InputError
+from .pooling import Pooling, parse_pooling
+
+logger = logging.getLogger(__name__)
+
+#: The paper truncates every sentence to 64 word pieces (run_siamese.sh: --max_seq_length=64).
+DEFAULT_MAX_SEQ_LENGTH = 64
+#: Sentences per forward pass. Length-sorted batches of short STS sentences keep this cheap.
+DEFAULT_BATCH_SIZE = 64
+#: Show a progress bar by default once an input spans more batches than this.
+PROGRESS_BAR_MIN_BATCHES = 8
+
+
+@dataclass(frozen=True)
+class BackboneKey:
+    """Everything that determines a pooled embedding, apart from the text itself."""
+
+    model: str
+    revision: str | None
+    pooling: str
+    max_seq_length: int
+    precision: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "revision": self.revision,
+            "pooling": self.pooling,
+            "max_seq_length": self.max_seq_length,
+            "precision": self.precision,
+        }
+
+
+class Backbone:
+    """A frozen Hugging Face encoder with pooling.
+
+    Parameters
+    ----------
+    model_name_or_path:
+        Hub id (``"bert-base-uncased"``) or a local folder holding config, tokenizer and weights.
+    revision:
+        Hub revision (branch, tag or commit); ignored for local folders.
+    pooling:
+        ``"cls"``, ``"last-avg"``, ``"last2avg"``, ``"first-last-avg"`` or a list of
+        ``hidden_states`` indices (see :mod:`flow_plugin.pooling`).
+    max_seq_length:
+        Word pieces kept per sentence (the paper uses 64).
+    batch_size:
+        Sentences per forward pass.
+    device:
+        ``None``/``"auto"`` (CUDA if available, else CPU), or any torch device.
+    precision:
+        ``"auto"``, ``"float32"``, ``"bf16"`` or ``"fp16"`` autocast for the forward pass.
+    show_progress_bar:
+        ``None`` shows a bar for inputs longer than a few batches.
+    trust_remote_code:
+        Passed to ``from_pretrained`` for backbones that need custom code.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | os.PathLike[str],
+        *,
+        revision: str | None = None,
+        pooling: str | list[int] | Pooling = "first-last-avg",
+        max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        device: str | torch.device | None = None,
+        precision: str = "auto",
+        show_progress_bar: bool | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        if not isinstance(max_seq_length, int) or max_seq_length < 2:
+            raise InputError(f"max_seq_length must be an int >= 2, got {max_seq_length!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive int, got {batch_size!r}")
+        self.model_name_or_path = str(model_name_or_path)
+        self.revision = revision
+        self.pooling = parse_pooling(pooling)
+        self.max_seq_length = max_seq_length
+        self.batch_size = batch_size
+        self.device = resolve_device(device)
+        self.precision = resolve_precision(precision, self.device)
+        self.show_progress_bar = show_progress_bar
+        self.trust_remote_code = trust_remote_code
+        self._config: Any = None
+        self._tokenizer: Any = None
+        self._model: torch.nn.Module | None = None
+        self._load_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def key(self) -> BackboneKey:
+        """The cache identity of this backbone's embeddings."""
+        return BackboneKey(
+            model=self.model_name_or_path,
+            revision=self.revision,
+            pooling=self.pooling.name,
+            max_seq_length=self.max_seq_length,
+            precision=self.precision,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Backbone({self.model_name_or_path!r}, revision={self.revision!r}, pooling={self.pooling.name!r}, "
+            f"max_seq_length={self.max_seq_length}, device={str(self.device)!r}, precision={self.precision!r})"
+        )
+
+    # ------------------------------------------------------------------ loading
+    def _pretrained_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
+        if self.revision and not Path(self.model_name_or_path).is_dir():
+            kwargs["revision"] = self.revision
+        return kwargs
+
+    @property
+    def config(self) -> Any:
+        """The model's ``PretrainedConfig`` (loaded on first access; no weights)."""
+        if self._config is None:
+            from transformers import AutoConfig
+
+            self._config = AutoConfig.from_pretrained(self.model_name_or_path, **self._pretrained_kwargs())
+        return self._config
+
+    @property
+    def embedding_dim(self) -> int:
+        return int(self.config.hidden_size)
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> Backbone:
+        """Load tokenizer and weights now (otherwise the first ``encode`` does it)."""
+        with self._load_lock:
+            if self._model is not None:
+                return self
+            from transformers import AutoModel, AutoTokenizer
+
+            kwargs = self._pretrained_kwargs()
+            logger.info("loading backbone %s (revision %s) on %s", self.model_name_or_path, self.revision, self.device)
+            tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path, **kwargs)
+            model = AutoModel.from_pretrained(self.model_name_or_path, **kwargs)
+            model.eval()
+            for parameter in model.parameters():
+                parameter.requires_grad_(False)
+            model.to(self.device)
+            n_hidden_states = int(model.config.num_hidden_layers) + 1
+            self.pooling.validate_depth(n_hidden_states)
+            self._config = model.config
+            self._tokenizer = tokenizer
+            self._model = model
+        return self
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.load()._model  # type: ignore[return-value]
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.load()._tokenizer
+
+    # ------------------------------------------------------------------ encoding
+    def tokenize(self, sentences: list[str]) -> list[list[int]]:
+        """Word-piece ids of each sentence, truncated to ``max_seq_length`` (special tokens included)."""
+        limit = self.max_seq_length
+        model_limit = getattr(self.tokenizer, "model_max_length", None)
+        if isinstance(model_limit, int) and 0 < model_limit < limit:
+            limit = model_limit
+        encoded = self.tokenizer(
+            sentences,
+            add_special_tokens=True,
+            truncation=True,
+            max_length=limit,
+            padding=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return encoded["input_ids"]
+
+    def encode(
+        self,
+        sentences: list[str],
+        *,
+        batch_size: int | None = None,
+        show_progress_bar: bool | None = None,
+    ) -> np.ndarray:
+        """Pooled embeddings, float32 array of shape (len(sentences), embedding_dim), in input order."""
+        sentences = check_sentences(sentences)
+        if not sentences:
+            return np.empty((0, self.embedding_dim), dtype=np.float32)
+        batch_size = batch_size or self.batch_size
+        token_ids = self.tokenize(sentences)
+        lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))
+        # longest first: the largest batch runs first, so an out-of-memory error shows at once
+        order = np.argsort(-lengths, kind="stable")
+        n_batches = (len(sentences) + batch_size - 1) // batch_size
+        if show_progress_bar is None:
+            show_progress_bar = self.show_progress_bar
+        if show_progress_bar is None:
+            show_progress_bar = n_batches > PROGRESS_BAR_MIN_BATCHES
+        output = np.empty((len(sentences), self.embedding_dim), dtype=np.float32)
+        pad_id = self.tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = 0
+        model = self.model
+        dtype = autocast_dtype(self.precision)
+        with torch.inference_mode(), torch.autocast(
+            device_type=self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
+        ):
+            for start in tqdm(
+                range(0, len(sentences), batch_size),
+                total=n_batches,
+                desc=f"encode {Path(self.model_name_or_path).name}",
+                unit="batch",
+                disable=not show_progress_bar,
+            ):
+                batch_index = order[start : start + batch_size]
+                width = int(lengths[batch_index[0]])
+                input_ids = torch.full((len(batch_index), width), pad_id, dtype=torch.long)
+                attention_mask = torch.zeros((len(batch_index), width), dtype=torch.long)
+                for row, sentence_index in enumerate(batch_index):
+                    ids = token_ids[sentence_index]
+                    input_ids[row, : len(ids)] = torch.as_tensor(ids)
+                    attention_mask[row, : len(ids)] = 1
+                input_ids = input_ids.to(self.device, non_blocking=True)
+                attention_mask = attention_mask.to(self.device, non_blocking=True)
+                outputs = model(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    output_hidden_states=self.pooling.needs_all_hidden_states,
+                    return_dict=True,
+                )
+                hidden_states = (
+                    outputs.hidden_states if self.pooling.needs_all_hidden_states else (outputs.last_hidden_state,)
+                )
+                pooled = self.pooling(hidden_states, attention_mask)
+                output[batch_index] = pooled.cpu().numpy()
+        if not np.isfinite(output).all():
+            bad = np.flatnonzero(~np.isfinite(output).all(axis=1))
+            raise InputError(
+                f"backbone {self.model_name_or_path} produced NaN/inf embeddings for {len(bad)} sentence(s), "
+                f"e.g. index {int(bad[0])}: {sentences[int(bad[0])]!r:.80}; try precision='float32'"
+            )
+        return output

@@ -1,0 +1,88 @@
+"""The embedding cache: one backbone pass per sentence, trustworthy on-disk shards."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flow_plugin.cache import CachedEncoder, clear_shared_encoders, shared_encoder
+from flow_plugin.encoder import Backbone
+
+SENTENCES = ["the man plays guitar .", "a dog runs in the park", "the man plays guitar .", "rain today"]
+
+
+def make_encoder(folder: Path, cache_dir: Path | None, **kwargs) -> CachedEncoder:
+    return CachedEncoder(Backbone(folder, precision="float32", **kwargs), cache_dir)
+
+
+def test_each_unique_sentence_is_encoded_once(tiny_bert_dir: Path) -> None:
+    encoder = make_encoder(tiny_bert_dir, None)
+    first = encoder.encode(SENTENCES)
+    assert encoder.n_encoded == 3 and encoder.n_cache_hits == 1
+    second = encoder.encode(SENTENCES[::-1] + ["sun tomorrow"])
+    assert encoder.n_encoded == 4 and encoder.n_cache_hits == 1 + 4
+    np.testing.assert_array_equal(second[:4], first[::-1])
+    np.testing.assert_array_equal(first[0], first[2])
+    np.testing.assert_allclose(first, encoder.backbone.encode(SENTENCES), atol=1e-6)
+
+
+def test_disk_cache_is_reused_without_loading_weights(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    writer = make_encoder(tiny_bert_dir, tmp_path)
+    expected = writer.encode(SENTENCES)
+    folder = writer.key_folder
+    assert folder is not None and (folder / "key.json").is_file()
+    assert len(list(folder.glob("shard-*.npz"))) == 1
+    assert not list(folder.glob("*.tmp"))
+
+    reader = make_encoder(tiny_bert_dir, tmp_path)
+    np.testing.assert_array_equal(reader.encode(SENTENCES), expected)
+    assert reader.n_encoded == 0 and not reader.backbone.is_loaded
+
+
+def test_another_key_does_not_read_the_shards(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    make_encoder(tiny_bert_dir, tmp_path).encode(SENTENCES)
+    other = make_encoder(tiny_bert_dir, tmp_path, pooling="cls")
+    other.encode(SENTENCES)
+    assert other.n_encoded == 3 and other.key_folder != make_encoder(tiny_bert_dir, tmp_path).key_folder
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign-key"])
+def test_corrupt_or_mismatched_shard_is_recomputed(
+    damage: str, tiny_bert_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = make_encoder(tiny_bert_dir, tmp_path)
+    expected = writer.encode(SENTENCES)
+    shard = next(writer.key_folder.glob("shard-*.npz"))
+    if damage == "truncate":
+        shard.write_bytes(shard.read_bytes()[:200])
+    elif damage == "flip":
+        raw = bytearray(shard.read_bytes())
+        raw[-300] ^= 0xFF  # inside the stored embeddings
+        shard.write_bytes(bytes(raw))
+    else:  # a shard of another backbone key placed in this key's folder
+        foreign = make_encoder(tiny_bert_dir, tmp_path / "other", pooling="cls")
+        foreign.encode(SENTENCES)
+        shard.unlink()
+        shard = next(foreign.key_folder.glob("shard-*.npz")).rename(writer.key_folder / "shard-foreign.npz")
+
+    reader = make_encoder(tiny_bert_dir, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="flow_plugin.cache"):
+        result = reader.encode(SENTENCES)
+    assert reader.n_encoded == 3  # recomputed, not trusted
+    np.testing.assert_allclose(result, expected, atol=1e-6)
+    assert "ignored and removed" in caplog.text and shard.name in caplog.text
+    assert not shard.exists()
+
+
+def test_shared_encoder_is_one_per_backbone_key(tiny_bert_dir: Path) -> None:
+    clear_shared_encoders()
+    try:
+        first = shared_encoder(str(tiny_bert_dir), pooling="first-last-avg", precision="float32")
+        same = shared_encoder(str(tiny_bert_dir), pooling=[1, -1], precision="float32")
+        other = shared_encoder(str(tiny_bert_dir), pooling="cls", precision="float32")
+        assert first is same and first is not other
+    finally:
+        clear_shared_encoders()

@@ -66,6 +66,9 @@ class Backbone:
     ----------
     model_name_or_path:
         Hub id (``"bert-base-uncased"``) or a local folder holding config, tokenizer and weights.
+    name:
+        The identity of these weights in cache keys and logs (default: ``model_name_or_path``).
+        Give the hub id when loading a local copy, so caches do not depend on the folder.
     revision:
         Hub revision (branch, tag or commit); ignored for local folders.
     pooling:
@@ -89,6 +92,7 @@ class Backbone:
         self,
         model_name_or_path: str | os.PathLike[str],
         *,
+        name: str | None = None,
         revision: str | None = None,
         pooling: str | list[int] | Pooling = "first-last-avg",
         max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
@@ -103,6 +107,7 @@ class Backbone:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive int, got {batch_size!r}")
         self.model_name_or_path = str(model_name_or_path)
+        self.name = name or self.model_name_or_path
         self.revision = revision
         self.pooling = parse_pooling(pooling)
         self.max_seq_length = max_seq_length
@@ -121,7 +126,7 @@ class Backbone:
     def key(self) -> BackboneKey:
         """The cache identity of this backbone's embeddings."""
         return BackboneKey(
-            model=self.model_name_or_path,
+            model=self.name,
             revision=self.revision,
             pooling=self.pooling.name,
             max_seq_length=self.max_seq_length,

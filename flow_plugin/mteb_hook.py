@@ -1,2 +1,128 @@
-def install():
-    pass
+"""Puts flow-plugin's models and offline tasks into MTEB's registries when MTEB loads.
+
+MTEB has no plugin entry point: ``MODEL_REGISTRY`` is built from MTEB's own modules and
+``_TASKS_REGISTRY`` from ``mteb.tasks``. The installed file ``flow_plugin_mteb.pth``
+(site-packages) calls :func:`install` at interpreter start-up. ``install`` only appends a
+tiny import finder to ``sys.meta_path``: nothing else is imported and nothing is read, so
+a Python process that never imports MTEB pays nothing measurable. When MTEB's registry
+modules finish executing, the finder's callbacks add:
+
+- a ``ModelMeta`` for every registry model name (``mteb.get_model_meta`` /
+  ``mteb.get_model`` / ``mteb run -m flow_plugin/...``);
+- the offline SentEval-format STS tasks to ``_TASKS_REGISTRY`` (found by name with
+  ``mteb run -t``), and to the full task list when ``FLOW_PLUGIN_SENTEVAL_DATA`` is set.
+
+Turn the hook off with ``FLOW_PLUGIN_DISABLE_MTEB_HOOK=1``; :func:`register` does the
+same work by hand (e.g. after ``import mteb`` in a process started with the hook off).
+
+This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import os
+import sys
+from types import ModuleType
+from typing import Any, Callable
+
+DISABLE_ENV = "FLOW_PLUGIN_DISABLE_MTEB_HOOK"
+MODELS_MODULE = "mteb.models.model_implementations"
+TASKS_MODULE = "mteb.get_tasks"
+
+logger = logging.getLogger("flow_plugin.mteb_hook")
+_registered: set[str] = set()
+
+
+def register_models(module: ModuleType | None = None) -> list[str]:
+    """Add every registry model's ``ModelMeta`` to MTEB's ``MODEL_REGISTRY``; return the names."""
+    module = module or sys.modules.get(MODELS_MODULE) or __import__(MODELS_MODULE, fromlist=["MODEL_REGISTRY"])
+    from .mteb_meta import all_model_metas
+
+    registry = module.MODEL_REGISTRY
+    names = []
+    for meta in all_model_metas():
+        registry[meta.name] = meta
+        names.append(meta.name)
+    _registered.add(MODELS_MODULE)
+    return names
+
+
+def register_tasks(module: ModuleType | None = None) -> list[str]:
+    """Add the offline STS tasks to MTEB's task registry; return their names."""
+    module = module or sys.modules.get(TASKS_MODULE) or __import__(TASKS_MODULE, fromlist=["_TASKS_REGISTRY"])
+    from .mteb_tasks import DATA_ENV, TASK_CLASSES
+
+    for cls in TASK_CLASSES:
+        module._TASKS_REGISTRY[cls.metadata.name] = cls
+    if os.environ.get(DATA_ENV):
+        known = set(module.TASK_LIST)
+        module.TASK_LIST = tuple(module.TASK_LIST) + tuple(cls for cls in TASK_CLASSES if cls not in known)
+    _registered.add(TASKS_MODULE)
+    return [cls.metadata.name for cls in TASK_CLASSES]
+
+
+def register() -> None:
+    """Register models and tasks now (imports MTEB)."""
+    register_models()
+    register_tasks()
+
+
+_CALLBACKS: dict[str, Callable[[ModuleType], Any]] = {MODELS_MODULE: register_models, TASKS_MODULE: register_tasks}
+
+
+def _run_callback(name: str, module: ModuleType) -> None:
+    if name in _registered:
+        return
+    try:
+        _CALLBACKS[name](module)
+    except Exception as error:  # noqa: BLE001 -- never break MTEB's import; say what failed
+        logger.warning("flow-plugin could not register with %s: %s: %s", name, type(error).__name__, error)
+        print(f"flow-plugin: could not register with {name}: {type(error).__name__}: {error}", file=sys.stderr)
+
+
+class _LoaderWithCallback(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader, name: str) -> None:
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        _run_callback(self._name, module)
+
+    def __getattr__(self, attribute: str) -> Any:  # get_source, get_code, ... for tools
+        return getattr(self._loader, attribute)
+
+
+class _MtebRegistryFinder(importlib.abc.MetaPathFinder):
+    """Wraps the loader of MTEB's two registry modules; ignores every other import."""
+
+    def find_spec(self, fullname: str, path: Any, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in _CALLBACKS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _LoaderWithCallback(spec.loader, fullname)
+                return spec
+        return None
+
+
+def install() -> None:
+    """Called from ``flow_plugin_mteb.pth`` at start-up: arm the lazy registration."""
+    if os.environ.get(DISABLE_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        return
+    if any(isinstance(finder, _MtebRegistryFinder) for finder in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _MtebRegistryFinder())
+    for name in _CALLBACKS:  # MTEB already imported (hook installed late): register at once
+        if name in sys.modules:
+            _run_callback(name, sys.modules[name])

@@ -1,0 +1,58 @@
+"""``flow-plugin``: the command line.
+
+Each verb lives in its own module exposing ``configure_parser(parser)`` and
+``run(args) -> int``; this file only wires them together. Modules are imported when the
+parser is built, so they must import nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from .errors import FlowPluginError
+
+#: verb -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": ("flow_plugin.eval_command", "evaluate registry models on the offline SentEval-format STS tasks (MTEB result JSON)"),
+    "paper": ("flow_plugin.paper", "run every evaluation of the BERT-flow paper (STS all/wmean, QNLI AUC, lexical, isotropy)"),
+    "bench": ("flow_plugin.bench", "run all six variants of a backbone over the 7 STS sets and update its leaderboard"),
+    "leaderboard": ("flow_plugin.leaderboard", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
+    "perf": ("flow_plugin.perf", "benchmark speed and memory (ratios measured in one run)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flow-plugin", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for verb, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            continue  # a verb whose module is not part of this build
+        sub = subparsers.add_parser(verb, help=help_text, description=help_text)
+        module.configure_parser(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("flow_plugin").setLevel(min(level, logging.INFO))
+    try:
+        return int(args.run(args) or 0)
+    except FlowPluginError as error:
+        print(f"flow-plugin {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""``flow-plugin eval``: registry models × offline STS tasks -> MTEB's standard result JSON."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+TASK_CHOICES_HELP = "SentEvalSTS12..16, SentEvalSTSBenchmark, SentEvalSICKR (default: all seven)"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-m", "--model", action="append", required=True, metavar="MODEL",
+                        help="registry model name, e.g. flow_plugin/minilm-l6-flow (repeatable)")
+    parser.add_argument("--data", required=True, type=Path,
+                        help="SentEval data folder (the one containing downstream/)")
+    parser.add_argument("-t", "--task", action="append", metavar="TASK", help=TASK_CHOICES_HELP)
+    parser.add_argument("--output-folder", type=Path, default=Path("results"),
+                        help="MTEB result folder (default: results)")
+    parser.add_argument("--fit-corpus", default="target",
+                        help="'target' (default), 'inputs', or a text file with one sentence per line")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available)")
+    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bf16", "fp16"))
+    parser.add_argument("--batch-size", type=int, default=None, help="sentences per backbone forward pass")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="on-disk embedding cache (default: $FLOW_PLUGIN_CACHE_DIR, else memory only)")
+    parser.add_argument("--overwrite", action="store_true", help="recompute results that already exist")
+
+
+def evaluate_models(
+    models: list[str],
+    data: Path,
+    tasks: list[str] | None,
+    output_folder: Path,
+    *,
+    model_kwargs: dict[str, Any] | None = None,
+    batch_size: int | None = None,
+    overwrite: bool = False,
+) -> list[Any]:
+    """Run ``mteb.evaluate`` for every model over the offline tasks; return MTEB's results.
+
+    ``model_kwargs`` go to ``mteb.get_model``; MTEB records them as experiment parameters
+    (they name a separate result folder), so pass only settings that change the numbers.
+    """
+    import mteb
+    from mteb.cache import ResultCache
+
+    from .mteb_hook import register
+    from .mteb_tasks import TASK_NAMES, get_offline_task
+    from .senteval_data import resolve_senteval_root
+
+    register()  # idempotent; makes this work with the start-up hook turned off too
+    root = resolve_senteval_root(data)
+    unknown = [name for name in tasks or () if name not in TASK_NAMES]
+    if unknown:
+        from .errors import RegistryError
+
+        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASK_NAMES)}")
+    task_objects = [get_offline_task(name, data_dir=root) for name in (tasks or TASK_NAMES)]
+    results = []
+    for model_name in models:
+        model = mteb.get_model(model_name, **(model_kwargs or {}))
+        results.append(
+            mteb.evaluate(
+                model,
+                task_objects,
+                cache=ResultCache(output_folder),
+                overwrite_strategy="always" if overwrite else "only-missing",
+                encode_kwargs={"batch_size": batch_size or 64},
+                co2_tracker=False,
+                show_progress_bar=True,
+            )
+        )
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.cache_dir is not None:  # where embeddings are kept does not change results: not a model kwarg
+        from .cache import CACHE_DIR_ENV
+
+        os.environ[CACHE_DIR_ENV] = str(args.cache_dir)
+    kwargs: dict[str, Any] = {}
+    if args.device is not None:
+        kwargs["device"] = args.device
+    if args.precision != "auto":
+        kwargs["precision"] = args.precision
+    if args.fit_corpus != "target":
+        kwargs["fit_corpus"] = args.fit_corpus
+    results = evaluate_models(args.model, args.data, args.task, args.output_folder,
+                              model_kwargs=kwargs, batch_size=args.batch_size, overwrite=args.overwrite)
+    for model_name, model_results in zip(args.model, results):
+        for task_result in model_results:
+            main = task_result.get_score()
+            print(f"{model_name}\t{task_result.task_name}\tcosine_spearman(all)={main:.4f}")
+    print(f"results written under {args.output_folder / 'results'}")
+    return 0

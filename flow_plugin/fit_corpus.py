@@ -1,0 +1,64 @@
+"""Which unlabeled sentences a calibrator is fitted on.
+
+Three policies, matching the paper's settings:
+
+- ``"target"`` (default): the sentences of every split of the evaluated task's dataset,
+  never its labels (the paper's "target" setting, section 4: "flow (target)");
+- a path to a text file, one sentence per line: an external corpus fitted once and used
+  for every task, such as NLI sentences (the paper's "flow (NLI)");
+- ``"inputs"``: exactly the sentences of the ``encode`` call being served.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DataFolderError, InputError
+
+TARGET = "target"
+INPUTS = "inputs"
+
+
+@dataclass(frozen=True)
+class FitCorpus:
+    kind: str  # "target" | "inputs" | "file"
+    path: Path | None = None
+
+    @classmethod
+    def parse(cls, value: str | os.PathLike[str] | FitCorpus) -> FitCorpus:
+        if isinstance(value, FitCorpus):
+            return value
+        if isinstance(value, str) and value in (TARGET, INPUTS):
+            return cls(value)
+        path = Path(value).expanduser()
+        if not path.is_file():
+            raise InputError(
+                f"fit_corpus must be 'target', 'inputs' or a text file of sentences; {str(value)!r} is neither "
+                "a known policy nor an existing file"
+            )
+        return cls("file", path)
+
+    def describe(self) -> str:
+        return f"file {self.path}" if self.kind == "file" else self.kind
+
+
+def read_sentence_file(path: str | os.PathLike[str]) -> list[str]:
+    """Sentences of a UTF-8 text file, one per line. Blank lines are an error (they would be
+    silently meaningless sentences); so is an empty file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataFolderError(f"fit corpus file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataFolderError(f"fit corpus file {path} cannot be read as UTF-8 text: {error}") from None
+    lines = text.splitlines()
+    blank = [number for number, line in enumerate(lines, start=1) if not line.strip()]
+    if blank:
+        shown = ", ".join(str(n) for n in blank[:5]) + (f" and {len(blank) - 5} more" if len(blank) > 5 else "")
+        raise DataFolderError(f"fit corpus file {path} has blank line(s) {shown}; remove them")
+    if not lines:
+        raise DataFolderError(f"fit corpus file {path} is empty")
+    return lines

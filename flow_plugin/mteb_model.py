@@ -1,0 +1,259 @@
+"""The MTEB adapter: a thin ``AbsEncoder`` over the cached backbone and a calibrator.
+
+MTEB has no fit hook and calls ``encode()`` once for sentence1 and once for sentence2
+of each split. So the first ``encode()`` of a (task, subset) gathers that task's unlabeled
+sentences, fits a fresh calibrator on them, and every later call of the same (task,
+subset) reuses that fit. Which sentences are used is the ``fit_corpus`` policy (see
+:mod:`flow_plugin.fit_corpus`); the log says which one and how many sentences it saw.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from mteb.models.abs_encoder import AbsEncoder
+
+from ._validation import check_sentences
+from .calibration import Calibrator, Identity
+from .errors import DataFolderError, FlowPluginError
+from .fit_corpus import FitCorpus, read_sentence_file
+from .variant import build_calibrator, build_encoder, resolve
+
+logger = logging.getLogger(__name__)
+
+
+class TaskCorpusError(FlowPluginError, LookupError):
+    """The unlabeled sentences of a task cannot be gathered for the "target" fit."""
+
+
+def task_unlabeled_sentences(task: Any, hf_subset: str) -> list[str]:
+    """Every text of every split of ``task``'s dataset for ``hf_subset`` (labels excluded).
+
+    Uses the task's own ``fit_corpus_sentences`` when it has one (our offline tasks);
+    otherwise reads the text columns the task declares (``_get_content_columns``) from each
+    split of its loaded dataset.
+    """
+    if hasattr(task, "fit_corpus_sentences"):
+        return list(task.fit_corpus_sentences(hf_subset))
+    if not task.data_loaded:
+        task.load_data()
+    dataset = task.dataset
+    if task.metadata.is_multilingual or (isinstance(dataset, dict) and hf_subset in dataset and hf_subset != "default"):
+        dataset = dataset[hf_subset]
+    elif isinstance(dataset, dict) and "default" in dataset and hasattr(dataset["default"], "keys"):
+        dataset = dataset["default"]
+    columns = [name for name, modality in task._get_content_columns().items() if modality == "text"]
+    if not columns:
+        raise TaskCorpusError(f"task {task.metadata.name} declares no text columns to fit a calibrator on")
+    sentences: list[str] = []
+    for split_name, split in dataset.items():
+        present = [column for column in columns if column in getattr(split, "column_names", ())]
+        if not present:
+            raise TaskCorpusError(
+                f"task {task.metadata.name}, split {split_name}: none of the text columns {columns} is in the data"
+            )
+        for column in present:
+            sentences.extend(split[column])
+    return sentences
+
+
+class FlowPluginModel(AbsEncoder):
+    """A registry model (``flow_plugin/<backbone>[-<calibrator>]``) for MTEB.
+
+    Parameters
+    ----------
+    model_name:
+        A registry model name such as ``flow_plugin/bert-base-flow``.
+    fit_corpus:
+        ``"target"`` (default), ``"inputs"``, or a path to a text file with one sentence per line.
+    device, precision, batch_size:
+        Backbone settings (see :class:`flow_plugin.encoder.Backbone`).
+    cache_dir:
+        Folder of the on-disk embedding cache (default ``$FLOW_PLUGIN_CACHE_DIR``, else memory only).
+    calibrator_params:
+        Hyper-parameters overriding the registry's for this calibrator.
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        revision: str | None = None,
+        *,
+        fit_corpus: str | os.PathLike[str] = "target",
+        device: str | None = None,
+        precision: str = "auto",
+        batch_size: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        calibrator_params: dict[str, Any] | None = None,
+        show_progress_bar: bool | None = None,
+        **unused: Any,
+    ) -> None:
+        if unused:
+            logger.debug("ignoring loader arguments %s", sorted(unused))
+        self.variant = resolve(model_name)
+        if revision is not None and self.variant.backbone.revision not in (None, revision):
+            raise FlowPluginError(
+                f"{model_name} pins revision {self.variant.backbone.revision}, not {revision}; edit its registry file"
+            )
+        self.fit_corpus = FitCorpus.parse(fit_corpus)
+        self.encoder = build_encoder(
+            self.variant,
+            device=device,
+            precision=precision,
+            batch_size=batch_size,
+            cache_dir=cache_dir,
+            show_progress_bar=show_progress_bar,
+        )
+        self.model = self.encoder  # AbsEncoder convention: the wrapped model
+        self._calibrator_template = build_calibrator(
+            self.variant, device=str(self.encoder.backbone.device), **(calibrator_params or {})
+        )
+        self._fitted: dict[tuple[str, str], Calibrator] = {}
+        self._task_corpora: dict[tuple[str, str], list[str]] = {}
+        self._lock = threading.Lock()
+        #: one record per fit: what was fitted, on which corpus, how many sentences, how long
+        self.fit_log: list[dict[str, Any]] = []
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    def __repr__(self) -> str:
+        return f"FlowPluginModel({self.name!r}, fit_corpus={self.fit_corpus.describe()!r})"
+
+    # ----------------------------------------------------------------- fit corpora
+    def set_task_corpus(self, task_name: str, sentences: Iterable[str], hf_subset: str = "default") -> None:
+        """Give the "target" sentences of a task that MTEB's registry cannot load by name."""
+        self._task_corpora[(task_name, hf_subset)] = check_sentences(sentences, name="sentences")
+
+    def prepare_task(self, task: Any, hf_subsets: Iterable[str] | None = None) -> None:
+        """Read the unlabeled sentences of a task object (for tasks outside MTEB's registry)."""
+        for subset in hf_subsets or getattr(task, "hf_subsets", None) or ["default"]:
+            self.set_task_corpus(task.metadata.name, task_unlabeled_sentences(task, subset), subset)
+
+    def _target_sentences(self, task_name: str, hf_subset: str) -> tuple[list[str], str]:
+        if (task_name, hf_subset) in self._task_corpora:
+            return self._task_corpora[(task_name, hf_subset)], "sentences given with set_task_corpus/prepare_task"
+        import mteb
+
+        try:
+            task = mteb.get_task(task_name)
+        except KeyError:
+            raise TaskCorpusError(
+                f"fit_corpus='target' needs the unlabeled sentences of task {task_name!r}, which is not in MTEB's "
+                "registry: call model.prepare_task(task) before evaluating, or load the model with "
+                "fit_corpus='inputs' or fit_corpus=<sentence file>"
+            ) from None
+        sentences = task_unlabeled_sentences(task, hf_subset)
+        splits = ", ".join(task.dataset.keys()) if hasattr(task, "dataset") and isinstance(task.dataset, dict) else "all"
+        return sentences, f"all splits of the task's dataset ({splits})"
+
+    def _fit_key(self, task_name: str, hf_subset: str) -> tuple[str, ...] | None:
+        """What a fit can be reused for; ``None`` when every call fits anew ("inputs")."""
+        if isinstance(self._calibrator_template, Identity):
+            return ("raw",)
+        if self.fit_corpus.kind == "file":
+            return ("file", str(self.fit_corpus.path))
+        if self.fit_corpus.kind == "inputs":
+            return None
+        return ("target", task_name, hf_subset)
+
+    def _fit_sentences(self, task_name: str, hf_subset: str, inputs: list[str]) -> tuple[list[str], str]:
+        """The sentences to fit on under the current policy, and where they come from."""
+        if isinstance(self._calibrator_template, Identity):
+            return inputs, "no fit needed (raw embeddings)"
+        if self.fit_corpus.kind == "file":
+            assert self.fit_corpus.path is not None
+            return read_sentence_file(self.fit_corpus.path), self.fit_corpus.describe()
+        if self.fit_corpus.kind == "inputs":
+            return inputs, "inputs: the sentences of this encode() call"
+        sentences, description = self._target_sentences(task_name, hf_subset)
+        return sentences, f"target: {description}"
+
+    def calibrator_for(self, task_name: str, hf_subset: str, inputs: list[str]) -> Calibrator:
+        """The fitted calibrator for this (task, subset), fitting it on first use."""
+        key = self._fit_key(task_name, hf_subset)
+        with self._lock:
+            if key is not None and key in self._fitted:
+                return self._fitted[key]
+            sentences, description = self._fit_sentences(task_name, hf_subset, inputs)
+            if not sentences:
+                raise TaskCorpusError(f"no sentences to fit {self.name} for {task_name}/{hf_subset} ({description})")
+            start = time.perf_counter()
+            embeddings = self.encoder.encode(sentences)
+            encoded = time.perf_counter()
+            calibrator = self._calibrator_template.clone().fit(embeddings)
+            fitted = time.perf_counter()
+            record = {
+                "model": self.name,
+                "task": task_name,
+                "hf_subset": hf_subset,
+                "fit_corpus": self.fit_corpus.describe(),
+                "source": description,
+                "n_sentences": len(sentences),
+                "n_unique_sentences": len(set(sentences)),
+                "encode_seconds": round(encoded - start, 3),
+                "fit_seconds": round(fitted - encoded, 3),
+            }
+            if hasattr(calibrator, "fit_log_likelihood_"):
+                record["fit_log_likelihood"] = calibrator.fit_log_likelihood_
+                record["fit_bits_per_dim"] = calibrator.fit_bits_per_dim_
+            self.fit_log.append(record)
+            if key != ("raw",):
+                logger.info(
+                    "%s: fitted %s for %s/%s on %d sentences (%d unique) from %s in %.2fs",
+                    self.name,
+                    self.variant.calibrator,
+                    task_name,
+                    hf_subset,
+                    record["n_sentences"],
+                    record["n_unique_sentences"],
+                    description,
+                    record["fit_seconds"],
+                )
+            if key is not None:
+                self._fitted[key] = calibrator
+            return calibrator
+
+    # ----------------------------------------------------------------- MTEB protocol
+    def encode(
+        self,
+        inputs: Any,
+        *,
+        task_metadata: Any,
+        hf_split: str,
+        hf_subset: str,
+        prompt_type: Any = None,
+        **kwargs: Any,
+    ) -> np.ndarray:
+        sentences = _texts_of(inputs)
+        batch_size = kwargs.get("batch_size")
+        if not sentences:
+            fitted = self._fitted.get(self._fit_key(task_metadata.name, hf_subset) or ("",))
+            width = fitted.n_features_out_ if fitted is not None else self.encoder.embedding_dim
+            return np.empty((0, width), dtype=np.float32)
+        calibrator = self.calibrator_for(task_metadata.name, hf_subset, sentences)
+        return calibrator.transform(self.encoder.encode(sentences, batch_size=batch_size))
+
+
+def _texts_of(inputs: Any) -> list[str]:
+    """The sentences of an MTEB DataLoader (batches with a "text" column), or of a plain list."""
+    if isinstance(inputs, (list, tuple)):
+        return check_sentences(inputs)
+    texts: list[str] = []
+    for batch in inputs:
+        if not isinstance(batch, dict) or "text" not in batch:
+            raise DataFolderError(f"expected MTEB batches with a 'text' column, got {type(batch).__name__}")
+        texts.extend(batch["text"])
+    return check_sentences(texts)
+
+
+def load_model(model_name: str, revision: str | None = None, device: str | None = None, **kwargs: Any) -> FlowPluginModel:
+    """MTEB loader: ``ModelMeta.load_model`` calls this with the model name and revision."""
+    return FlowPluginModel(model_name, revision, device=device, **kwargs)

@@ -1,0 +1,238 @@
+"""Offline MTEB STS tasks over a SentEval data folder.
+
+The seven sets BERT-flow reports, read from the files SentEval reads (see
+:mod:`flow_plugin.senteval_data`), as MTEB ``AbsTaskSTS`` tasks:
+
+    SentEvalSTS12 .. SentEvalSTS16, SentEvalSTSBenchmark, SentEvalSICKR
+
+Their names differ from MTEB's own tasks on purpose: MTEB's SICK-R holds all 9,927 pairs
+while SentEval's SICK-R test set holds 4,927, and MTEB's STS12-16 come from other copies.
+
+Main score: ``cosine_spearman`` over all pairs of the test split, pooled (the "all"
+protocol of MTEB and SimCSE). Every result also carries ``cosine_spearman_wmean``, the
+mean of per-subset Spearman correlations weighted by subset size (SentEval's and the
+BERT-flow paper's "wmean"), the unweighted ``cosine_spearman_mean``, each subset's own
+scores, the protocol of every number and a sha256 of the data files read.
+
+The data folder comes from the task's ``data_dir`` argument, else from the environment
+variable ``FLOW_PLUGIN_SENTEVAL_DATA``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from datasets import Dataset, DatasetDict
+from mteb.abstasks.sts import AbsTaskSTS
+from mteb.abstasks.task_metadata import TaskMetadata
+
+from .errors import DataFolderError
+from .evaluation import evaluate_sts
+from .senteval_data import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
+
+DATA_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
+_SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}
+
+_SENTEVAL_BIBTEX = r"""@inproceedings{conneau2018senteval,
+  title = {SentEval: An Evaluation Toolkit for Universal Sentence Representations},
+  author = {Conneau, Alexis and Kiela, Douwe},
+  booktitle = {Proceedings of LREC},
+  year = {2018}
+}"""
+
+
+def configured_data_dir() -> Path | None:
+    value = os.environ.get(DATA_ENV)
+    return Path(value).expanduser() if value else None
+
+
+def _files_sha256(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(set(paths)):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class SentEvalSTSTask(AbsTaskSTS):
+    """Base class: one SentEval STS set, evaluated on its test split."""
+
+    senteval_task: ClassVar[str]
+    min_score: int = 0
+    max_score: int = 5
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.data_dir = Path(data_dir).expanduser() if data_dir is not None else None
+        self._pair_subsets: dict[str, list[str]] = {}
+        self._evaluating_split: str | None = None
+
+    # ------------------------------------------------------------------ data
+    def resolved_data_dir(self) -> Path:
+        folder = self.data_dir or configured_data_dir()
+        if folder is None:
+            raise DataFolderError(
+                f"task {self.metadata.name} reads a SentEval data folder: pass data_dir=..., set "
+                f"{DATA_ENV}=<folder containing downstream/>, or use `flow-plugin eval --data DIR`"
+            )
+        return resolve_senteval_root(folder)
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:
+            return
+        root = self.resolved_data_dir()
+        splits: dict[str, Dataset] = {}
+        files: list[Path] = []
+        for split in available_splits(self.senteval_task):
+            subsets = load_split(root, self.senteval_task, split)
+            rows: dict[str, list[Any]] = {"sentence1": [], "sentence2": [], "score": [], "subset": []}
+            for pairs in subsets:
+                rows["sentence1"].extend(pairs.sentences1)
+                rows["sentence2"].extend(pairs.sentences2)
+                rows["score"].extend(float(score) for score in pairs.scores)
+                rows["subset"].extend([pairs.subset] * len(pairs))
+                files.append(pairs.source)
+                if getattr(pairs, "gold_source", None) is not None:
+                    files.append(pairs.gold_source)
+            splits[_SPLIT_NAMES[split]] = Dataset.from_dict(rows)
+            self._pair_subsets[_SPLIT_NAMES[split]] = rows["subset"]
+        self.dataset = DatasetDict(splits)
+        # record exactly which bytes were evaluated: the result JSON's dataset_revision
+        dataset = dict(self.metadata.dataset)
+        dataset["revision"] = "sha256:" + _files_sha256(files)
+        self.metadata = self.metadata.model_copy(update={"dataset": dataset})
+        self.data_loaded = True
+
+    def fit_corpus_sentences(self, hf_subset: str = "default") -> list[str]:
+        """The unlabeled sentences of every split, for fitting a calibrator (paper's "target")."""
+        self.load_data()
+        sentences: list[str] = []
+        for split in self.dataset.values():
+            sentences.extend(split["sentence1"])
+            sentences.extend(split["sentence2"])
+        return sentences
+
+    # ------------------------------------------------------------------ scoring
+    def _evaluate_subset(self, model: Any, data_split: Dataset, **kwargs: Any) -> dict[str, Any]:
+        self._evaluating_split = kwargs.get("hf_split")
+        try:
+            return super()._evaluate_subset(model, data_split, **kwargs)
+        finally:
+            self._evaluating_split = None
+
+    def _calculate_scores(self, scores: Any, normalized_scores: list[float]) -> dict[str, Any]:
+        metrics = dict(super()._calculate_scores(scores, normalized_scores))
+        labels = self._pair_subsets.get(self._evaluating_split or "test")
+        if labels is None or len(labels) != len(normalized_scores):
+            raise DataFolderError(f"task {self.metadata.name}: cannot match pairs to their subsets for scoring")
+        gold = np.asarray(normalized_scores, dtype=np.float64)
+        cosine = np.asarray(scores["cosine_scores"], dtype=np.float64)
+        by_subset: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        names = np.asarray(labels)
+        for subset in dict.fromkeys(labels):
+            chosen = names == subset
+            by_subset[subset] = (gold[chosen], cosine[chosen])
+        sts = evaluate_sts(by_subset)
+        metrics.update(
+            {
+                "cosine_spearman_wmean": sts.spearman_wmean,
+                "cosine_spearman_mean": sts.spearman_mean,
+                "cosine_pearson_wmean": sts.pearson_wmean,
+                "cosine_pearson_mean": sts.pearson_mean,
+                "n_pairs": sts.n_pairs,
+                "subsets": {
+                    item.name: {"n_pairs": item.n, "cosine_spearman": item.spearman, "cosine_pearson": item.pearson}
+                    for item in sts.subsets
+                },
+                "protocols": {
+                    "cosine_spearman": "all: Spearman over all test pairs pooled (MTEB, SimCSE)",
+                    "cosine_spearman_wmean": "wmean: per-subset Spearman, mean weighted by pair count (SentEval, BERT-flow paper)",
+                    "cosine_spearman_mean": "mean: per-subset Spearman, unweighted mean",
+                },
+                "data_revision": self.metadata.revision,
+            }
+        )
+        return metrics
+
+
+def _metadata(name: str, senteval_task: str, description: str, reference: str, date: tuple[str, str],
+              domains: list[str]) -> TaskMetadata:
+    return TaskMetadata(
+        name=name,
+        description=description,
+        reference=reference,
+        dataset={"path": f"senteval/{senteval_task}", "revision": "local-senteval-files"},
+        type="STS",
+        category="t2t",
+        modalities=["text"],
+        eval_splits=["test"],
+        eval_langs=["eng-Latn"],
+        main_score="cosine_spearman",
+        date=date,
+        domains=domains,
+        task_subtypes=[],
+        license="not specified",
+        annotations_creators="human-annotated",
+        dialect=[],
+        sample_creation="found",
+        bibtex_citation=_SENTEVAL_BIBTEX,
+    )
+
+
+def _make_task(class_name: str, name: str, senteval_task: str, description: str, reference: str,
+               date: tuple[str, str], domains: list[str]) -> type[SentEvalSTSTask]:
+    low, high = SCORE_RANGE[senteval_task]
+    return type(
+        class_name,
+        (SentEvalSTSTask,),
+        {
+            "__doc__": description,
+            "__module__": __name__,
+            "senteval_task": senteval_task,
+            "min_score": int(low),
+            "max_score": int(high),
+            "metadata": _metadata(name, senteval_task, description, reference, date, domains),
+        },
+    )
+
+
+_SEMEVAL = "SemEval {year} STS (English) test set as SentEval reads it (SentEval layout, Moses-tokenized, lower-cased); scored pairs only."
+SentEvalSTS12 = _make_task("SentEvalSTS12", "SentEvalSTS12", "STS12", _SEMEVAL.format(year=2012),
+                           "https://aclanthology.org/S12-1051/", ("2012-01-01", "2012-12-31"), ["News", "Written"])
+SentEvalSTS13 = _make_task("SentEvalSTS13", "SentEvalSTS13", "STS13", _SEMEVAL.format(year=2013) + " Without SMT (LDC licence), as SentEval.",
+                           "https://aclanthology.org/S13-1004/", ("2013-01-01", "2013-12-31"), ["News", "Written"])
+SentEvalSTS14 = _make_task("SentEvalSTS14", "SentEvalSTS14", "STS14", _SEMEVAL.format(year=2014),
+                           "https://aclanthology.org/S14-2010/", ("2014-01-01", "2014-12-31"), ["News", "Web", "Written"])
+SentEvalSTS15 = _make_task("SentEvalSTS15", "SentEvalSTS15", "STS15", _SEMEVAL.format(year=2015),
+                           "https://aclanthology.org/S15-2045/", ("2015-01-01", "2015-12-31"), ["News", "Web", "Written"])
+SentEvalSTS16 = _make_task("SentEvalSTS16", "SentEvalSTS16", "STS16", _SEMEVAL.format(year=2016),
+                           "https://aclanthology.org/S16-1081/", ("2016-01-01", "2016-12-31"), ["News", "Web", "Written"])
+SentEvalSTSBenchmark = _make_task(
+    "SentEvalSTSBenchmark", "SentEvalSTSBenchmark", "STSBenchmark",
+    "STS Benchmark as SentEval reads it: test split (1,379 pairs), score in column 5; train and dev sentences "
+    "serve as unlabeled fitting data.",
+    "https://aclanthology.org/S17-2001/", ("2012-01-01", "2017-12-31"), ["News", "Web", "Written"],
+)
+SentEvalSICKR = _make_task(
+    "SentEvalSICKR", "SentEvalSICKR", "SICKRelatedness",
+    "SICK relatedness as SentEval reads it: the 4,927-pair test set (MTEB's SICK-R holds all 9,927 pairs); "
+    "train and trial sentences serve as unlabeled fitting data.",
+    "https://aclanthology.org/L14-1314/", ("2014-01-01", "2014-12-31"), ["Web", "Written"],
+)
+
+#: every offline task class, in the order tables list them
+TASK_CLASSES: tuple[type[SentEvalSTSTask], ...] = (
+    SentEvalSTS12, SentEvalSTS13, SentEvalSTS14, SentEvalSTS15, SentEvalSTS16, SentEvalSTSBenchmark, SentEvalSICKR,
+)
+TASK_NAMES: tuple[str, ...] = tuple(cls.metadata.name for cls in TASK_CLASSES)
+
+
+def get_offline_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> SentEvalSTSTask:
+    for cls in TASK_CLASSES:
+        if cls.metadata.name == name:
+            return cls(data_dir=data_dir)
+    raise KeyError(f"unknown offline task {name!r}; known: {', '.join(TASK_NAMES)}")

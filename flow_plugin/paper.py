@@ -1,0 +1,655 @@
+"""``flow-plugin paper``: the BERT-flow paper's evaluations for one backbone, in one run.
+
+Sections (Li et al., EMNLP 2020):
+
+* ``sts`` (tables 2-3): the 7 SentEval-format STS sets. For each set and calibrator, a fresh
+  calibrator is fitted on every sentence of every split of that set (the paper's "target"
+  setting; never the scores) and the cosine of each test pair is correlated with the gold
+  score: Spearman per subset, ``all`` (pairs of all subsets pooled) and ``wmean`` (per-subset
+  Spearman weighted by pair count: SentEval's and the paper's number).
+* ``qnli`` (table 4): GLUE QNLI dev as unsupervised question-answer entailment: ROC AUC of
+  cosine(question, sentence) against the entailment label; calibrators fitted on QNLI dev's
+  questions and sentences (unlabelled).
+* ``lexical`` (section 4.4, table 6): on STS-B test, Spearman correlation of the word edit
+  distance of each pair with the gold score, the raw cosine and each calibrated cosine, over
+  all pairs and over the pairs with edit distance <= 4 (calibrators fitted on STS-B's target corpus).
+* ``isotropy``: diagnostics of the raw and each calibrated embedding of the unique STS-B test
+  sentences (same STS-B fits), and PNG plots of their singular-value spectra.
+
+Every sentence goes through the backbone once: one process-wide cached encoder serves every
+corpus and calibrator. Everything lands in ``<out>/paper.json`` (written atomically) and
+``<out>/spectra*.png``; a compact table is printed at the end.
+
+This module imports nothing heavy at import time (the CLI imports it to build its parser).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+RESULT_FILE = "paper.json"
+RESULT_FORMAT = "flow-plugin-paper"
+RESULT_VERSION = 1
+SECTIONS = ("sts", "qnli", "lexical", "isotropy")
+MAX_EDIT_DISTANCE = 4
+#: short column names of the tables (the paper's)
+TASK_LABELS = {
+    "STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
+    "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R",
+}
+PROTOCOLS = {
+    "sts_fit": "target: a fresh calibrator per STS set, fitted on every sentence of every split of that set "
+    "(scores never used); STS12-16 have only a test split, STS-B and SICK-R train+dev+test",
+    "sts_similarity": "cosine of the two (calibrated) sentence embeddings",
+    "spearman.all": "Spearman over the pairs of all subsets pooled (MTEB, SimCSE 'all')",
+    "spearman.wmean": "mean of per-subset Spearman weighted by pair count (SentEval 'wmean', the BERT-flow paper)",
+    "spearman.mean": "unweighted mean of per-subset Spearman (SentEval 'mean')",
+    "qnli.AUC": "ROC AUC of cosine(question, sentence) against label == entailment on GLUE QNLI dev; calibrators "
+    "fitted on QNLI dev's questions and sentences (labels never used) (paper table 4)",
+    "lexical": f"Spearman correlation of each pair's word edit distance (tokens = whitespace split) with the gold "
+    f"score and with each cosine, STS-B test; 'all' pairs and 'small_edit' = edit distance <= {MAX_EDIT_DISTANCE} "
+    "(paper section 4.4, table 6); calibrators fitted on STS-B's target corpus",
+    "isotropy": "isotropy_report of the embeddings of the unique STS-B test sentences (raw, and each calibrator "
+    "fitted on STS-B's target corpus); singular values of the centred matrix; 'unit_rows' repeats the scale-"
+    "dependent diagnostics on rows scaled to unit length (what cosine sees)",
+    "scale": "correlations and AUC on the 0..1 scale (the printed table shows x100)",
+}
+
+
+# ---------------------------------------------------------------------------- CLI
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-m", "--model", required=True, metavar="MODEL",
+                        help="a backbone name (minilm-l6: raw and all five calibrators) or one registry model name "
+                        "(flow_plugin/minilm-l6-flow: raw and that calibrator)")
+    parser.add_argument("--data", required=True, type=Path,
+                        help="the shared data folder (containing senteval/ and glue/), or a SentEval data folder "
+                        "(containing downstream/)")
+    parser.add_argument("--out", required=True, type=Path, help=f"output folder ({RESULT_FILE} and PNG plots)")
+    parser.add_argument("--glue", type=Path, default=None,
+                        help="GLUE folder (containing QNLI/dev.tsv); default: DATA/glue when present")
+    parser.add_argument("--calibrators", action="append", type=_comma_list, metavar="LIST",
+                        help="calibrators to run, comma-separated, from sn, natsv, sn-natsv, whiten, flow "
+                        "(raw always runs as the baseline)")
+    parser.add_argument("--tasks", action="append", type=_comma_list, metavar="LIST",
+                        help="STS sets, comma-separated (STS12..STS16, STSBenchmark/STS-B, SICKRelatedness/SICK-R); "
+                        "default: all seven")
+    parser.add_argument("--skip", action="append", type=_comma_list, metavar="LIST",
+                        help=f"sections to leave out, comma-separated, from {', '.join(SECTIONS)}")
+    parser.add_argument("--max-pairs", type=int, default=None, metavar="N",
+                        help="smoke runs only: read just the first N scored pairs of every subset and split "
+                        "(fit corpora included) and of QNLI dev; the numbers are then NOT the paper's protocol")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available)")
+    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bf16", "fp16"))
+    parser.add_argument("--batch-size", type=int, default=None, help="sentences per backbone forward pass")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="on-disk embedding cache (default: $FLOW_PLUGIN_CACHE_DIR, else memory only)")
+
+
+def _flatten(values: list[list[str]] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [item for chunk in values for item in chunk]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    report = run_paper(
+        args.model,
+        args.data,
+        args.out,
+        glue=args.glue,
+        calibrators=_flatten(args.calibrators),
+        tasks=_flatten(args.tasks),
+        skip=_flatten(args.skip) or (),
+        max_pairs=args.max_pairs,
+        device=args.device,
+        precision=args.precision,
+        batch_size=args.batch_size,
+        cache_dir=args.cache_dir,
+        arguments={key: _jsonable(value) for key, value in vars(args).items() if key != "run"},
+    )
+    print(format_report(report))
+    return 1 if report["errors"] else 0
+
+
+# ---------------------------------------------------------------------------- inputs
+def resolve_model(model: str, calibrators: list[str] | None = None) -> tuple[Any, list[str]]:
+    """(backbone spec, calibrators to run, raw first) for a backbone or model name."""
+    from .calibration import CALIBRATOR_NAMES
+    from .errors import RegistryError
+    from .registry import NAMESPACE, default_registry, parse_model_name
+
+    registry = default_registry()
+    short = model.removeprefix(f"{NAMESPACE}/")
+    if short in registry:
+        spec, chosen = registry[short], list(CALIBRATOR_NAMES)
+    else:
+        variant = parse_model_name(model, registry)  # the registry's error for unknown names
+        spec, chosen = variant.backbone, ["raw", variant.calibrator]
+    if calibrators is not None:
+        unknown = [name for name in calibrators if name not in CALIBRATOR_NAMES]
+        if unknown:
+            raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(CALIBRATOR_NAMES)}")
+        chosen = ["raw", *calibrators]
+    ordered = [name for name in CALIBRATOR_NAMES if name in chosen]  # table order, no duplicates
+    return spec, ordered
+
+
+def resolve_data(data: Path, glue: Path | None) -> tuple[Path, Path | None, str | None]:
+    """(SentEval root, GLUE folder or None, why QNLI has no data)."""
+    from .senteval_data import resolve_senteval_root
+
+    data = Path(data).expanduser()
+    if (data / "senteval" / "downstream").is_dir():
+        root = data / "senteval"
+    else:
+        root = resolve_senteval_root(data)  # a SentEval folder itself, else a DataFolderError naming it
+    if glue is not None:
+        return root, Path(glue).expanduser(), None
+    if (data / "glue" / "QNLI" / "dev.tsv").is_file():
+        return root, data / "glue", None
+    return root, None, (
+        f"QNLI skipped: no glue/QNLI/dev.tsv under {data}; pass --glue DIR (the folder containing QNLI/dev.tsv) "
+        "or --data with the shared data folder that holds both senteval/ and glue/"
+    )
+
+
+def machine_info() -> dict[str, Any]:
+    import torch
+    import transformers
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+# ---------------------------------------------------------------------------- the run
+class _PaperRun:
+    """State of one run: the shared encoder, the calibrator templates, the fit log, the timers."""
+
+    def __init__(self, spec: Any, calibrators: list[str], *, device: str | None, precision: str,
+                 batch_size: int | None, cache_dir: Path | None, max_pairs: int | None) -> None:
+        from .registry import ModelVariant
+        from .variant import build_calibrator, build_encoder
+
+        self.spec = spec
+        self.calibrators = calibrators
+        self.max_pairs = max_pairs
+        self.encoder = build_encoder(ModelVariant(spec, "raw"), device=device, precision=precision,
+                                     batch_size=batch_size, cache_dir=cache_dir)
+        device_name = str(self.encoder.backbone.device)
+        self.templates = {name: build_calibrator(ModelVariant(spec, name), device=device_name) for name in calibrators}
+        self.fits: list[dict[str, Any]] = []
+        #: calibrator fits that failed ("<calibrator> on <corpus>: <error>")
+        self.errors: list[str] = []
+        self.timings: dict[str, float] = {}
+        self._requested: set[str] = set()
+        self.n_requested = 0
+        self._start_counts = (self.encoder.n_encoded, self.encoder.n_cache_hits)
+
+    # ---------------------------------------------------------------- helpers
+    def encode(self, sentences: list[str]) -> Any:
+        self._requested.update(sentences)
+        self.n_requested += len(sentences)
+        return self.encoder.encode(sentences)
+
+    def limit(self, pairs: Any) -> Any:
+        """``pairs`` cut to the first ``max_pairs`` (an STSPairs or QNLIPairs), or unchanged."""
+        import dataclasses
+
+        n = self.max_pairs
+        if n is None or len(pairs) <= n:
+            return pairs
+        changes: dict[str, Any] = {}
+        for field in dataclasses.fields(pairs):
+            value = getattr(pairs, field.name)
+            if isinstance(value, tuple) or hasattr(value, "shape"):
+                changes[field.name] = value[:n]
+        return dataclasses.replace(pairs, **changes)
+
+    def sts_split(self, root: Path, task: str, split: str) -> list[Any]:
+        from .senteval_data import load_split
+
+        return [self.limit(pairs) for pairs in load_split(root, task, split)]
+
+    def target_corpus(self, root: Path, task: str) -> list[str]:
+        """Every sentence of every split of ``task`` (scored pairs; duplicates kept)."""
+        from .senteval_data import available_splits, task_sentences
+
+        if self.max_pairs is None:
+            return task_sentences(root, task)
+        sentences: list[str] = []
+        for split in available_splits(task):
+            for pairs in self.sts_split(root, task, split):
+                sentences.extend(pairs.sentences1)
+                sentences.extend(pairs.sentences2)
+        return sentences
+
+    def fit_all(self, corpus_name: str, description: str, sentences: list[str]) -> dict[str, Any]:
+        """Encode ``sentences`` once and fit every calibrator on them; log each fit.
+
+        A calibrator whose fit raises a flow-plugin error (say, too few sentences for whitening)
+        is left out of the returned dict and recorded in ``errors``; the others go on.
+        """
+        from .errors import FlowPluginError
+
+        start = time.perf_counter()
+        embeddings = self.encode(sentences)
+        encode_seconds = time.perf_counter() - start
+        fitted: dict[str, Any] = {}
+        for name, template in self.templates.items():
+            begin = time.perf_counter()
+            record: dict[str, Any] = {
+                "corpus": corpus_name,
+                "source": description,
+                "calibrator": name,
+                "n_sentences": len(sentences),
+                "n_unique_sentences": len(set(sentences)),
+                "encode_seconds": round(encode_seconds, 3),
+            }
+            try:
+                calibrator = template.clone().fit(embeddings)
+            except FlowPluginError as error:  # one calibrator failing must not lose the others' results
+                record["error"] = f"{type(error).__name__}: {error}"
+                self.fits.append(record)
+                self.errors.append(f"{name} on {corpus_name}: {record['error']}")
+                logger.error("%s: fitting %s failed, its numbers are left out: %s", corpus_name, name, error)
+                continue
+            record["fit_seconds"] = round(time.perf_counter() - begin, 3)
+            if hasattr(calibrator, "n_degenerate_"):
+                record["n_degenerate_directions"] = int(calibrator.n_degenerate_)
+            if hasattr(calibrator, "fit_log_likelihood_"):
+                record["fit_log_likelihood"] = float(calibrator.fit_log_likelihood_)
+                record["fit_bits_per_dim"] = float(calibrator.fit_bits_per_dim_)
+                record["initial_log_likelihood"] = float(calibrator.initial_log_likelihood_)
+                record["n_steps"] = int(calibrator.n_steps_)
+            self.fits.append(record)
+            fitted[name] = calibrator
+        logger.info("%s: fitted %s on %d sentences (%d unique) from %s", corpus_name, ", ".join(fitted),
+                    len(sentences), len(set(sentences)), description)
+        return fitted
+
+    def encoder_report(self) -> dict[str, Any]:
+        backbone = self.encoder.backbone
+        n_encoded = self.encoder.n_encoded - self._start_counts[0]
+        n_hits = self.encoder.n_cache_hits - self._start_counts[1]
+        return {
+            "key": self.encoder.key,
+            "device": str(backbone.device),
+            "precision": backbone.precision,
+            "batch_size": backbone.batch_size,
+            "cache_dir": str(self.encoder.cache_dir) if self.encoder.cache_dir else None,
+            "n_sentences_requested": self.n_requested,
+            "n_unique_sentences_requested": len(self._requested),
+            "n_backbone_encoded": n_encoded,
+            "n_cache_hits": n_hits,
+            "one_backbone_pass_per_unique_sentence": n_encoded <= len(self._requested),
+            "note": "n_backbone_encoded counts the sentences this run sent through the backbone; with a fresh "
+            "in-memory cache it equals n_unique_sentences_requested (every corpus and calibrator share one pass)",
+        }
+
+
+def _cosines(calibrator: Any, left: Any, right: Any) -> Any:
+    from .evaluation import paired_cosine
+
+    return paired_cosine(calibrator.transform(left), calibrator.transform(right))
+
+
+def _section_sts(state: _PaperRun, root: Path, tasks: list[str], progress: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    from .evaluation import evaluate_sts
+
+    results: dict[str, Any] = {}
+    stsb_fitted: dict[str, Any] = {}
+    for task in tasks:
+        progress.set_postfix_str(f"STS {task}")
+        start = time.perf_counter()
+        corpus = state.target_corpus(root, task)
+        fitted = state.fit_all(f"{task} (target)", f"all splits of {task}", corpus)
+        subsets = state.sts_split(root, task, "test")
+        encoded = [(pairs, state.encode(list(pairs.sentences1)), state.encode(list(pairs.sentences2)))
+                   for pairs in subsets]
+        per_calibrator: dict[str, Any] = {}
+        for name, calibrator in fitted.items():
+            result = evaluate_sts({pairs.subset: (pairs.scores, _cosines(calibrator, left, right))
+                                   for pairs, left, right in encoded})
+            per_calibrator[name] = result.to_dict()
+        results[task] = {
+            "fit_corpus": {"policy": "target", "source": f"all splits of {task}", "n_sentences": len(corpus),
+                           "n_unique_sentences": len(set(corpus))},
+            "n_test_pairs": sum(len(pairs) for pairs in subsets),
+            "calibrators": per_calibrator,
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+        if task == "STSBenchmark":
+            stsb_fitted = fitted
+        progress.update(1)
+    return results, stsb_fitted
+
+
+def _section_qnli(state: _PaperRun, glue: Path, progress: Any) -> dict[str, Any]:
+    from .evaluation import roc_auc
+    from .senteval_data import load_qnli_dev
+
+    progress.set_postfix_str("QNLI")
+    start = time.perf_counter()
+    pairs = state.limit(load_qnli_dev(glue))
+    questions, sentences = list(pairs.questions), list(pairs.sentences)
+    corpus = questions + sentences
+    fitted = state.fit_all("QNLI dev", "QNLI dev questions and sentences (unlabelled)", corpus)
+    left, right = state.encode(questions), state.encode(sentences)
+    auc = {name: roc_auc(pairs.labels, _cosines(calibrator, left, right)) for name, calibrator in fitted.items()}
+    progress.update(1)
+    return {
+        "source": str(pairs.source),
+        "n_pairs": len(pairs),
+        "n_entailment": int(pairs.labels.sum()),
+        "fit_corpus": {"policy": "target", "source": "QNLI dev questions + sentences", "n_sentences": len(corpus),
+                       "n_unique_sentences": len(set(corpus))},
+        "metric": "AUC",
+        "auc": auc,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def _section_lexical(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], progress: Any) -> dict[str, Any]:
+    from .evaluation import lexical_similarity_correlations
+
+    progress.set_postfix_str("lexical")
+    start = time.perf_counter()
+    left, right = state.encode(list(test_pairs.sentences1)), state.encode(list(test_pairs.sentences2))
+    similarities = {name: _cosines(calibrator, left, right) for name, calibrator in fitted.items()}
+    result = lexical_similarity_correlations(test_pairs.sentences1, test_pairs.sentences2, test_pairs.scores,
+                                             similarities, max_edit_distance=MAX_EDIT_DISTANCE)
+    result["data"] = f"STSBenchmark test ({len(test_pairs)} pairs)"
+    result["seconds"] = round(time.perf_counter() - start, 3)
+    progress.update(1)
+    return result
+
+
+def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], out: Path,
+                      progress: Any) -> dict[str, Any]:
+    import numpy as np
+
+    from .calibration import CALIBRATOR_CLASSES
+    from .evaluation import isotropy_report, plot_spectra
+
+    progress.set_postfix_str("isotropy")
+    start = time.perf_counter()
+    sentences = list(dict.fromkeys([*test_pairs.sentences1, *test_pairs.sentences2]))
+    embeddings = state.encode(sentences)
+    reports: dict[str, Any] = {}
+    for name, calibrator in fitted.items():
+        calibrated = calibrator.transform(embeddings)
+        reports[name] = isotropy_report(calibrated)
+        # what cosine sees: the same diagnostics on rows scaled to unit length (scale-free isotropy score)
+        norms = np.linalg.norm(calibrated.astype(np.float64), axis=1, keepdims=True)
+        unit = isotropy_report(calibrated / np.maximum(norms, np.finfo(np.float64).tiny))
+        reports[name]["unit_rows"] = {key: unit[key] for key in
+                                      ("isotropy_score", "effective_rank", "top_k_variance_share", "mean_random_cosine")}
+    labels = {name: CALIBRATOR_CLASSES[name].label or name for name in fitted}
+    spectra = {labels[name]: report["singular_values"] for name, report in reports.items()}
+    title = f"{state.spec.name}: singular values, STS-B test ({len(sentences)} sentences)"
+    plots = [plot_spectra(spectra, out / "spectra.png", title=title)]
+    for name in fitted:
+        if name != "raw" and "raw" in fitted:
+            pair = {labels["raw"]: reports["raw"]["singular_values"], labels[name]: reports[name]["singular_values"]}
+            plots.append(plot_spectra(pair, out / f"spectra-raw-vs-{name}.png", title=f"{state.spec.name}: raw vs {labels[name]}"))
+    progress.update(1)
+    return {
+        "data": f"unique sentences of STSBenchmark test ({len(sentences)})",
+        "calibrators": reports,
+        "plots": [plot.name for plot in plots],
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def run_paper(
+    model: str,
+    data: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    glue: str | os.PathLike[str] | None = None,
+    calibrators: list[str] | None = None,
+    tasks: list[str] | None = None,
+    skip: list[str] | tuple[str, ...] = (),
+    max_pairs: int | None = None,
+    device: str | None = None,
+    precision: str = "auto",
+    batch_size: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    arguments: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run the paper's evaluations; write ``<out>/paper.json`` and the PNGs; return the report."""
+    from tqdm.auto import tqdm
+
+    from ._io import atomic_write_json
+    from .errors import DataFolderError, InputError
+    from .senteval_data import SENTEVAL_TASKS, canonical_task, load_split
+
+    wall_start = time.perf_counter()
+    unknown_sections = [name for name in skip if name not in SECTIONS]
+    if unknown_sections:
+        raise InputError(f"unknown section(s) {', '.join(unknown_sections)} in --skip; choose from {', '.join(SECTIONS)}")
+    if max_pairs is not None and (isinstance(max_pairs, bool) or max_pairs < 2):
+        raise InputError(f"--max-pairs must be at least 2, got {max_pairs}")
+    sections = [name for name in SECTIONS if name not in skip]
+    task_list = list(dict.fromkeys(canonical_task(name) for name in tasks)) if tasks else list(SENTEVAL_TASKS)
+    task_list = [name for name in SENTEVAL_TASKS if name in task_list]  # the paper's column order
+    spec, calibrator_names = resolve_model(model, calibrators)
+    root, glue_root, qnli_note = resolve_data(Path(data), Path(glue) if glue is not None else None)
+    notes: list[str] = []
+    if "qnli" in sections and glue_root is None:
+        sections.remove("qnli")
+        notes.append(qnli_note or "QNLI skipped")
+        print(f"flow-plugin paper: {qnli_note}", file=sys.stderr)
+    if not sections:
+        raise InputError(f"nothing to run: every section ({', '.join(SECTIONS)}) is skipped")
+    out = Path(out).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DataFolderError(f"cannot create the output folder {out}: {error}") from None
+    if max_pairs is not None:
+        notes.append(f"--max-pairs {max_pairs}: only the first {max_pairs} pairs of every subset/split and of QNLI dev "
+                     "were read; these numbers are a smoke test, NOT the paper's protocol")
+
+    state = _PaperRun(spec, calibrator_names, device=device, precision=precision, batch_size=batch_size,
+                      cache_dir=Path(cache_dir) if cache_dir is not None else None, max_pairs=max_pairs)
+    report: dict[str, Any] = {
+        "format": RESULT_FORMAT,
+        "version": RESULT_VERSION,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "arguments": arguments,
+        "paper": "Li et al., On the Sentence Embeddings from Pre-trained Language Models, EMNLP 2020 (arXiv 2011.05864)",
+        "model": {
+            "requested": model,
+            "backbone": {
+                "name": spec.name, "hub_id": spec.hub_id, "revision": spec.revision, "pooling": spec.pooling,
+                "max_seq_length": spec.max_seq_length, "embedding_dim": spec.embedding_dim,
+                "n_parameters": spec.n_parameters, "weights": spec.weights_location()[2],
+                "registry_file": str(spec.source_file),
+            },
+            "calibrators": {
+                name: {"model_name": spec.model_name(name), "class": type(template).__name__,
+                       "params": template.get_params()}
+                for name, template in state.templates.items()
+            },
+        },
+        "data": {"senteval_root": str(root), "glue": str(glue_root) if glue_root else None, "tasks": task_list,
+                 "max_pairs": max_pairs},
+        "sections": sections,
+        "protocols": PROTOCOLS,
+        "notes": notes,
+    }
+
+    n_units = (len(task_list) if "sts" in sections else 0) + sum(name in sections for name in ("qnli", "lexical", "isotropy"))
+    with tqdm(total=n_units, desc=f"paper {spec.name}", unit="step") as progress:
+        stsb_fitted: dict[str, Any] = {}
+        if "sts" in sections:
+            begin = time.perf_counter()
+            report["sts"], stsb_fitted = _section_sts(state, root, task_list, progress)
+            state.timings["sts"] = time.perf_counter() - begin
+        if "qnli" in sections:
+            begin = time.perf_counter()
+            assert glue_root is not None
+            report["qnli"] = _section_qnli(state, glue_root, progress)
+            state.timings["qnli"] = time.perf_counter() - begin
+        if "lexical" in sections or "isotropy" in sections:
+            begin = time.perf_counter()
+            if not stsb_fitted:  # STS-B was not among the STS sets run: fit on its target corpus now
+                stsb_fitted = state.fit_all("STSBenchmark (target)", "all splits of STSBenchmark",
+                                            state.target_corpus(root, "STSBenchmark"))
+            test_pairs = state.limit(load_split(root, "STSBenchmark", "test")[0])
+            state.timings["stsb_fit_for_lexical_isotropy"] = time.perf_counter() - begin
+            if "lexical" in sections:
+                begin = time.perf_counter()
+                report["lexical"] = _section_lexical(state, test_pairs, stsb_fitted, progress)
+                state.timings["lexical"] = time.perf_counter() - begin
+            if "isotropy" in sections:
+                begin = time.perf_counter()
+                report["isotropy"] = _section_isotropy(state, test_pairs, stsb_fitted, out, progress)
+                state.timings["isotropy"] = time.perf_counter() - begin
+
+    report["summary"] = summarize(report)
+    report["errors"] = state.errors
+    report["fits"] = state.fits
+    report["encoder"] = state.encoder_report()
+    state.timings["total"] = time.perf_counter() - wall_start
+    report["timings_seconds"] = {key: round(value, 3) for key, value in state.timings.items()}
+    report["machine"] = machine_info()
+    path = atomic_write_json(out / RESULT_FILE, report)
+    report["result_file"] = str(path)
+    return report
+
+
+# ---------------------------------------------------------------------------- summary and table
+def summarize(report: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers: STS Spearman (all and wmean) per calibrator and set, with their
+    average over the sets run, and QNLI AUC per calibrator."""
+    summary: dict[str, Any] = {"scale": "0..1"}
+    sts = report.get("sts")
+    if sts:
+        calibrators = list(report["model"]["calibrators"])
+        for protocol in ("all", "wmean"):
+            table: dict[str, Any] = {}
+            for name in calibrators:
+                row = {task: (sts[task]["calibrators"][name]["spearman"][protocol]
+                              if name in sts[task]["calibrators"] else None) for task in sts}
+                values = list(row.values())
+                row["avg"] = None if None in values else sum(values) / len(values)
+                table[name] = row
+            summary[f"sts_spearman_{protocol}"] = table
+    if "qnli" in report:
+        summary["qnli_auc"] = {name: report["qnli"]["auc"].get(name) for name in report["model"]["calibrators"]}
+    return summary
+
+
+def _fmt(value: float | None, width: int = 7) -> str:
+    return f"{'-':>{width}}" if value is None else f"{100 * value:>{width}.2f}"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A compact text table of the report (x100)."""
+    lines: list[str] = []
+    backbone = report["model"]["backbone"]
+    encoder = report["encoder"]
+    lines.append(f"BERT-flow paper evaluations: {backbone['name']} ({backbone['hub_id']}, pooling {backbone['pooling']}, "
+                 f"{encoder['device']}, {encoder['precision']})")
+    for note in report.get("notes", []):
+        lines.append(f"NOTE: {note}")
+    summary = report.get("summary", {})
+    calibrators = list(report["model"]["calibrators"])
+    name_width = max(8, *(len(name) for name in calibrators))
+    if "sts" in report:
+        tasks = list(report["sts"])
+        header = f"{'':<{name_width}}" + "".join(f"{TASK_LABELS.get(task, task):>8}" for task in tasks) + f"{'avg':>8}"
+        for protocol, title in (("wmean", "size-weighted mean of subset Spearman (the paper's)"),
+                                ("all", "Spearman over all pairs pooled (MTEB's)")):
+            lines.append("")
+            lines.append(f"STS, cosine Spearman x100, protocol '{protocol}': {title}; calibrators fitted per set (target)")
+            lines.append(header)
+            for name in calibrators:
+                row = summary[f"sts_spearman_{protocol}"][name]
+                lines.append(f"{name:<{name_width}}" + "".join(_fmt(row[task], 8) for task in tasks) + _fmt(row["avg"], 8))
+    if "qnli" in report:
+        qnli = report["qnli"]
+        lines.append("")
+        lines.append(f"QNLI dev ({qnli['n_pairs']} pairs), AUC x100 of cosine(question, sentence) vs entailment; "
+                     "fitted on its unlabelled text")
+        lines.append("  ".join(f"{name} {_fmt(qnli['auc'].get(name), 0)}" for name in calibrators))
+    if "lexical" in report:
+        lexical = report["lexical"]
+        n_pairs = lexical["n_pairs"]
+        lines.append("")
+        lines.append(f"Lexical: Spearman x100 of word edit distance with each similarity, {lexical['data']}")
+        lines.append(f"{'':<{name_width}}{'all (' + str(n_pairs['all']) + ')':>14}"
+                     f"{'edit<=' + str(lexical['max_edit_distance']) + ' (' + str(n_pairs['small_edit']) + ')':>16}")
+        for name in ["gold", *calibrators]:
+            values = lexical["spearman"].get(name, {"all": None, "small_edit": None})
+            lines.append(f"{name:<{name_width}}{_fmt(values['all'], 14)}{_fmt(values['small_edit'], 16)}")
+    if "isotropy" in report:
+        isotropy = report["isotropy"]
+        lines.append("")
+        lines.append(f"Isotropy of {isotropy['data']}; plots: {', '.join(isotropy['plots'])}")
+        lines.append(f"{'':<{name_width}}{'mean cos':>10}{'top-1 var':>11}{'eff. rank':>11}{'isotropy':>11}"
+                     f"{'iso(unit)':>11}")
+        for name, values in isotropy["calibrators"].items():
+            lines.append(f"{name:<{name_width}}{values['mean_random_cosine']:>10.4f}"
+                         f"{values['top_k_variance_share']['1']:>11.4f}{values['effective_rank']:>11.1f}"
+                         f"{values['isotropy_score']:>11.2e}{values['unit_rows']['isotropy_score']:>11.2e}")
+    flows = [fit for fit in report.get("fits", []) if "fit_log_likelihood" in fit]
+    if flows:
+        lines.append("")
+        lines.append("flow fits, mean log-likelihood (nats) / bits per dim on the fit corpus:")
+        lines.append("  " + "; ".join(f"{fit['corpus']} {fit['fit_log_likelihood']:.1f} / {fit['fit_bits_per_dim']:.3f}"
+                                      for fit in flows))
+    lines.append("")
+    lines.append(f"backbone passes: {encoder['n_backbone_encoded']} sentences for {encoder['n_unique_sentences_requested']} "
+                 f"unique sentences requested ({encoder['n_sentences_requested']} requests, {encoder['n_cache_hits']} "
+                 f"served from the cache); wall time {report['timings_seconds']['total']:.1f} s")
+    if "result_file" in report:
+        lines.append(f"results: {report['result_file']}")
+    for error in report.get("errors", []):
+        lines.append(f"ERROR (numbers left out): {error}")
+    return "\n".join(lines)

@@ -1,0 +1,312 @@
+"""SentEval adapter: ``prepare`` fits a calibrator on the task's sentences, ``batcher`` embeds.
+
+SentEval (facebookresearch/SentEval) drives a model through two callbacks::
+
+    se = senteval.engine.SE(params, batcher, prepare)
+    se.eval(["STS12", "STSBenchmark", ...])
+
+For each task it sets ``params.current_task``, calls ``prepare(params, samples)`` once with
+every sentence of the task (each a list of tokens; for STS12-16 the scored pairs, for
+STSBenchmark and SICK all of train, dev and test), then ``batcher(params, batch)`` over
+batches of token lists, expecting a 2-D numpy array with one row per sentence, in order.
+
+Here ``prepare`` fits a *fresh* calibrator on the task's sentences, tokens joined by single
+spaces: the BERT-flow paper's "target" setting (unlabelled sentences of the evaluated
+dataset, never its scores). ``batcher`` encodes with the process-wide cached backbone
+(:func:`flow_plugin.variant.build_encoder`: each unique sentence goes through the backbone
+once, whatever the number of variants or tasks) and applies that calibrator.
+
+The model is named in ``params["flow_plugin"]``: a registry model name, a dict of
+:class:`SentEvalAdapter` arguments (``{"model": "flow_plugin/minilm-l6-flow", "device": "cpu"}``)
+or an adapter object. Then the module-level :func:`prepare` and :func:`batcher` are the
+callbacks::
+
+    import senteval
+    from flow_plugin import senteval as flow_senteval
+
+    params = {"task_path": "data/senteval", "usepytorch": True, "kfold": 10, "batch_size": 128,
+              "flow_plugin": "flow_plugin/minilm-l6-flow"}
+    se = senteval.engine.SE(params, flow_senteval.batcher, flow_senteval.prepare)
+    results = se.eval(["STS12", "STS13", "STS14", "STS15", "STS16"])
+
+An adapter's bound methods (``adapter.prepare``, ``adapter.batcher``) work as callbacks too.
+This module never imports SentEval.
+
+Note: in SentEval, STS12-16 are unsupervised (cosine of the two embeddings), while
+``STSBenchmark`` and ``SICKRelatedness`` train a regressor on the embeddings of the train
+split; the paper's unsupervised STS-B / SICK-R numbers come from ``flow-plugin paper`` or
+the MTEB tasks of this package.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError, InputTypeError, NotFittedError
+
+logger = logging.getLogger(__name__)
+
+#: The ``params`` key naming the model (a model name, a dict of adapter arguments, or an adapter).
+PARAMS_KEY = "flow_plugin"
+#: Where :func:`prepare` keeps the adapter it built from a name or dict in ``params``.
+_ADAPTER_KEY = "_flow_plugin_adapter"
+#: What an empty token list becomes (SentEval's example batchers do the same: ``['.']``).
+EMPTY_SENTENCE = "."
+
+
+class NotPreparedError(NotFittedError):
+    """``batcher`` was called before ``prepare`` fitted a calibrator for the current task."""
+
+
+def tokens_to_sentence(tokens: Any) -> str:
+    """SentEval's token list -> the text the backbone sees: tokens joined by single spaces.
+
+    An empty list becomes ``"."`` (as in SentEval's examples). ``bytes`` tokens are decoded
+    as UTF-8 and a plain ``str`` is taken as an already-joined sentence.
+    """
+    if isinstance(tokens, str):
+        sentence = " ".join(tokens.split())
+    elif isinstance(tokens, Sequence) or isinstance(tokens, np.ndarray):
+        words = []
+        for position, token in enumerate(tokens):
+            if isinstance(token, bytes):
+                token = token.decode("utf-8")
+            if not isinstance(token, str):
+                raise InputTypeError(
+                    f"a SentEval sentence must be a list of str tokens; token {position} is "
+                    f"{type(token).__name__} ({token!r:.40})"
+                )
+            words.append(token)
+        sentence = " ".join(" ".join(words).split())
+    else:
+        raise InputTypeError(f"a SentEval sentence must be a list of tokens, got {type(tokens).__name__}")
+    return sentence or EMPTY_SENTENCE
+
+
+def _sentences_of(batch: Any, what: str) -> list[str]:
+    if isinstance(batch, (str, bytes)) or not isinstance(batch, (Sequence, np.ndarray)):
+        raise InputTypeError(f"{what} must be a list of sentences (token lists), got {type(batch).__name__}")
+    return [tokens_to_sentence(tokens) for tokens in batch]
+
+
+def _current_task(params: Any) -> str | None:
+    return params.get("current_task") if isinstance(params, Mapping) else getattr(params, "current_task", None)
+
+
+class SentEvalAdapter:
+    """One model for SentEval: a cached backbone plus a calibrator refitted in each ``prepare``.
+
+    Parameters
+    ----------
+    model:
+        A registry model name (``"flow_plugin/minilm-l6-flow"``) or a ``ModelVariant``.
+    backbone, calibrator:
+        Instead of ``model``: a registry backbone (name or ``BackboneSpec``) or a
+        ``CachedEncoder``, and a calibrator method (``"flow"``, ``"whiten"``, ...) or an
+        unfitted ``Calibrator`` whose clone is fitted in each ``prepare``.
+    device, precision, batch_size, cache_dir, show_progress_bar:
+        Backbone settings (see :class:`flow_plugin.encoder.Backbone`).
+    calibrator_params:
+        Hyper-parameters overriding the registry's (with a method name only).
+    """
+
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        backbone: Any = None,
+        calibrator: Any = None,
+        device: str | None = None,
+        precision: str = "auto",
+        batch_size: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        calibrator_params: dict[str, Any] | None = None,
+        show_progress_bar: bool | None = None,
+    ) -> None:
+        from .cache import CachedEncoder
+        from .calibration import Calibrator
+        from .registry import VARIANT_SUFFIXES, BackboneSpec, ModelVariant, get_backbone
+        from .variant import build_calibrator, build_encoder, resolve
+
+        if (model is None) == (backbone is None):
+            raise InputError("give either a model name, or a backbone and a calibrator, not both or neither")
+        if model is not None:
+            if calibrator is not None:
+                raise InputError("calibrator is given by the model name; pass backbone=... to choose it explicitly")
+            variant = resolve(model)
+            backbone, calibrator = variant.backbone, variant.calibrator
+        calibrator = "raw" if calibrator is None else calibrator
+        encoder_kwargs = {"device": device, "precision": precision, "batch_size": batch_size,
+                          "cache_dir": cache_dir, "show_progress_bar": show_progress_bar}
+
+        if isinstance(backbone, CachedEncoder):
+            self.encoder = backbone
+            spec = None
+        else:
+            spec = backbone if isinstance(backbone, BackboneSpec) else get_backbone(str(backbone))
+            self.encoder = build_encoder(ModelVariant(spec, "raw"), **encoder_kwargs)
+        device_name = str(self.encoder.backbone.device)
+        if isinstance(calibrator, Calibrator):
+            if calibrator_params:
+                raise InputError("calibrator_params apply to a calibrator method name, not to a Calibrator object")
+            self._template = calibrator.clone()
+            method = calibrator.method
+        elif isinstance(calibrator, str):
+            method = calibrator
+            if spec is not None:
+                self._template = build_calibrator(ModelVariant(spec, method), device=device_name,
+                                                  **(calibrator_params or {}))
+            else:
+                from .calibration import make_calibrator
+
+                params = dict(calibrator_params or {})
+                if method == "flow":
+                    params.setdefault("device", device_name)
+                self._template = make_calibrator(method, **params)
+        else:
+            raise InputTypeError(f"calibrator must be a method name or a Calibrator, got {type(calibrator).__name__}")
+        self.method = method
+        if spec is not None and method in VARIANT_SUFFIXES:
+            self.name = spec.model_name(method)
+        else:
+            self.name = f"{spec.name if spec is not None else self.encoder.backbone.name} + {method}"
+        #: the calibrator fitted by the last ``prepare``, and the task it was fitted for
+        self.calibrator: Calibrator | None = None
+        self.prepared_task: str | None = None
+        #: one record per ``prepare``: task, corpus, sentence counts, timings (and flow likelihood)
+        self.fit_log: list[dict[str, Any]] = []
+
+    def __repr__(self) -> str:
+        return f"SentEvalAdapter({self.name!r}, prepared_task={self.prepared_task!r})"
+
+    @property
+    def embedding_dim(self) -> int:
+        """Width of the ``batcher`` output (known before ``prepare`` except for reduced whitening)."""
+        if self.calibrator is not None:
+            return int(self.calibrator.n_features_out_)
+        return int(self.encoder.embedding_dim)
+
+    def senteval_params(self, task_path: str | os.PathLike[str], **overrides: Any) -> dict[str, Any]:
+        """A SentEval ``params`` dict using this adapter (SentEval's recommended defaults)."""
+        params: dict[str, Any] = {"task_path": os.fspath(task_path), "usepytorch": True, "kfold": 10,
+                                  "batch_size": 128, PARAMS_KEY: self}
+        params.update(overrides)
+        return params
+
+    # ------------------------------------------------------------------ SentEval callbacks
+    def prepare(self, params: Any, samples: Any) -> None:
+        """Fit a fresh calibrator on ``samples``: every sentence of the task, as token lists."""
+        task = _current_task(params)
+        sentences = _sentences_of(samples, "prepare samples")
+        if not sentences:
+            raise InputError(f"prepare got no sentences for task {task!r}; nothing to fit {self.name} on")
+        start = time.perf_counter()
+        embeddings = self.encoder.encode(sentences)
+        encoded = time.perf_counter()
+        calibrator = self._template.clone().fit(embeddings)
+        fitted = time.perf_counter()
+        record: dict[str, Any] = {
+            "model": self.name,
+            "task": task,
+            "fit_corpus": "target: the sentences SentEval passed to prepare (all sentences of the task, tokens "
+            "joined by single spaces)",
+            "n_sentences": len(sentences),
+            "n_unique_sentences": len(set(sentences)),
+            "encode_seconds": round(encoded - start, 3),
+            "fit_seconds": round(fitted - encoded, 3),
+        }
+        if hasattr(calibrator, "fit_log_likelihood_"):
+            record["fit_log_likelihood"] = float(calibrator.fit_log_likelihood_)
+            record["fit_bits_per_dim"] = float(calibrator.fit_bits_per_dim_)
+        self.fit_log.append(record)
+        self.calibrator = calibrator
+        self.prepared_task = task
+        logger.info(
+            "%s: prepare %s: fitted %s on %d sentences (%d unique) from SentEval's prepare samples "
+            "(the task's own sentences, 'target' setting) in %.2fs",
+            self.name, task or "(no current_task)", self.method, record["n_sentences"],
+            record["n_unique_sentences"], record["fit_seconds"],
+        )
+
+    def batcher(self, params: Any, batch: Any) -> np.ndarray:
+        """Embeddings of ``batch`` (token lists): float32 (len(batch), d), in the batch's order."""
+        task = _current_task(params)
+        if self.calibrator is None:
+            raise NotPreparedError(
+                f"{self.name}: batcher called before prepare; SentEval calls prepare(params, samples) first "
+                "(pass the prepare callback to senteval.engine.SE), or call it yourself with the task's sentences"
+            )
+        if task is not None and self.prepared_task is not None and task != self.prepared_task:
+            raise NotPreparedError(
+                f"{self.name}: batcher called for task {task!r} but prepare last fitted for {self.prepared_task!r}; "
+                f"call prepare for {task!r} first"
+            )
+        sentences = _sentences_of(batch, "batch")
+        if not sentences:
+            return np.empty((0, self.embedding_dim), dtype=np.float32)
+        embeddings = self.encoder.encode(sentences, show_progress_bar=False)
+        return self.calibrator.transform(embeddings)
+
+
+def adapter_from_params(params: Any) -> SentEvalAdapter:
+    """The adapter named by ``params["flow_plugin"]`` (built once and kept in ``params``)."""
+    if not isinstance(params, Mapping):
+        raise InputTypeError(f"SentEval params must be a dict, got {type(params).__name__}")
+    built = params.get(_ADAPTER_KEY)
+    if isinstance(built, SentEvalAdapter):
+        return built
+    spec = params.get(PARAMS_KEY)
+    if spec is None:
+        raise InputError(
+            f"SentEval params have no {PARAMS_KEY!r} entry: set params[{PARAMS_KEY!r}] to a model name such as "
+            "'flow_plugin/minilm-l6-flow', a dict of SentEvalAdapter arguments, or a SentEvalAdapter"
+        )
+    if isinstance(spec, SentEvalAdapter):
+        return spec
+    if isinstance(spec, str):
+        adapter = SentEvalAdapter(spec)
+    elif isinstance(spec, Mapping):
+        adapter = SentEvalAdapter(**dict(spec))
+    else:
+        raise InputTypeError(
+            f"params[{PARAMS_KEY!r}] must be a model name, a dict of SentEvalAdapter arguments or a "
+            f"SentEvalAdapter, got {type(spec).__name__}"
+        )
+    params[_ADAPTER_KEY] = adapter  # type: ignore[index]  # SentEval passes the same params to batcher
+    return adapter
+
+
+def prepare(params: Any, samples: Any) -> None:
+    """SentEval ``prepare`` callback for the model in ``params["flow_plugin"]``."""
+    adapter_from_params(params).prepare(params, samples)
+
+
+def batcher(params: Any, batch: Any) -> np.ndarray:
+    """SentEval ``batcher`` callback for the model in ``params["flow_plugin"]``."""
+    if isinstance(params, Mapping) and not isinstance(params.get(_ADAPTER_KEY), SentEvalAdapter) and not isinstance(
+        params.get(PARAMS_KEY), SentEvalAdapter
+    ):
+        raise NotPreparedError(
+            "batcher called before prepare: SentEval calls prepare(params, samples) first (pass "
+            "flow_plugin.senteval.prepare to senteval.engine.SE), which builds and fits the model in "
+            f"params[{PARAMS_KEY!r}]"
+        )
+    return adapter_from_params(params).batcher(params, batch)
+
+
+__all__ = [
+    "EMPTY_SENTENCE",
+    "PARAMS_KEY",
+    "NotPreparedError",
+    "SentEvalAdapter",
+    "adapter_from_params",
+    "batcher",
+    "prepare",
+    "tokens_to_sentence",
+]

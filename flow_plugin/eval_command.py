@@ -50,7 +50,11 @@ def evaluate_models(
     from .mteb_tasks import TASK_NAMES, get_offline_task
     from .senteval_data import resolve_senteval_root
 
+    from .registry import parse_model_name
+
     register()  # idempotent; makes this work with the start-up hook turned off too
+    for model_name in models:  # our registry's error (with close names), not MTEB's hub fallback
+        parse_model_name(model_name)
     root = resolve_senteval_root(data)
     unknown = [name for name in tasks or () if name not in TASK_NAMES]
     if unknown:

@@ -140,6 +140,11 @@ class FlowPluginModel(AbsEncoder):
     def _target_sentences(self, task_name: str, hf_subset: str) -> tuple[list[str], str]:
         if (task_name, hf_subset) in self._task_corpora:
             return self._task_corpora[(task_name, hf_subset)], "sentences given with set_task_corpus/prepare_task"
+        from .mteb_tasks import loaded_task
+
+        offline = loaded_task(task_name)
+        if offline is not None:
+            return offline.fit_corpus_sentences(hf_subset), f"all splits of {offline.resolved_data_dir()}"
         import mteb
 
         try:

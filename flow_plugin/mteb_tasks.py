@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -43,6 +44,16 @@ _SENTEVAL_BIBTEX = r"""@inproceedings{conneau2018senteval,
   booktitle = {Proceedings of LREC},
   year = {2018}
 }"""
+
+
+#: task name -> the most recently loaded instance (lets a model find "target" sentences of a
+#: task whose data folder was given to the task object rather than through the environment)
+_LOADED: dict[str, weakref.ReferenceType[SentEvalSTSTask]] = {}
+
+
+def loaded_task(name: str) -> SentEvalSTSTask | None:
+    reference = _LOADED.get(name)
+    return reference() if reference is not None else None
 
 
 def configured_data_dir() -> Path | None:
@@ -106,10 +117,13 @@ class SentEvalSTSTask(AbsTaskSTS):
         dataset["revision"] = "sha256:" + _files_sha256(files)
         self.metadata = self.metadata.model_copy(update={"dataset": dataset})
         self.data_loaded = True
+        _LOADED[self.metadata.name] = weakref.ref(self)
 
     def fit_corpus_sentences(self, hf_subset: str = "default") -> list[str]:
         """The unlabeled sentences of every split, for fitting a calibrator (paper's "target")."""
-        self.load_data()
+        if not self.data_loaded or self.dataset is None:  # MTEB unloads data after evaluating
+            self.data_loaded = False
+            self.load_data()
         sentences: list[str] = []
         for split in self.dataset.values():
             sentences.extend(split["sentence1"])

@@ -76,6 +76,17 @@ def test_whitening_gives_identity_covariance(train: np.ndarray) -> None:
     assert covariance_gap(Z) < 1e-3
 
 
+def test_whitening_maps_zero_variance_directions_to_zero(train: np.ndarray) -> None:
+    # LayerNorm leaves mean-pooled embeddings with a sum-to-zero constraint: one direction has no variance
+    constrained = train - train.mean(axis=1, keepdims=True)
+    whitening = Whitening().fit(constrained)
+    Z = whitening.transform(constrained)
+    assert whitening.n_degenerate_ == 1 and np.isfinite(Z).all()
+    eigenvalues = np.sort(np.linalg.eigvalsh(np.cov(Z, rowvar=False)))
+    np.testing.assert_allclose(eigenvalues[1:], 1.0, atol=1e-3)
+    assert eigenvalues[0] < 1e-6
+
+
 def test_whitening_truncation_keeps_leading_directions(train: np.ndarray) -> None:
     whitening = Whitening(n_components=8).fit(train)
     Z = whitening.transform(train)

@@ -14,11 +14,19 @@ All statistics are computed in float64 and stored as float32.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ..errors import InputError
 from .base import Calibrator
 
+logger = logging.getLogger(__name__)
+
+#: Whitening treats directions whose variance is below this fraction of the largest as
+#: carrying no information (e.g. the sum-to-zero constraint LayerNorm leaves in mean-pooled
+#: embeddings): they map to 0, as with a pseudo-inverse, instead of amplifying rounding noise.
+_DEGENERATE_VARIANCE = 1e-9
 #: Dimensions whose standard deviation is below this are left unscaled (a constant
 #: feature carries no information; dividing by ~0 would only blow up rounding noise).
 _MIN_STD = 1e-12
@@ -177,6 +185,10 @@ class Whitening(Calibrator):
         ``cov + shrinkage * trace(cov)/d * I``. With the default 0, fitting on too few samples
         for the requested directions (n - 1 < k) is an error rather than a division by ~0;
         a positive value regularises instead and allows any n >= 2.
+
+    Directions with (numerically) zero variance — below 1e-9 of the largest — carry no
+    information; they are mapped to 0 (pseudo-inverse whitening) rather than divided by ~0,
+    and ``n_degenerate_`` counts them.
     """
 
     method = "whiten"
@@ -209,18 +221,19 @@ class Whitening(Calibrator):
         eigenvalues, eigenvectors = np.linalg.eigh(covariance)
         order = np.argsort(eigenvalues)[::-1][:kept]
         eigenvalues, eigenvectors = eigenvalues[order], eigenvectors[:, order]
-        tolerance = max(eigenvalues[0], 0.0) * n_features * np.finfo(np.float64).eps
-        if eigenvalues[-1] <= tolerance:
-            degenerate = int((eigenvalues <= tolerance).sum())
-            raise InputError(
-                f"Whitening: the covariance of {n_samples} samples has {degenerate} of the {kept} requested "
-                "directions with zero variance; use fewer n_components, more samples, or shrinkage > 0"
+        if not eigenvalues[0] > 0:
+            raise InputError(f"Whitening: the {n_samples} samples are all identical; there is no variance to whiten")
+        degenerate = eigenvalues <= _DEGENERATE_VARIANCE * eigenvalues[0]
+        if degenerate.any():
+            logger.info(
+                "Whitening: %d of %d directions have (numerically) zero variance and map to 0", degenerate.sum(), kept
             )
-        root = np.sqrt(eigenvalues)
+        root = np.sqrt(np.where(degenerate, 1.0, eigenvalues))
         self.mean_ = mean.astype(np.float32)
-        self.components_ = (eigenvectors / root).astype(np.float32)  # (d, k)
-        self.inverse_components_ = (eigenvectors * root).T.astype(np.float32)  # (k, d)
+        self.components_ = np.where(degenerate, 0.0, eigenvectors / root).astype(np.float32)  # (d, k)
+        self.inverse_components_ = (eigenvectors * np.where(degenerate, 0.0, root)).T.astype(np.float32)  # (k, d)
         self.explained_variance_ = eigenvalues.astype(np.float32)
+        self.n_degenerate_ = int(degenerate.sum())
 
     @property
     def n_features_out_(self) -> int:
@@ -240,6 +253,7 @@ class Whitening(Calibrator):
             "components": self.components_,
             "inverse_components": self.inverse_components_,
             "explained_variance": self.explained_variance_,
+            "n_degenerate": np.int64(self.n_degenerate_),
         }
 
     def _set_state(self, state: dict[str, np.ndarray]) -> None:
@@ -247,3 +261,4 @@ class Whitening(Calibrator):
         self.components_ = state["components"]
         self.inverse_components_ = state["inverse_components"]
         self.explained_variance_ = state["explained_variance"]
+        self.n_degenerate_ = int(state["n_degenerate"])

@@ -1,0 +1,249 @@
+"""The MTEB plugin, offline: start-up hook, ModelMeta, lazy per-task fitting, offline tasks,
+the real ``mteb run`` CLI and ``flow-plugin eval``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import mteb
+import numpy as np
+import pytest
+
+from flow_plugin.cache import clear_shared_encoders
+from flow_plugin.errors import DataFolderError, InputError
+from flow_plugin.mteb_model import FlowPluginModel, TaskCorpusError
+from flow_plugin.mteb_tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
+from flow_plugin.registry import VARIANT_SUFFIXES
+from flow_plugin.senteval_data import task_sentences
+
+REPO = Path(__file__).resolve().parents[1]
+MINILM_VARIANTS = [f"flow_plugin/minilm-l6{suffix}" for suffix in VARIANT_SUFFIXES.values()]
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=REPO)
+
+
+def result_json(output: Path, model: str, task: str) -> dict:
+    files = list((output / "results" / model.replace("/", "__")).glob(f"*/{task}.json"))
+    assert len(files) == 1, f"expected one {task}.json for {model} under {output}, found {files}"
+    return json.loads(files[0].read_text())
+
+
+# ------------------------------------------------------------------ start-up hook and ModelMeta
+def test_startup_hook_is_installed_and_imports_nothing_heavy() -> None:
+    result = run_python(
+        """
+        import sys
+        heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mteb', 'numpy', 'transformers'))
+        print(repr((heavy, sorted(m for m in sys.modules if m.startswith('flow_plugin')))))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    heavy, ours = eval(result.stdout.strip())  # noqa: S307 -- our own repr
+    assert heavy == [] and ours == ["flow_plugin", "flow_plugin.mteb_hook"]
+
+
+def test_model_meta_without_weights_and_hook_can_be_turned_off() -> None:
+    code = """
+        import mteb
+        meta = mteb.get_model_meta('flow_plugin/bert-base-flow')
+        print(meta.name, meta.revision, meta.embed_dim, meta.n_parameters, meta.similarity_fn_name.value)
+        print('SentEvalSTSBenchmark' in [t.metadata.name for t in mteb.get_tasks(tasks=['SentEvalSTSBenchmark'])])
+    """
+    # bert-base-uncased's weights are not on this machine and the hub is offline: reading the
+    # metadata must not try to load them
+    on = run_python(code)
+    assert on.returncode == 0, on.stderr
+    assert on.stdout.split() == [
+        "flow_plugin/bert-base-flow", "86b5e0934494bd15c9632b12f734a8a67f723594", "768", "109482240", "cosine", "True",
+    ]
+    off = run_python(code, env={"FLOW_PLUGIN_DISABLE_MTEB_HOOK": "1"})
+    assert off.returncode != 0 and "not found in MTEB registry" in off.stderr
+    manual = run_python("import mteb, flow_plugin.mteb_hook as h; h.register(); print(mteb.get_model_meta('flow_plugin/minilm-l6').name)",
+                        env={"FLOW_PLUGIN_DISABLE_MTEB_HOOK": "1"})
+    assert manual.returncode == 0 and manual.stdout.strip() == "flow_plugin/minilm-l6", manual.stderr
+
+
+def test_every_registry_model_is_in_mtebs_registry() -> None:
+    for backbone in ("bert-base", "bert-large", "roberta-base", "minilm-l6", "mpnet-base"):
+        for suffix in VARIANT_SUFFIXES.values():
+            meta = mteb.get_model_meta(f"flow_plugin/{backbone}{suffix}")
+            assert meta.loader is not None and meta.open_weights
+    assert "BERT-flow" not in (mteb.get_model_meta("flow_plugin/bert-base").citation or "")
+    assert "li2020bertflow" in mteb.get_model_meta("flow_plugin/bert-base-flow").citation
+    with pytest.raises(KeyError, match="Did you mean: 'flow_plugin/bert-base-flow'"):
+        mteb.get_model_meta("flow_plugin/bert-bse-flow")
+
+
+def test_extra_registry_folder_adds_a_backbone_to_mteb(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    (tmp_path / "tiny.toml").write_text(
+        f'hub_id = "{tiny_bert_dir}"\npooling = "cls"\nmax_seq_length = 16\nembedding_dim = 32\n'
+        'n_parameters = 1\nlicense = "mit"\nrelease_date = "2024-01-01"\nreference = "https://example.org"\n'
+    )
+    result = run_python(
+        "import mteb; m = mteb.get_model('flow_plugin/tiny-sn'); print(type(m).__name__, m.encoder.embedding_dim)",
+        env={"FLOW_PLUGIN_REGISTRY": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["FlowPluginModel", "32"]
+
+
+# ------------------------------------------------------------------ mteb.evaluate on MTEB's own mock task
+def test_mteb_evaluate_on_mtebs_mock_sts_task(minilm_path: Path, tmp_path: Path) -> None:
+    from mteb.cache import ResultCache
+    from mteb.mocks.mock_tasks.sts import MockSTSTask
+
+    task = MockSTSTask()
+    model = mteb.get_model("flow_plugin/minilm-l6-sn")
+    assert isinstance(model, FlowPluginModel) and not model.encoder.backbone.is_loaded  # weights load lazily
+    with pytest.raises(TaskCorpusError, match="not in MTEB's registry: call model.prepare_task"):
+        mteb.evaluate(model, task, cache=None, co2_tracker=False)
+    model.prepare_task(task)
+    result = mteb.evaluate(model, task, cache=ResultCache(tmp_path), co2_tracker=False)
+    scores = result.task_results[0].scores["test"][0]
+    assert scores["main_score"] == scores["cosine_spearman"] == pytest.approx(1.0)  # 2 pairs, right order
+    assert [record["n_sentences"] for record in model.fit_log] == [4]  # both sentence columns of the split
+    inputs_model = mteb.get_model("flow_plugin/minilm-l6-sn", fit_corpus="inputs")
+    mteb.evaluate(inputs_model, MockSTSTask(), cache=None, co2_tracker=False)
+    assert [record["n_sentences"] for record in inputs_model.fit_log] == [2, 2]  # sentence1, then sentence2
+
+
+# ------------------------------------------------------------------ lazy fit, one backbone pass
+@pytest.fixture(scope="module")
+def sts13_six_variants(senteval_dir: Path, minilm_path: Path):
+    clear_shared_encoders()
+    models = [mteb.get_model(name) for name in MINILM_VARIANTS]
+    task = SentEvalSTS13(data_dir=senteval_dir)
+    results = {}
+    for model in models:
+        results[model.name] = mteb.evaluate(model, task, cache=None, co2_tracker=False).task_results[0]
+    yield models, results
+    clear_shared_encoders()
+
+
+def test_each_task_is_fitted_once_and_the_backbone_runs_once_per_sentence(sts13_six_variants, senteval_dir: Path) -> None:
+    models, _ = sts13_six_variants
+    encoder = models[0].encoder
+    assert all(model.encoder is encoder for model in models)  # one shared backbone
+    unique = set(task_sentences(senteval_dir, "STS13"))
+    assert encoder.n_encoded == len(unique)  # every unique sentence through the backbone once, for all six
+    for model in models:
+        assert len(model.fit_log) == 1
+        record = model.fit_log[0]
+        assert (record["task"], record["hf_subset"]) == ("SentEvalSTS13", "default")
+        if model.variant.calibrator != "raw":
+            assert record["n_sentences"] == 2 * 1500 and record["source"].startswith("target")
+
+
+def test_six_variants_score_plausibly_with_both_protocols(sts13_six_variants) -> None:
+    _, results = sts13_six_variants
+    for name, result in results.items():
+        scores = result.scores["test"][0]
+        assert 0.5 < scores["cosine_spearman"] < 0.95, name
+        assert set(scores["subsets"]) == {"FNWN", "headlines", "OnWN"}
+        weighted = sum(s["n_pairs"] * s["cosine_spearman"] for s in scores["subsets"].values()) / 1500
+        assert scores["cosine_spearman_wmean"] == pytest.approx(weighted, abs=1e-6)
+        assert scores["protocols"]["cosine_spearman"].startswith("all")
+        assert result.dataset_revision.startswith("sha256:")
+    # all-MiniLM-L6-v2 scores about 0.8 on STS13 with raw cosine
+    assert results["flow_plugin/minilm-l6"].scores["test"][0]["cosine_spearman"] > 0.75
+
+
+# ------------------------------------------------------------------ fit corpora
+def test_fit_on_an_external_sentence_file(tmp_path: Path, minilm_path: Path) -> None:
+    corpus = tmp_path / "nli.txt"
+    corpus.write_text("A man plays guitar.\nA woman cooks.\nTwo dogs run.\nKids play football.\n", encoding="utf-8")
+    model = FlowPluginModel("flow_plugin/minilm-l6-sn", fit_corpus=corpus)
+    first = model.calibrator_for("AnyTask", "default", ["x"])
+    assert model.calibrator_for("OtherTask", "default", ["y"]) is first  # one fit for every task
+    assert model.fit_log[0]["n_sentences"] == 4 and model.fit_log[0]["source"] == f"file {corpus}"
+    blank = tmp_path / "blank.txt"
+    blank.write_text("one\n\nthree\n", encoding="utf-8")
+    with pytest.raises(DataFolderError, match="blank line"):
+        FlowPluginModel("flow_plugin/minilm-l6-sn", fit_corpus=blank).calibrator_for("T", "default", ["x"])
+    with pytest.raises(InputError, match="neither a known policy nor an existing file"):
+        FlowPluginModel("flow_plugin/minilm-l6-sn", fit_corpus="tagret")
+
+
+def test_fit_is_logged(minilm_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from mteb.mocks.mock_tasks.sts import MockSTSTask
+
+    model = mteb.get_model("flow_plugin/minilm-l6-whiten", fit_corpus="inputs")
+    with caplog.at_level(logging.INFO, logger="flow_plugin.mteb_model"):
+        with pytest.raises(InputError, match="Whitening needs at least 385 samples"):
+            mteb.evaluate(model, MockSTSTask(), cache=None, co2_tracker=False)
+    model = mteb.get_model("flow_plugin/minilm-l6-natsv", fit_corpus="inputs", calibrator_params={"n_components": 1})
+    with caplog.at_level(logging.INFO, logger="flow_plugin.mteb_model"):
+        mteb.evaluate(model, MockSTSTask(), cache=None, co2_tracker=False)
+    assert "fitted natsv for MockSTSTask/default on 2 sentences (2 unique) from inputs" in caplog.text
+
+
+# ------------------------------------------------------------------ offline tasks
+def test_offline_tasks_need_a_configured_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("FLOW_PLUGIN_SENTEVAL_DATA", raising=False)
+    with pytest.raises(DataFolderError, match="FLOW_PLUGIN_SENTEVAL_DATA"):
+        get_offline_task("SentEvalSTSBenchmark").load_data()
+    (tmp_path / "downstream" / "STS" / "STSBenchmark").mkdir(parents=True)
+    with pytest.raises(DataFolderError, match="sts-train.csv"):
+        get_offline_task("SentEvalSTSBenchmark", data_dir=tmp_path).load_data()
+    assert set(TASK_NAMES) <= set(t.metadata.name for t in mteb.get_tasks(tasks=list(TASK_NAMES)))
+
+
+# ------------------------------------------------------------------ the real CLIs
+def test_real_mteb_run_cli_offline(senteval_dir: Path, minilm_path: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLOW_PLUGIN_SENTEVAL_DATA": str(senteval_dir),
+           "FLOW_PLUGIN_CACHE_DIR": str(tmp_path / "cache")}
+    output = tmp_path / "out"
+    for model in ("flow_plugin/minilm-l6", "flow_plugin/minilm-l6-flow"):
+        done = subprocess.run(
+            ["mteb", "run", "-m", model, "-t", "SentEvalSTSBenchmark", "--output-folder", str(output), "--no-co2-tracker"],
+            capture_output=True, text=True, env=env, timeout=1200, cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    raw = result_json(output, "flow_plugin/minilm-l6", "SentEvalSTSBenchmark")["scores"]["test"][0]
+    flow = result_json(output, "flow_plugin/minilm-l6-flow", "SentEvalSTSBenchmark")["scores"]["test"][0]
+    assert raw["main_score"] == pytest.approx(0.82, abs=0.02)  # all-MiniLM-L6-v2 on STS-B test
+    assert raw["n_pairs"] == flow["n_pairs"] == 1379
+    assert 0.70 < flow["main_score"] < 0.90
+    meta = json.loads(next((output / "results" / "flow_plugin__minilm-l6-flow").glob("*/model_meta.json")).read_text())
+    assert meta["name"] == "flow_plugin/minilm-l6-flow"
+    # across both processes every unique sentence went through the backbone once: the flow run read the
+    # test sentences from the raw run's on-disk cache and encoded only the train/dev ones
+    shards = list((tmp_path / "cache").glob("*/shard-*.npz"))
+    rows = sum(len(np.load(shard)["hashes"]) for shard in shards)
+    assert len(shards) == 3 and rows == len(set(task_sentences(senteval_dir, "STSBenchmark")))
+
+
+def test_flow_plugin_eval_cli(senteval_dir: Path, minilm_path: Path, tmp_path: Path) -> None:
+    from flow_plugin.cli import main
+
+    code = main(["eval", "-m", "flow_plugin/minilm-l6-natsv", "--data", str(senteval_dir), "-t", "SentEvalSTS13",
+                 "--output-folder", str(tmp_path)])
+    assert code == 0
+    scores = result_json(tmp_path, "flow_plugin/minilm-l6-natsv", "SentEvalSTS13")["scores"]["test"][0]
+    assert 0.5 < scores["cosine_spearman"] < 0.95 and "cosine_spearman_wmean" in scores
+    assert main(["eval", "-m", "flow_plugin/minilm-l6", "--data", str(tmp_path), "--output-folder", str(tmp_path)]) == 2
+    assert main(["eval", "-m", "flow_plugin/nope", "--data", str(senteval_dir), "-t", "SentEvalSTS13",
+                 "--output-folder", str(tmp_path)]) == 2
+
+
+def test_transform_output_matches_library_path(sts13_six_variants, senteval_dir: Path) -> None:
+    """The MTEB wrapper is a thin layer: its embeddings equal backbone -> fitted calibrator."""
+    models, _ = sts13_six_variants
+    flow_model = next(model for model in models if model.variant.calibrator == "flow")
+    sentences = ["a man is playing a guitar .", "a woman is slicing an onion ."]
+    calibrator = flow_model.calibrator_for("SentEvalSTS13", "default", sentences)
+    direct = calibrator.transform(flow_model.encoder.encode(sentences))
+    from mteb.abstasks.task_metadata import TaskMetadata  # noqa: F401 -- the wrapper takes any metadata
+
+    via_wrapper = flow_model.encode(sentences, task_metadata=SentEvalSTS13.metadata, hf_split="test", hf_subset="default")
+    np.testing.assert_array_equal(via_wrapper, direct)

@@ -117,6 +117,20 @@ def test_mteb_evaluate_on_mtebs_mock_sts_task(minilm_path: Path, tmp_path: Path)
     assert [record["n_sentences"] for record in inputs_model.fit_log] == [2, 2]  # sentence1, then sentence2
 
 
+def test_target_corpus_is_per_subset_on_a_multilingual_task(minilm_path: Path) -> None:
+    from mteb.mocks.mock_tasks.sts import MockMultilingualSTSTask
+
+    task = MockMultilingualSTSTask()
+    model = mteb.get_model("flow_plugin/minilm-l6-sn")
+    model.prepare_task(task)
+    result = mteb.evaluate(model, task, cache=None, co2_tracker=False).task_results[0]
+    assert sorted(score["hf_subset"] for score in result.scores["test"]) == ["eng", "fra"]
+    assert sorted((r["task"], r["hf_subset"], r["n_sentences"]) for r in model.fit_log) == [
+        ("MockMultilingualSTSTask", "eng", 4),
+        ("MockMultilingualSTSTask", "fra", 4),
+    ]
+
+
 # ------------------------------------------------------------------ lazy fit, one backbone pass
 @pytest.fixture(scope="module")
 def sts13_six_variants(senteval_dir: Path, minilm_path: Path):

@@ -1,0 +1,396 @@
+"""``flow-plugin bench``: every calibrator of one backbone over the offline STS tasks,
+then the backbone's leaderboard.
+
+    flow-plugin bench -b minilm-l6 --data ../shared/data/senteval
+
+runs ``flow_plugin/<backbone>[-sn|-natsv|-sn-natsv|-whiten|-flow]`` on SentEvalSTS12..16,
+SentEvalSTSBenchmark and SentEvalSICKR (task by task, all six variants of a task in turn),
+through :func:`flow_plugin.eval_command.evaluate_models`, so the results are MTEB's
+standard result JSON under ``<output-folder>/results/``. Then it merges them into
+``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.leaderboard`).
+
+Nothing is computed twice:
+
+* embeddings: ``$FLOW_PLUGIN_CACHE_DIR`` is set, unless it already is or ``--cache-dir``
+  is given, to ``<output-folder>/embedding-cache``; each sentence goes through the backbone
+  once, ever, for all six variants and every rerun;
+* results: MTEB's result cache (``overwrite_strategy="only-missing"``) skips every task
+  whose result file exists, so a bench that was interrupted (Ctrl-C, killed, a failure)
+  resumes where it stopped. A result file left truncated by a kill (MTEB does not write
+  it atomically) is renamed ``<Task>.json.corrupt-<time>`` and recomputed.
+
+Every computed result gets a line in ``<output-folder>/flow-plugin-runs.jsonl`` saying
+which hardware produced it (CPU, cores, torch, device, precision); the leaderboard shows it.
+Runs are deterministic on one machine: the flow calibrator is seeded (seed 1234) and the
+other calibrators are closed-form; ``--overwrite`` recomputes everything, and the
+leaderboard merge then fails if a score did not reproduce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RegistryError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LEADERBOARD_DIR = Path("leaderboards")
+CACHE_SUBFOLDER = "embedding-cache"
+
+
+# ------------------------------------------------------------------------- hardware
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def hardware_info(device: Any = None, precision: str | None = None) -> dict[str, Any]:
+    """Where results are computed: CPU, cores, torch, device (GPU name), precision."""
+    import torch
+
+    info: dict[str, Any] = {
+        "cpu": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device) if device is not None else None,
+        "precision": precision,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    if device is not None and str(device).startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+# ------------------------------------------------------------------------- report
+@dataclass
+class TaskOutcome:
+    model: str
+    task: str
+    status: str  # "computed" | "skipped" (MTEB found the result) | "failed"
+    seconds: float
+    score: float | None = None  # main score, points
+    error: str | None = None
+    path: Path | None = None
+
+
+@dataclass
+class BenchReport:
+    backbone: str
+    models: list[str]
+    tasks: list[str]
+    output_folder: Path
+    cache_dir: Path
+    outcomes: list[TaskOutcome] = field(default_factory=list)
+    #: sentences the backbone encoded in this run / served from the embedding cache
+    n_encoded: int = 0
+    n_cache_hits: int = 0
+    wall_seconds: float = 0.0
+    quarantined: list[Path] = field(default_factory=list)
+    leaderboard: Any = None  # flow_plugin.leaderboard.LeaderboardUpdate, when updated
+
+    def with_status(self, status: str) -> list[TaskOutcome]:
+        return [outcome for outcome in self.outcomes if outcome.status == status]
+
+    @property
+    def computed(self) -> list[TaskOutcome]:
+        return self.with_status("computed")
+
+    @property
+    def skipped(self) -> list[TaskOutcome]:
+        return self.with_status("skipped")
+
+    @property
+    def failed(self) -> list[TaskOutcome]:
+        return self.with_status("failed")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------- helpers
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration of the run, then restore them."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _model_folder(output_folder: Path, model: str) -> Path:
+    return output_folder / "results" / model.replace("/", "__").replace(" ", "_")
+
+
+def _result_files(output_folder: Path, model: str, task: str) -> dict[Path, tuple[int, int]]:
+    """Every ``<task>.json`` of ``model`` (any revision, any experiment) -> (mtime_ns, size)."""
+    folder = _model_folder(output_folder, model)
+    if not folder.is_dir():
+        return {}
+    found = {}
+    for path in folder.rglob(f"{task}.json"):
+        stat = path.stat()
+        found[path] = (stat.st_mtime_ns, stat.st_size)
+    return found
+
+
+def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tasks: Sequence[str]) -> list[Path]:
+    """Rename result files that are not valid JSON (a run killed while MTEB wrote them), so
+    MTEB recomputes those tasks instead of failing to read them. Returns the new names."""
+    moved = []
+    stamp = datetime.datetime.now(tz=datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for model in models:
+        for task in tasks:
+            for path in _result_files(output_folder, model, task):
+                try:
+                    json.loads(path.read_text(encoding="utf-8"))
+                    continue
+                except (UnicodeDecodeError, json.JSONDecodeError):
+                    pass
+                target = path.with_name(f"{path.name}.corrupt-{stamp}")
+                path.rename(target)
+                logger.warning("result file %s is not valid JSON (interrupted write?): renamed to %s; "
+                               "the task will be recomputed", path, target.name)
+                moved.append(target)
+    return moved
+
+
+def default_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR``, else ``<output_folder>/embedding-cache``."""
+    from .cache import CACHE_DIR_ENV
+
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV]).expanduser()
+    return output_folder / CACHE_SUBFOLDER
+
+
+# ------------------------------------------------------------------------- the bench
+def run_bench(
+    backbone: str,
+    data: str | os.PathLike[str],
+    *,
+    output_folder: str | os.PathLike[str] = "results",
+    leaderboard: str | os.PathLike[str] | None = None,
+    tasks: Sequence[str] | None = None,
+    calibrators: Sequence[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+    precision: str = "auto",
+    batch_size: int | None = None,
+    overwrite: bool = False,
+    replace: bool = False,
+    fail_fast: bool = False,
+    progress: Callable[[str], None] = _stderr,
+) -> BenchReport:
+    """Run every calibrator variant of ``backbone`` over ``tasks`` (default: the seven
+    offline STS tasks) and, when ``leaderboard`` is a path, merge the results into it.
+
+    A task that fails is reported and the others go on (``fail_fast`` stops at the first);
+    the leaderboard then gets what finished. Interrupting (Ctrl-C) loses only the task
+    being computed.
+    """
+    from .leaderboard import OFFLINE_TASKS
+    from .registry import VARIANT_SUFFIXES, get_backbone
+    from .senteval_data import resolve_senteval_root
+
+    started = time.perf_counter()
+    spec = get_backbone(backbone)
+    methods = list(calibrators) if calibrators else list(VARIANT_SUFFIXES)
+    unknown = [method for method in methods if method not in VARIANT_SUFFIXES]
+    if unknown:
+        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(VARIANT_SUFFIXES)}")
+    task_names = list(tasks) if tasks else list(OFFLINE_TASKS)
+    unknown = [task for task in task_names if task not in OFFLINE_TASKS]
+    if unknown:
+        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(OFFLINE_TASKS)}")
+    models = [spec.model_name(method) for method in dict.fromkeys(methods)]
+    task_names = list(dict.fromkeys(task_names))
+    data_root = resolve_senteval_root(data)
+    output = Path(output_folder).expanduser()
+    output.mkdir(parents=True, exist_ok=True)
+    cache_folder = default_cache_dir(output, cache_dir)
+    report = BenchReport(spec.name, models, task_names, output, cache_folder)
+
+    from .cache import CACHE_DIR_ENV
+
+    with _environment(**{CACHE_DIR_ENV: str(cache_folder)}):
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        _run_tasks(report, data_root, device=device, precision=precision, batch_size=batch_size,
+                   overwrite=overwrite, fail_fast=fail_fast, progress=progress)
+
+    if leaderboard is not None:
+        have_results = any(outcome.status != "failed" for outcome in report.outcomes)
+        if have_results:
+            from .leaderboard import update_leaderboard
+
+            report.leaderboard = update_leaderboard([output], leaderboard, replace=replace, models=models,
+                                                    tasks=task_names)
+        else:
+            progress(f"bench: no results to put in the leaderboard {leaderboard}")
+    report.wall_seconds = time.perf_counter() - started
+    return report
+
+
+def _run_tasks(report: BenchReport, data_root: Path, *, device: str | None, precision: str, batch_size: int | None,
+               overwrite: bool, fail_fast: bool, progress: Callable[[str], None]) -> None:
+    from .eval_command import evaluate_models
+    from .variant import build_encoder, resolve
+
+    output = report.output_folder
+    model_kwargs: dict[str, Any] = {}
+    if device is not None:
+        model_kwargs["device"] = device
+    if precision != "auto":
+        model_kwargs["precision"] = precision
+    # the same shared encoder (same key, device and cache folder) the six models will use
+    encoder = build_encoder(resolve(report.models[0]), device=device, precision=precision)
+    hardware = hardware_info(encoder.backbone.device, encoder.backbone.precision)
+    encoded_before, hits_before = encoder.n_encoded, encoder.n_cache_hits
+
+    report.quarantined = quarantine_truncated_results(output, report.models, report.tasks)
+    for path in report.quarantined:
+        progress(f"bench: {path.name[: path.name.index('.corrupt-')]} of {path.parent} was truncated "
+                 f"(interrupted write): kept as {path.name}, recomputing")
+    total = len(report.models) * len(report.tasks)
+    progress(f"bench: {report.backbone}: {len(report.models)} variants × {len(report.tasks)} tasks = {total} "
+             f"results in {output / 'results'}; embedding cache {report.cache_dir}")
+    step = 0
+    for task in report.tasks:
+        for model in report.models:
+            step += 1
+            prefix = f"bench [{step}/{total}] {model} × {task}"
+            progress(f"{prefix} ...")
+            before = _result_files(output, model, task)
+            start = time.perf_counter()
+            try:
+                results = evaluate_models([model], data_root, [task], output, model_kwargs=model_kwargs,
+                                          batch_size=batch_size, overwrite=overwrite)
+                task_result = results[0].task_results[0]
+                score = round(task_result.get_score() * 100, 4)
+            except Exception as error:  # noqa: BLE001 -- report, go on with the other tasks
+                seconds = time.perf_counter() - start
+                message = f"{type(error).__name__}: {error}"
+                logger.debug("bench: %s on %s failed", model, task, exc_info=True)
+                report.outcomes.append(TaskOutcome(model, task, "failed", seconds, error=message))
+                progress(f"{prefix}: FAILED after {seconds:.1f} s: {message}")
+                if fail_fast:
+                    return
+                continue
+            seconds = time.perf_counter() - start
+            after = _result_files(output, model, task)
+            changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
+            status = "computed" if changed else "skipped"
+            path = changed[0] if changed else (sorted(after)[0] if after else None)
+            report.outcomes.append(TaskOutcome(model, task, status, seconds, score=score, path=path))
+            if status == "computed" and path is not None:
+                _record_run(output, path, hardware, batch_size)
+            what = "computed" if status == "computed" else "already done, skipped"
+            progress(f"{prefix}: {what} in {seconds:.1f} s, cosine_spearman(all) {score:.2f}")
+    report.n_encoded = encoder.n_encoded - encoded_before
+    report.n_cache_hits = encoder.n_cache_hits - hits_before
+
+
+def _record_run(output: Path, path: Path, hardware: dict[str, Any], batch_size: int | None) -> None:
+    """One flow-plugin-runs.jsonl line for the result file just written."""
+    from .leaderboard import append_run_records, scan_results
+
+    location = next((loc for loc in scan_results(output) if loc.path == path), None)
+    if location is None:  # pragma: no cover -- MTEB always writes model_meta.json with results
+        logger.warning("bench: cannot identify the result file %s; its hardware is not recorded", path)
+        return
+    try:
+        date = json.loads(path.read_text(encoding="utf-8")).get("date")
+    except (OSError, ValueError):
+        date = None
+    append_run_records(output, [{
+        "model": location.model,
+        "revision": location.revision,
+        "experiment": location.experiment,
+        "task": location.task,
+        "result_date": date,
+        "recorded": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hardware": hardware,
+        "settings": {"batch_size": batch_size or 64, "command": "flow-plugin bench"},
+    }])
+
+
+# ------------------------------------------------------------------------- command line
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-b", "--backbone", required=True, help="registry backbone, e.g. minilm-l6 (registry/*.toml)")
+    parser.add_argument("--data", required=True, type=Path, help="SentEval data folder (the one containing downstream/)")
+    parser.add_argument("--output-folder", type=Path, default=Path("results"),
+                        help="MTEB output folder; results go to <folder>/results (default: results)")
+    parser.add_argument("--leaderboard", type=Path, default=None, metavar="NAME.json",
+                        help="leaderboard to update (default: leaderboards/<backbone>.json)")
+    parser.add_argument("--no-leaderboard", action="store_true", help="only compute results")
+    parser.add_argument("--tasks", nargs="+", metavar="TASK",
+                        help="SentEvalSTS12..16, SentEvalSTSBenchmark, SentEvalSICKR (default: all seven)")
+    parser.add_argument("--calibrators", nargs="+", metavar="METHOD",
+                        help="raw sn natsv sn-natsv whiten flow (default: all six)")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="embedding cache (default: $FLOW_PLUGIN_CACHE_DIR, else <output-folder>/embedding-cache)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available)")
+    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bf16", "fp16"))
+    parser.add_argument("--batch-size", type=int, default=None, help="sentences per backbone forward pass")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="recompute finished results (the leaderboard merge then checks they reproduce)")
+    parser.add_argument("--replace", action="store_true",
+                        help="let new results replace contradicting leaderboard scores (listed) instead of failing")
+    parser.add_argument("--fail-fast", action="store_true", help="stop at the first failing task")
+
+
+def run(args: argparse.Namespace) -> int:
+    leaderboard = None if args.no_leaderboard else (args.leaderboard or DEFAULT_LEADERBOARD_DIR / f"{args.backbone}.json")
+    report = run_bench(
+        args.backbone, args.data, output_folder=args.output_folder, leaderboard=leaderboard, tasks=args.tasks,
+        calibrators=args.calibrators, cache_dir=args.cache_dir, device=args.device, precision=args.precision,
+        batch_size=args.batch_size, overwrite=args.overwrite, replace=args.replace, fail_fast=args.fail_fast,
+    )
+    print(
+        f"bench {report.backbone}: {len(report.computed)} computed, {len(report.skipped)} already done, "
+        f"{len(report.failed)} failed in {report.wall_seconds:.1f} s; backbone encoded {report.n_encoded} "
+        f"sentences, {report.n_cache_hits} served from the embedding cache ({report.cache_dir})"
+    )
+    for outcome in report.failed:
+        print(f"  FAILED {outcome.model} × {outcome.task}: {outcome.error}")
+    if report.leaderboard is not None:
+        from .leaderboard import print_update
+
+        print_update(report.leaderboard)
+    if report.failed:
+        print("rerun the same command to retry the failed tasks (finished ones are not recomputed)")
+        return 1
+    return 0
+
+
+__all__ = ["BenchReport", "TaskOutcome", "configure_parser", "hardware_info", "run", "run_bench"]

@@ -1,0 +1,157 @@
+"""``flow-plugin bench`` for real: all-MiniLM-L6-v2's six variants on SentEvalSTS13.
+
+One scenario, in order: a bench process is killed after its first result; the rerun
+resumes (finished results are not recomputed, a truncated result file is set aside and
+recomputed, the backbone encodes nothing thanks to the on-disk embedding cache) and
+writes the leaderboard; a third run recomputes nothing at all; recomputing the flow
+variant reproduces its score exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flow_plugin.bench import run_bench
+from flow_plugin.cache import clear_shared_encoders
+from flow_plugin.cli import main as cli_main
+from flow_plugin.registry import VARIANT_SUFFIXES
+
+BACKBONE = "minilm-l6"
+TASK = "SentEvalSTS13"
+MODELS = [f"flow_plugin/{BACKBONE}{suffix}" for suffix in VARIANT_SUFFIXES.values()]
+REVISION = "8b3219a92973c328a8e22fadcfa821b5dc75636a"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def result_path(output: Path, model: str) -> Path:
+    return output / "results" / model.replace("/", "__") / REVISION / f"{TASK}.json"
+
+
+def finished(output: Path) -> dict[str, int]:
+    """model -> mtime_ns of its result file, for the result files that are complete JSON."""
+    done = {}
+    for model in MODELS:
+        path = result_path(output, model)
+        try:
+            json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            continue
+        done[model] = path.stat().st_mtime_ns
+    return done
+
+
+def cache_files(output: Path) -> set[Path]:
+    return set((output / "embedding-cache").rglob("*.npz"))
+
+
+@pytest.fixture()
+def no_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
+    clear_shared_encoders()
+    yield
+    clear_shared_encoders()
+
+
+def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
+    senteval_dir: Path, minilm_path: Path, tmp_path: Path, no_cache_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "bench"
+    board_path = tmp_path / "leaderboards" / f"{BACKBONE}.json"
+    arguments = ["bench", "-b", BACKBONE, "--data", str(senteval_dir), "--tasks", TASK,
+                 "--output-folder", str(output), "--leaderboard", str(board_path)]
+
+    # 1. a bench process, killed (SIGKILL) as soon as its first result file is complete
+    env = {key: value for key, value in os.environ.items() if key != "FLOW_PLUGIN_CACHE_DIR"}
+    env["HF_HUB_OFFLINE"] = "1"
+    with open(tmp_path / "killed.log", "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "flow_plugin.cli", *arguments], stdout=log,
+                                   stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        deadline = time.monotonic() + 900
+        while not finished(output) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        process.kill()
+        process.wait()
+    done = finished(output)
+    assert MODELS[0] in done, (tmp_path / "killed.log").read_text()[-3000:]
+    assert not board_path.exists() or len(done) == len(MODELS)
+    shards = cache_files(output)
+    assert shards, "the killed run left no embedding cache"
+
+    # a result file cut short by the kill (MTEB writes them in place): set aside and recomputed
+    truncated_model = next((model for model in MODELS if model not in done), None)
+    if truncated_model is not None:
+        truncated = result_path(output, truncated_model)
+        truncated.parent.mkdir(parents=True, exist_ok=True)
+        truncated.write_bytes(result_path(output, MODELS[0]).read_bytes()[:300])
+
+    # 2. the rerun resumes: finished results untouched, the rest computed, nothing encoded
+    messages: list[str] = []
+    report = run_bench(BACKBONE, senteval_dir, output_folder=output, leaderboard=board_path, tasks=[TASK],
+                       progress=messages.append)
+    assert report.failed == []
+    assert sorted(o.model for o in report.skipped) == sorted(done)
+    assert sorted(o.model for o in report.computed) == sorted(set(MODELS) - set(done))
+    assert report.n_encoded == 0 and report.n_cache_hits > 0  # everything came from the killed run's disk cache
+    assert report.cache_dir == output / "embedding-cache"
+    if truncated_model is not None:
+        assert [path.name.split(".corrupt-")[0] for path in report.quarantined] == [f"{TASK}.json"]
+        assert any("truncated" in message for message in messages)
+    after = finished(output)
+    assert set(after) == set(MODELS)
+    assert all(after[model] == stamp for model, stamp in done.items())  # not recomputed
+    assert sum("already done" in message for message in messages) == len(done)
+    assert f"[{len(MODELS)}/{len(MODELS)}]" in messages[-1]
+
+    board = json.loads(board_path.read_text())
+    assert [row["model"] for row in board["rows"]] == MODELS and board["tasks"] == [TASK]
+    assert board_path.with_suffix(".md").is_file() and board_path.with_suffix(".png").is_file()
+    for row in board["rows"]:
+        data = json.loads(result_path(output, row["model"]).read_text())
+        assert row["scores"][TASK]["score"] == round(data["scores"]["test"][0]["main_score"] * 100, 4)
+        assert row["calibrator"] == ("raw" if row["model"] == MODELS[0] else row["model"].split(f"{BACKBONE}-")[1])
+    for outcome in report.computed:  # hardware recorded for what this run computed
+        hardware = next(r for r in board["rows"] if r["model"] == outcome.model)["scores"][TASK]["hardware"]
+        assert hardware["device"] == "cpu" and hardware["torch"] and hardware["cpu_cores"] >= 1
+    assert {outcome.model: outcome.score for outcome in report.outcomes} == {
+        row["model"]: row["scores"][TASK]["score"] for row in board["rows"]
+    }
+
+    # 3. a third run (fresh process state) recomputes nothing and re-encodes nothing
+    clear_shared_encoders()
+    board_bytes = board_path.read_bytes()
+    assert cli_main(arguments) == 0
+    printed = capsys.readouterr().out
+    assert f"0 computed, {len(MODELS)} already done, 0 failed" in printed
+    assert "backbone encoded 0 sentences" in printed
+    assert f"{len(MODELS)} unchanged, 0 replaced" in printed
+    assert finished(output) == after
+    assert cache_files(output) == shards  # no embedding was computed (or written) since the killed run
+    assert json.loads(board_bytes)["rows"] == json.loads(board_path.read_bytes())["rows"]
+
+    # 4. recomputing the (seeded) flow variant reproduces its score: the merge finds no conflict
+    clear_shared_encoders()
+    again = run_bench(BACKBONE, senteval_dir, output_folder=output, leaderboard=board_path, tasks=[TASK],
+                      calibrators=["flow"], overwrite=True, progress=messages.append)
+    assert [o.status for o in again.outcomes] == ["computed"] and again.n_encoded == 0
+    assert again.leaderboard.report.unchanged == [f"{MODELS[-1]}@{REVISION} / {TASK}"]
+    assert again.leaderboard.report.replaced == []
+
+
+def test_bench_rejects_bad_arguments(senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["bench", "--data", str(senteval_dir), "--output-folder", str(tmp_path), "--no-leaderboard"]
+    assert cli_main([*base, "-b", "minilm-l7"]) == 2
+    assert "unknown backbone 'minilm-l7'" in capsys.readouterr().err
+    assert cli_main([*base, "-b", BACKBONE, "--tasks", "STS13"]) == 2
+    assert "unknown task(s) STS13" in capsys.readouterr().err
+    assert cli_main([*base, "-b", BACKBONE, "--calibrators", "pca"]) == 2
+    assert "unknown calibrator(s) pca" in capsys.readouterr().err
+    assert cli_main(["bench", "-b", BACKBONE, "--data", str(tmp_path / "nowhere"), "--no-leaderboard"]) == 2
+    assert "nowhere" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()

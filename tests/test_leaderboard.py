@@ -1,0 +1,336 @@
+"""``flow-plugin leaderboard`` on real MTEB result files from a real (small) run.
+
+The module fixture runs all-MiniLM-L6-v2 raw and whitened on SentEvalSTS13 through
+``evaluate_models`` (what ``flow-plugin eval`` runs), plus the raw model on MTEB's own
+``MockSTSTask`` (a result without flow-plugin's extra keys), once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flow_plugin import leaderboard as lb
+from flow_plugin.cli import main as cli_main
+from flow_plugin.errors import DataFolderError
+
+RAW = "flow_plugin/minilm-l6"
+WHITEN = "flow_plugin/minilm-l6-whiten"
+TASK = "SentEvalSTS13"
+
+
+@pytest.fixture(scope="module")
+def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, minilm_path: Path) -> dict[str, Path]:
+    """{"sts": output folder of the SentEvalSTS13 run, "mock": output folder of the MockSTSTask run}."""
+    import mteb
+    from mteb.cache import ResultCache
+    from mteb.mocks.mock_tasks.sts import MockSTSTask
+
+    from flow_plugin.eval_command import evaluate_models
+
+    sts = tmp_path_factory.mktemp("sts-results")
+    evaluate_models([RAW, WHITEN], senteval_dir, [TASK], sts)
+    mock = tmp_path_factory.mktemp("mteb-own-results")
+    mteb.evaluate(mteb.get_model(RAW), MockSTSTask(), cache=ResultCache(mock), co2_tracker=False)
+    return {"sts": sts, "mock": mock}
+
+
+def result_file(output: Path, model: str, task: str = TASK) -> Path:
+    files = list((output / "results" / model.replace("/", "__")).glob(f"*/{task}.json"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def copy_results(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def row(board: dict, model: str) -> dict:
+    matches = [r for r in board["rows"] if r["model"] == model]
+    assert len(matches) == 1, [r["id"] for r in board["rows"]]
+    return matches[0]
+
+
+def markdown_tables(text: str) -> dict[str, list[list[str]]]:
+    """Section title -> table rows (cells, header first) of the first table in each section."""
+    tables: dict[str, list[list[str]]] = {}
+    section = "scores"
+    for line in text.splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        elif line.startswith("|") and not line.startswith("|---"):
+            tables.setdefault(section, []).append([cell.strip() for cell in line.strip("|").split("|")])
+    return tables
+
+
+# ------------------------------------------------------------------ reading real results
+def test_offline_task_list_matches_the_tasks_module() -> None:
+    from flow_plugin.mteb_tasks import TASK_NAMES
+
+    assert lb.OFFLINE_TASKS == TASK_NAMES
+
+
+def test_rows_hold_the_scores_of_the_result_files(result_dirs: dict[str, Path], tmp_path: Path) -> None:
+    update = lb.update_leaderboard([result_dirs["sts"], result_dirs["mock"]], tmp_path / "board.json")
+    board = json.loads((tmp_path / "board.json").read_text())
+    assert board == json.loads(json.dumps(update.board))
+    assert board["format"] == lb.FORMAT and board["scale"] == "points"
+    assert board["tasks"] == [TASK, "MockSTSTask"]  # offline tasks first
+    assert [r["model"] for r in board["rows"]] == [RAW, WHITEN]
+
+    for model in (RAW, WHITEN):
+        data = json.loads(result_file(result_dirs["sts"], model).read_text())
+        scores = data["scores"]["test"][0]
+        entry = row(board, model)["scores"][TASK]
+        assert entry["score"] == round(scores["main_score"] * 100, 4)
+        assert entry["score"] == round(scores["cosine_spearman"] * 100, 4)
+        assert entry["wmean"] == round(scores["cosine_spearman_wmean"] * 100, 4)
+        assert entry["protocol"] == "all" and entry["metric"] == "cosine_spearman"
+        assert entry["dataset_revision"] == data["dataset_revision"] == scores["data_revision"]
+        assert entry["dataset_revision"].startswith("sha256:")
+        assert entry["mteb_version"] == data["mteb_version"]
+        assert entry["date"].startswith("20") and entry["versions"]["torch"]
+        assert entry["hardware"] is None  # plain `evaluate_models` records no hardware
+
+    raw, whiten = row(board, RAW), row(board, WHITEN)
+    assert raw["backbone"] == whiten["backbone"] == "minilm-l6"
+    assert raw["backbone_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert (raw["calibrator"], whiten["calibrator"]) == ("raw", "whiten")
+    assert raw["pooling"] == whiten["pooling"] == "last-avg"
+    assert (raw["fit_corpus"], whiten["fit_corpus"]) == (None, "target")
+    assert raw["revision"] == "8b3219a92973c328a8e22fadcfa821b5dc75636a" and raw["experiment"] is None
+
+    # MTEB's own task: no wmean, protocol "all"
+    mock = raw["scores"]["MockSTSTask"]
+    mock_data = json.loads(result_file(result_dirs["mock"], RAW, "MockSTSTask").read_text())
+    assert mock["score"] == round(mock_data["scores"]["test"][0]["main_score"] * 100, 4)
+    assert mock["protocol"] == "all" and mock["wmean"] is None
+
+    # averages and deltas
+    assert raw["complete"] and not whiten["complete"]
+    assert raw["average"] == round((raw["scores"][TASK]["score"] + mock["score"]) / 2, 4)
+    assert whiten["average"] == whiten["scores"][TASK]["score"] and whiten["n_tasks"] == 1
+    assert raw["delta"] is None and whiten["baseline"] == raw["id"]
+    expected = round(whiten["scores"][TASK]["score"] - raw["scores"][TASK]["score"], 4)
+    assert whiten["delta"] == {TASK: expected, "average": expected}
+
+
+def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_path: Path) -> None:
+    from PIL import Image
+
+    lb.update_leaderboard([result_dirs["sts"], result_dirs["mock"]], tmp_path / "board.json")
+    board = json.loads((tmp_path / "board.json").read_text())
+    tables = markdown_tables((tmp_path / "board.md").read_text())
+
+    scores = tables["scores"]
+    header, body = scores[0], scores[1:]
+    assert header[-len(board["tasks"]) - 1:] == [*board["tasks"], "Avg"]
+    assert [cells[0] for cells in body] == [r["model"] for r in board["rows"]]
+    for task in board["tasks"]:
+        column = header.index(task)
+        values = {r["model"]: r["scores"].get(task, {}).get("score") for r in board["rows"]}
+        best = max(v for v in values.values() if v is not None)
+        for cells, r in zip(body, board["rows"]):
+            cell = cells[column]
+            value = values[r["model"]]
+            assert cell.startswith("**") == (value == best), (task, cell)
+            assert cell.strip("*") == ("—" if value is None else f"{value:.2f}")
+    avg_column = header.index("Avg")
+    assert body[0][avg_column] == f"**{board['rows'][0]['average']:.2f}**"  # the only complete row
+    assert body[1][avg_column] == f"{board['rows'][1]['average']:.2f} (1/2)"
+
+    deltas = tables["Δ against the raw backbone"]
+    assert len(deltas) == 2 and deltas[1][:3] == [WHITEN, "whiten", RAW]
+    whiten = row(board, WHITEN)
+    raw = row(board, RAW)
+    expected = whiten["scores"][TASK]["score"] - raw["scores"][TASK]["score"]
+    assert deltas[1][deltas[0].index(TASK)] == f"{expected:+.2f}"
+    assert deltas[1][deltas[0].index("MockSTSTask")] == "—"
+
+    png = (tmp_path / "board.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    with Image.open(io.BytesIO(png)) as image:
+        image.load()
+        assert image.size[0] > 300 and image.size[1] > 200
+        drawn = json.loads(image.text["Description"])
+    assert drawn["labels"] == [*board["tasks"], "Avg"]
+    assert drawn["series"] == {"minilm-l6-whiten": [whiten["delta"][TASK], None, whiten["delta"]["average"]]}
+
+
+def test_external_model_uses_model_meta(result_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """A model outside flow-plugin: backbone from its name, calibrator "raw", pooling unknown."""
+    source = result_file(result_dirs["sts"], RAW).parent
+    target = tmp_path / "out" / "results" / "acme__encoder" / "rev1"
+    shutil.copytree(source, target)
+    meta = json.loads((target / "model_meta.json").read_text())
+    meta.update(name="acme/encoder", revision="rev1", adapted_from=None)
+    (target / "model_meta.json").write_text(json.dumps(meta))
+    board = lb.update_leaderboard([tmp_path / "out"], tmp_path / "board.json").board
+    external = row(board, "acme/encoder")
+    assert external["id"] == "acme/encoder@rev1"
+    assert (external["backbone"], external["calibrator"], external["pooling"]) == ("acme/encoder", "raw", None)
+    assert external["metadata_source"] == "model_meta"
+
+
+# ------------------------------------------------------------------ merging
+def test_merging_keeps_every_row_and_identical_duplicates_are_quiet(result_dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "board.json"
+    first = lb.update_leaderboard([result_dirs["sts"]], out, models=[WHITEN])
+    assert [r["model"] for r in first.board["rows"]] == [WHITEN] and first.board["rows"][0]["baseline"] is None
+    second = lb.update_leaderboard([result_dirs["mock"]], out)  # another folder, another task, another model
+    assert [r["model"] for r in second.board["rows"]] == [RAW, WHITEN]
+    assert second.board["tasks"] == [TASK, "MockSTSTask"]
+    assert row(second.board, WHITEN)["baseline"] is None  # the raw row has no SentEvalSTS13 yet: no common task
+    third = lb.update_leaderboard([result_dirs["sts"], result_dirs["sts"]], out)  # the same files twice
+    # whiten was recorded: unchanged twice; raw/STS13 is new from the first copy, unchanged from the second
+    assert len(third.report.unchanged) == 3 and third.report.replaced == []
+    assert sorted(third.report.scores_added) == [f"{row(third.board, RAW)['id']} / {TASK}"]
+    board = json.loads(out.read_text())
+    assert [r["model"] for r in board["rows"]] == [RAW, WHITEN]
+    assert set(row(board, RAW)["scores"]) == {TASK, "MockSTSTask"}
+    assert row(board, WHITEN)["baseline"] == row(board, RAW)["id"]
+
+
+def test_conflicting_duplicate_is_reported_and_replace_replaces(result_dirs: dict[str, Path], tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "lb" / "board.json"
+    lb.update_leaderboard([result_dirs["sts"]], out)
+    before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
+
+    changed = copy_results(result_dirs["sts"], tmp_path / "rerun")
+    path = result_file(changed, WHITEN)
+    data = json.loads(path.read_text())
+    old_score = data["scores"]["test"][0]["main_score"]
+    data["scores"]["test"][0]["main_score"] = old_score + 0.0123
+    path.write_text(json.dumps(data))
+    other_data = result_file(changed, RAW)
+    raw_data = json.loads(other_data.read_text())
+    raw_data["dataset_revision"] = "sha256:" + "0" * 64  # same score, other data
+    other_data.write_text(json.dumps(raw_data))
+
+    with pytest.raises(lb.LeaderboardConflictError) as caught:
+        lb.update_leaderboard([changed], out)
+    message = str(caught.value)
+    assert len(caught.value.conflicts) == 2
+    assert f"{WHITEN}@" in message and "score" in message and str(path) in message
+    assert f"{RAW}@" in message and "dataset_revision" in message
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before  # nothing written
+
+    assert cli_main(["leaderboard", str(changed), "-o", str(out)]) == 2
+    assert "disagree" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before
+
+    assert cli_main(["leaderboard", str(changed), "-o", str(out), "--replace"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("replaced: ") == 2 and WHITEN in printed
+    board = json.loads(out.read_text())
+    assert row(board, WHITEN)["scores"][TASK]["score"] == round((old_score + 0.0123) * 100, 4)
+    assert row(board, RAW)["scores"][TASK]["dataset_revision"] == "sha256:" + "0" * 64
+
+
+def test_difference_within_tolerance_is_identical(result_dirs: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "board.json"
+    lb.update_leaderboard([result_dirs["sts"]], out)
+    changed = copy_results(result_dirs["sts"], tmp_path / "rerun")
+    path = result_file(changed, WHITEN)
+    data = json.loads(path.read_text())
+    data["scores"]["test"][0]["main_score"] += 1e-6  # one unit of MTEB's last stored decimal
+    path.write_text(json.dumps(data))
+    update = lb.update_leaderboard([changed], out)
+    assert len(update.report.unchanged) == 2 and not update.report.replaced
+
+
+# ------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"task_name": "SentEvalSTS13", "scores": {"test": [{"main_', "not valid JSON"),
+        ("", "empty"),
+        ('{"task_name": "SentEvalSTS13", "dataset_revision": "x"}', "missing 'scores'"),
+        ('{"task_name": "SentEvalSTS13", "dataset_revision": "x", "scores": {"test": [{"main_score": "high"}]}}',
+         "main_score must be a finite number"),
+        ('{"task_name": "SentEvalSTS12", "dataset_revision": "x", "scores": {"test": [{"main_score": 0.5}]}}',
+         "file is named"),
+    ],
+)
+def test_malformed_result_file_error_names_it(result_dirs: dict[str, Path], tmp_path: Path, content: str,
+                                              problem: str, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = copy_results(result_dirs["sts"], tmp_path / "broken")
+    path = result_file(broken, WHITEN)
+    path.write_text(content)
+    with pytest.raises(DataFolderError, match=problem) as caught:
+        lb.update_leaderboard([broken], tmp_path / "board.json")
+    assert str(path) in str(caught.value)
+    assert not (tmp_path / "board.json").exists()
+    assert cli_main(["leaderboard", str(broken), "-o", str(tmp_path / "board.json")]) == 2
+    assert str(path) in capsys.readouterr().err
+
+
+def test_missing_or_empty_folder_and_bad_leaderboard(tmp_path: Path, result_dirs: dict[str, Path]) -> None:
+    with pytest.raises(DataFolderError, match="does not exist"):
+        lb.update_leaderboard([tmp_path / "nowhere"], tmp_path / "board.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataFolderError, match="no MTEB result files"):
+        lb.update_leaderboard([tmp_path / "empty"], tmp_path / "board.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    with pytest.raises(lb.LeaderboardError, match=f"{bad}.*not a flow-plugin-leaderboard file"):
+        lb.update_leaderboard([result_dirs["sts"]], bad)
+    with pytest.raises(lb.LeaderboardError, match="must end in .json"):
+        lb.update_leaderboard([result_dirs["sts"]], tmp_path / "board.txt")
+
+
+# ------------------------------------------------------------------ atomic writes
+@pytest.mark.parametrize("failure", ["fsync", "replace", "render"])
+def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch, failure: str) -> None:
+    out = tmp_path / "lb" / "board.json"
+    lb.update_leaderboard([result_dirs["sts"]], out, models=[RAW])
+    before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
+    assert sorted(before) == ["board.json", "board.md", "board.png"]
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise OSError(f"simulated failure in {failure}")
+
+    if failure == "fsync":  # the temporary file is half written when the write fails
+        monkeypatch.setattr(os, "fsync", boom)
+    elif failure == "replace":
+        monkeypatch.setattr(os, "replace", boom)
+    else:  # the serialiser fails midway (after the JSON and Markdown were rendered)
+        monkeypatch.setattr(lb, "render_png", boom)
+    with pytest.raises(OSError, match="simulated failure"):
+        lb.update_leaderboard([result_dirs["sts"]], out)  # would add the whiten row
+    monkeypatch.undo()
+    assert {path.name: path.read_bytes() for path in out.parent.iterdir()} == before  # no temp file left
+    assert [r["model"] for r in lb.load_leaderboard(out)["rows"]] == [RAW]
+
+
+# ------------------------------------------------------------------ command line
+def test_cli_writes_three_files_and_prints_the_schema(result_dirs: dict[str, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "leaderboards" / "minilm-l6.json"
+    assert cli_main(["leaderboard", str(result_dirs["sts"] / "results"), "-o", str(out), "-m", RAW, "-m", WHITEN]) == 0
+    assert "2 new rows" in capsys.readouterr().out
+    assert sorted(p.name for p in out.parent.iterdir()) == ["minilm-l6.json", "minilm-l6.md", "minilm-l6.png"]
+    assert json.loads(out.read_text())["name"] == "minilm-l6"
+    assert cli_main(["leaderboard", str(tmp_path), "-o", str(out), "--schema"]) == 0
+    assert '"format": "flow-plugin-leaderboard"' in capsys.readouterr().out
+
+
+def test_modules_import_nothing_heavy() -> None:
+    code = (
+        "import sys, flow_plugin.leaderboard, flow_plugin.bench\n"
+        "heavy = [m for m in ('torch', 'mteb', 'transformers', 'matplotlib', 'numpy') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

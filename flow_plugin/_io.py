@@ -9,8 +9,19 @@ from pathlib import Path
 from typing import Any
 
 
+def _default_file_mode() -> int:
+    """0o666 minus the process umask: the mode ``open()`` would give a new file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    The file gets the permissions a plain ``open(path, "wb")`` would give it (``mkstemp``'s
+    temporary files are private, 0600).
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -19,6 +30,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             tmp_file.write(data)
             tmp_file.flush()
             os.fsync(tmp_file.fileno())
+        os.chmod(tmp_name, _default_file_mode())
         os.replace(tmp_name, target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

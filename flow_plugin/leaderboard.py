@@ -39,8 +39,8 @@ logger = logging.getLogger(__name__)
 FORMAT = "flow-plugin-leaderboard"
 FORMAT_VERSION = 1
 #: Two scores of the same model and task are "the same" when they differ by at most this
-#: much on MTEB's 0-1 scale (MTEB stores 6 decimals; 1e-6 is one unit of the last one).
-DEFAULT_TOLERANCE = 1e-6
+#: many points: 1e-4 points = 1e-6 on MTEB's 0-1 scale, one unit of the last decimal it stores.
+DEFAULT_TOLERANCE = 1e-4
 #: Sidecar of an output folder (next to ``results/``): one JSON line per computed task
 #: result, with the hardware it ran on (written by ``flow-plugin bench``).
 RUNS_FILE = "flow-plugin-runs.jsonl"
@@ -71,11 +71,12 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
   "format": "flow-plugin-leaderboard",
   "format_version": 1,
   "name": str,                   leaderboard name (default: the file's stem)
-  "updated": str,                ISO 8601 UTC time of the last update
+  "updated": str,                ISO 8601 UTC time of the last update that changed the content
   "generated_by": str,           "flow-plugin <version>"
   "scale": "points",             every score and delta below: correlation x 100
-  "tolerance": float,            largest difference (0-1 scale) two results of the same
-                                 model and task may have and still count as identical
+  "tolerance": float,            largest difference (points; default 0.0001, i.e. 1e-6 on
+                                 MTEB's 0-1 scale) two results of the same model and task
+                                 may have and still count as identical
   "tasks": [str, ...],           column order: the offline SentEval tasks first
                                  (SentEvalSTS12..16, SentEvalSTSBenchmark, SentEvalSICKR),
                                  then any other task alphabetically
@@ -569,7 +570,7 @@ def load_leaderboard(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _difference(old: dict[str, Any], new: dict[str, Any], tolerance: float) -> list[str]:
     """Why two score entries of the same model and task are not the same result."""
-    limit = tolerance * 100 + 1e-9  # tolerance is on the 0-1 scale, scores are points
+    limit = tolerance + 1e-9  # points; the 1e-9 absorbs float rounding of the 4-decimal values
     problems = []
     if abs(old["score"] - new["score"]) > limit:
         problems.append(f"score {old['score']} vs {new['score']}")
@@ -600,6 +601,7 @@ def merge_results(
     model_filter = set(models) if models is not None else None
     task_filter = set(tasks) if tasks is not None else None
     report = MergeReport()
+    content_before = _content(board)
     rows = {row["id"]: json.loads(json.dumps(row)) for row in board["rows"]}  # work on a copy
     origin: dict[tuple[str, str], str] = {}  # (row id, task) -> where the current entry came from
     conflicts: list[str] = []
@@ -608,7 +610,7 @@ def merge_results(
         locations = scan_results(folder)
         if require_results and not locations:
             raise DataFolderError(f"{folder}: no MTEB result files found (expected <model>/<revision>/<Task>.json"
-                                  f" under {root})")
+                                  f" next to model_meta.json or run_settings.jsonl, under {root})")
         hardware = _hardware_index({root, root.parent})
         for location in locations:
             if model_filter is not None and location.model not in model_filter:
@@ -662,6 +664,8 @@ def merge_results(
     board["rows"] = list(rows.values())
     board["tolerance"] = tolerance
     finalize(board)
+    if _content(board) != content_before:  # a rerun that changes nothing keeps the file byte for byte
+        board["updated"] = _now_iso()
     return report
 
 
@@ -697,8 +701,11 @@ def finalize(board: dict[str, Any]) -> dict[str, Any]:
         if deltas:
             deltas["average"] = _round(sum(deltas.values()) / len(deltas))
         row["baseline"], row["delta"] = (baseline["id"], deltas) if deltas else (None, None)
-    board["updated"] = _now_iso()
     return board
+
+
+def _content(board: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in board.items() if k not in ("updated", "generated_by")}, sort_keys=True)
 
 
 # ------------------------------------------------------------------------- rendering
@@ -939,9 +946,9 @@ def update_leaderboard(
 
 # ------------------------------------------------------------------------- command line
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS_DIR",
+    parser.add_argument("results", nargs="*", type=Path, metavar="RESULTS_DIR",
                         help="MTEB output folder (containing results/) or results folder; several are merged in order")
-    parser.add_argument("-o", "--output", required=True, type=Path, metavar="NAME.json",
+    parser.add_argument("-o", "--output", type=Path, metavar="NAME.json",
                         help="leaderboard JSON to create or update; NAME.md and NAME.png are written next to it")
     parser.add_argument("--replace", action="store_true",
                         help="replace recorded scores that new results contradict (and list them) instead of failing")
@@ -949,7 +956,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-t", "--task", action="append", metavar="TASK", help="only these tasks (repeatable)")
     parser.add_argument("--name", default=None, help="leaderboard title (default: the file's stem)")
     parser.add_argument("--tolerance", type=float, default=None,
-                        help=f"largest score difference (0-1 scale) still counted as identical (default {DEFAULT_TOLERANCE})")
+                        help=f"largest score difference in points still counted as identical (default {DEFAULT_TOLERANCE})")
     parser.add_argument("--schema", action="store_true", help="print the JSON schema and exit")
 
 
@@ -957,6 +964,8 @@ def run(args: argparse.Namespace) -> int:
     if args.schema:
         print(SCHEMA)
         return 0
+    if not args.results or args.output is None:
+        raise LeaderboardError("give one or more RESULTS_DIR and -o NAME.json (or --schema)")
     update = update_leaderboard(args.results, args.output, replace=args.replace, models=args.model, tasks=args.task,
                                 name=args.name, tolerance=args.tolerance)
     print_update(update)

@@ -125,7 +125,7 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
 
     # 3. a third run (fresh process state) recomputes nothing and re-encodes nothing
     clear_shared_encoders()
-    board_bytes = board_path.read_bytes()
+    files_before = {path: path.read_bytes() for path in (board_path, board_path.with_suffix(".md"))}
     assert cli_main(arguments) == 0
     printed = capsys.readouterr().out
     assert f"0 computed, {len(MODELS)} already done, 0 failed" in printed
@@ -133,7 +133,7 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
     assert f"{len(MODELS)} unchanged, 0 replaced" in printed
     assert finished(output) == after
     assert cache_files(output) == shards  # no embedding was computed (or written) since the killed run
-    assert json.loads(board_bytes)["rows"] == json.loads(board_path.read_bytes())["rows"]
+    assert {path: path.read_bytes() for path in files_before} == files_before  # nothing changed, not even "updated"
 
     # 4. recomputing the (seeded) flow variant reproduces its score: the merge finds no conflict
     clear_shared_encoders()

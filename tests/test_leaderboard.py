@@ -239,6 +239,7 @@ def test_conflicting_duplicate_is_reported_and_replace_replaces(result_dirs: dic
 def test_difference_within_tolerance_is_identical(result_dirs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
     changed = copy_results(result_dirs["sts"], tmp_path / "rerun")
     path = result_file(changed, WHITEN)
     data = json.loads(path.read_text())
@@ -246,6 +247,7 @@ def test_difference_within_tolerance_is_identical(result_dirs: dict[str, Path], 
     path.write_text(json.dumps(data))
     update = lb.update_leaderboard([changed], out)
     assert len(update.report.unchanged) == 2 and not update.report.replaced
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before  # byte for byte, "updated" too
 
 
 # ------------------------------------------------------------------ bad input
@@ -321,8 +323,10 @@ def test_cli_writes_three_files_and_prints_the_schema(result_dirs: dict[str, Pat
     assert "2 new rows" in capsys.readouterr().out
     assert sorted(p.name for p in out.parent.iterdir()) == ["minilm-l6.json", "minilm-l6.md", "minilm-l6.png"]
     assert json.loads(out.read_text())["name"] == "minilm-l6"
-    assert cli_main(["leaderboard", str(tmp_path), "-o", str(out), "--schema"]) == 0
+    assert cli_main(["leaderboard", "--schema"]) == 0
     assert '"format": "flow-plugin-leaderboard"' in capsys.readouterr().out
+    assert cli_main(["leaderboard", str(result_dirs["sts"])]) == 2
+    assert "-o NAME.json" in capsys.readouterr().err
 
 
 def test_modules_import_nothing_heavy() -> None:

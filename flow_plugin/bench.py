@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import logging
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -43,44 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RegistryError
+from .result_files import hardware_info, quarantine_truncated_results, result_files
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_LEADERBOARD_DIR = Path("leaderboards")
 CACHE_SUBFOLDER = "embedding-cache"
-
-
-# ------------------------------------------------------------------------- hardware
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def hardware_info(device: Any = None, precision: str | None = None) -> dict[str, Any]:
-    """Where results are computed: CPU, cores, torch, device (GPU name), precision."""
-    import torch
-
-    info: dict[str, Any] = {
-        "cpu": _cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device) if device is not None else None,
-        "precision": precision,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-    if device is not None and str(device).startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-        info["cuda"] = torch.version.cuda
-    return info
 
 
 # ------------------------------------------------------------------------- report
@@ -144,43 +110,6 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-def _model_folder(output_folder: Path, model: str) -> Path:
-    return output_folder / "results" / model.replace("/", "__").replace(" ", "_")
-
-
-def _result_files(output_folder: Path, model: str, task: str) -> dict[Path, tuple[int, int]]:
-    """Every ``<task>.json`` of ``model`` (any revision, any experiment) -> (mtime_ns, size)."""
-    folder = _model_folder(output_folder, model)
-    if not folder.is_dir():
-        return {}
-    found = {}
-    for path in folder.rglob(f"{task}.json"):
-        stat = path.stat()
-        found[path] = (stat.st_mtime_ns, stat.st_size)
-    return found
-
-
-def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tasks: Sequence[str]) -> list[Path]:
-    """Rename result files that are not valid JSON (a run killed while MTEB wrote them), so
-    MTEB recomputes those tasks instead of failing to read them. Returns the new names."""
-    moved = []
-    stamp = datetime.datetime.now(tz=datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    for model in models:
-        for task in tasks:
-            for path in _result_files(output_folder, model, task):
-                try:
-                    json.loads(path.read_text(encoding="utf-8"))
-                    continue
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    pass
-                target = path.with_name(f"{path.name}.corrupt-{stamp}")
-                path.rename(target)
-                logger.warning("result file %s is not valid JSON (interrupted write?): renamed to %s; "
-                               "the task will be recomputed", path, target.name)
-                moved.append(target)
-    return moved
 
 
 def default_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
@@ -274,7 +203,6 @@ def _run_tasks(report: BenchReport, data_root: Path, *, device: str | None, prec
         model_kwargs["precision"] = precision
     # the same shared encoder (same key, device and cache folder) the six models will use
     encoder = build_encoder(resolve(report.models[0]), device=device, precision=precision)
-    hardware = hardware_info(encoder.backbone.device, encoder.backbone.precision)
     encoded_before, hits_before = encoder.n_encoded, encoder.n_cache_hits
 
     report.quarantined = quarantine_truncated_results(output, report.models, report.tasks)
@@ -290,11 +218,11 @@ def _run_tasks(report: BenchReport, data_root: Path, *, device: str | None, prec
             step += 1
             prefix = f"bench [{step}/{total}] {model} × {task}"
             progress(f"{prefix} ...")
-            before = _result_files(output, model, task)
+            before = result_files(output, model, task)
             start = time.perf_counter()
             try:
                 results = evaluate_models([model], data_root, [task], output, model_kwargs=model_kwargs,
-                                          batch_size=batch_size, overwrite=overwrite)
+                                          batch_size=batch_size, overwrite=overwrite, command="flow-plugin bench")
                 task_result = results[0].task_results[0]
                 score = round(task_result.get_score() * 100, 4)
             except Exception as error:  # noqa: BLE001 -- report, go on with the other tasks
@@ -307,41 +235,15 @@ def _run_tasks(report: BenchReport, data_root: Path, *, device: str | None, prec
                     return
                 continue
             seconds = time.perf_counter() - start
-            after = _result_files(output, model, task)
+            after = result_files(output, model, task)
             changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
             status = "computed" if changed else "skipped"
             path = changed[0] if changed else (sorted(after)[0] if after else None)
             report.outcomes.append(TaskOutcome(model, task, status, seconds, score=score, path=path))
-            if status == "computed" and path is not None:
-                _record_run(output, path, hardware, batch_size)
             what = "computed" if status == "computed" else "already done, skipped"
             progress(f"{prefix}: {what} in {seconds:.1f} s, cosine_spearman(all) {score:.2f}")
     report.n_encoded = encoder.n_encoded - encoded_before
     report.n_cache_hits = encoder.n_cache_hits - hits_before
-
-
-def _record_run(output: Path, path: Path, hardware: dict[str, Any], batch_size: int | None) -> None:
-    """One flow-plugin-runs.jsonl line for the result file just written."""
-    from .leaderboard import append_run_records, scan_results
-
-    location = next((loc for loc in scan_results(output) if loc.path == path), None)
-    if location is None:  # pragma: no cover -- MTEB always writes model_meta.json with results
-        logger.warning("bench: cannot identify the result file %s; its hardware is not recorded", path)
-        return
-    try:
-        date = json.loads(path.read_text(encoding="utf-8")).get("date")
-    except (OSError, ValueError):
-        date = None
-    append_run_records(output, [{
-        "model": location.model,
-        "revision": location.revision,
-        "experiment": location.experiment,
-        "task": location.task,
-        "result_date": date,
-        "recorded": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware,
-        "settings": {"batch_size": batch_size or 64, "command": "flow-plugin bench"},
-    }])
 
 
 # ------------------------------------------------------------------------- command line
@@ -393,4 +295,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["BenchReport", "TaskOutcome", "configure_parser", "hardware_info", "run", "run_bench"]
+__all__ = ["BenchReport", "TaskOutcome", "configure_parser", "run", "run_bench"]

@@ -34,3 +34,15 @@ class DataFolderError(FlowPluginError, FileNotFoundError):
 
 class RegistryError(FlowPluginError, LookupError):
     """An unknown backbone or model name, or a malformed ``registry/*.toml`` file."""
+
+
+class LeaderboardError(FlowPluginError, ValueError):
+    """A leaderboard file is malformed, or the inputs cannot make a leaderboard."""
+
+
+class LeaderboardConflictError(LeaderboardError):
+    """New results disagree with recorded ones; ``conflicts`` lists them (one line each)."""
+
+    def __init__(self, message: str, conflicts: list[str]) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts

@@ -37,16 +37,22 @@ def evaluate_models(
     model_kwargs: dict[str, Any] | None = None,
     batch_size: int | None = None,
     overwrite: bool = False,
+    command: str = "flow-plugin eval",
 ) -> list[Any]:
     """Run ``mteb.evaluate`` for every model over the offline tasks; return MTEB's results.
 
     ``model_kwargs`` go to ``mteb.get_model``; MTEB records them as experiment parameters
     (they name a separate result folder), so pass only settings that change the numbers.
+
+    Truncated result files of an interrupted earlier run are set aside first (so MTEB
+    recomputes them), and every result this call writes gets a line with its hardware in
+    ``<output_folder>/flow-plugin-runs.jsonl``.
     """
     import mteb
     from mteb.cache import ResultCache
 
     from .mteb_hook import register
+    from .result_files import hardware_info, quarantine_truncated_results, record_run, result_files
     from .mteb_tasks import TASK_NAMES, get_offline_task
     from .senteval_data import resolve_senteval_root
 
@@ -61,21 +67,32 @@ def evaluate_models(
         from .errors import RegistryError
 
         raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASK_NAMES)}")
-    task_objects = [get_offline_task(name, data_dir=root) for name in (tasks or TASK_NAMES)]
+    task_names = list(tasks or TASK_NAMES)
+    task_objects = [get_offline_task(name, data_dir=root) for name in task_names]
+    output = Path(output_folder)
+    quarantine_truncated_results(output, models, task_names)
     results = []
     for model_name in models:
         model = mteb.get_model(model_name, **(model_kwargs or {}))
+        before = {task: result_files(output, model_name, task) for task in task_names}
         results.append(
             mteb.evaluate(
                 model,
                 task_objects,
-                cache=ResultCache(output_folder),
+                cache=ResultCache(output),
                 overwrite_strategy="always" if overwrite else "only-missing",
                 encode_kwargs={"batch_size": batch_size or 64},
                 co2_tracker=False,
                 show_progress_bar=True,
             )
         )
+        backbone = model.encoder.backbone
+        hardware = hardware_info(backbone.device, backbone.precision)
+        settings = {"batch_size": batch_size or 64, "command": command}
+        for task in task_names:
+            for path, stamp in result_files(output, model_name, task).items():
+                if before[task].get(path) != stamp:
+                    record_run(output, path, hardware, settings)
     return results
 
 

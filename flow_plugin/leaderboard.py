@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ._io import atomic_write_bytes, atomic_write_text
-from .errors import DataFolderError, FlowPluginError
+from .errors import DataFolderError, LeaderboardConflictError, LeaderboardError
+from .task_names import OFFLINE_TASKS
 
 logger = logging.getLogger(__name__)
 
@@ -46,17 +47,6 @@ DEFAULT_TOLERANCE = 1e-4
 RUNS_FILE = "flow-plugin-runs.jsonl"
 RUNS_FORMAT = "flow-plugin-runs"
 EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded with kwargs
-#: The offline tasks, in table order (the same tuple as ``flow_plugin.mteb_tasks.TASK_NAMES``,
-#: repeated here so that this module does not import MTEB; a test checks they agree).
-OFFLINE_TASKS: tuple[str, ...] = (
-    "SentEvalSTS12",
-    "SentEvalSTS13",
-    "SentEvalSTS14",
-    "SentEvalSTS15",
-    "SentEvalSTS16",
-    "SentEvalSTSBenchmark",
-    "SentEvalSICKR",
-)
 _CALIBRATOR_ORDER = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
 _NAMESPACE = "flow_plugin/"
 _DECIMALS = 4  # points with 4 decimals = MTEB's 6 decimals on the 0-1 scale
@@ -139,18 +129,6 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
   ]
 }
 """
-
-
-class LeaderboardError(FlowPluginError, ValueError):
-    """A leaderboard file is malformed, or the inputs cannot make a leaderboard."""
-
-
-class LeaderboardConflictError(LeaderboardError):
-    """New results disagree with recorded ones; ``conflicts`` lists them (one line each)."""
-
-    def __init__(self, message: str, conflicts: list[str]) -> None:
-        super().__init__(message)
-        self.conflicts = conflicts
 
 
 # ------------------------------------------------------------------------- small helpers

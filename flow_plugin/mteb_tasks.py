@@ -34,6 +34,7 @@ from mteb.abstasks.task_metadata import TaskMetadata
 from .errors import DataFolderError
 from .evaluation import evaluate_sts
 from .senteval_data import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
+from .task_names import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
 
 DATA_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
 _SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}
@@ -243,6 +244,9 @@ TASK_CLASSES: tuple[type[SentEvalSTSTask], ...] = (
     SentEvalSTS12, SentEvalSTS13, SentEvalSTS14, SentEvalSTS15, SentEvalSTS16, SentEvalSTSBenchmark, SentEvalSICKR,
 )
 TASK_NAMES: tuple[str, ...] = tuple(cls.metadata.name for cls in TASK_CLASSES)
+assert TASK_NAMES == OFFLINE_TASKS and all(
+    OFFLINE_TASKS_BY_SENTEVAL_NAME[cls.senteval_task] == cls.metadata.name for cls in TASK_CLASSES
+), "flow_plugin.task_names and the task classes disagree"
 
 
 def get_offline_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> SentEvalSTSTask:

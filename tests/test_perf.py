@@ -41,7 +41,7 @@ def test_fused_log_prob_matches_nflows_value_and_gradient(features, n_levels, de
     flow, data = _initialised_flow(features, n_levels, depth, permutation)
     batch = data[:64]
     weights_of_rows = torch.randn(64)
-    with flow_module._flat_parameters(flow) as flat:
+    with flow_module._flat_parameters(flow, flow_module.fused_parameter_order(flow)) as flat:
         reference = flow.log_prob(batch)
         (reference * weights_of_rows).sum().backward()
         reference_gradient = flat.gradient.clone()
@@ -56,13 +56,17 @@ def test_fused_log_prob_matches_nflows_value_and_gradient(features, n_levels, de
     torch.testing.assert_close(gradient, reference_gradient, rtol=1e-5, atol=1e-5 * float(reference_gradient.abs().max()))
 
 
-def test_fused_plan_refuses_an_uninitialised_or_foreign_flow() -> None:
-    calibrator = FlowCalibrator()
-    flow = calibrator._build(16)  # ActNorms not initialised yet
-    with flow_module._flat_parameters(flow) as flat:
+def test_fused_plan_refuses_an_uninitialised_or_foreign_flow_or_layout() -> None:
+    flow = FlowCalibrator()._build(16)  # ActNorms not initialised yet
+    with flow_module._flat_parameters(flow, flow_module.fused_parameter_order(flow)) as flat:
         assert FusedGlowLogProb.plan(flow, flat) is None
     flow, _ = _initialised_flow(16, 2, 2, "reverse")
+    with flow_module._flat_parameters(flow) as flat:  # log-scales not leading the flat buffer
+        assert FusedGlowLogProb.plan(flow, flat) is None
+    with flow_module._flat_parameters(flow, flow_module.fused_parameter_order(flow)) as flat:
+        assert FusedGlowLogProb.plan(flow, flat) is not None
     flow._transform._transforms[0]._transforms.append(flow_module.FastActNorm(16))  # not a glow step
+    assert flow_module.fused_parameter_order(flow) == []
     with flow_module._flat_parameters(flow) as flat:
         assert FusedGlowLogProb.plan(flow, flat) is None
 

@@ -44,8 +44,9 @@ from .base import Calibrator
 logger = logging.getLogger(__name__)
 
 PERMUTATIONS = ("reverse", "random")
-#: Rows per forward pass when transforming or scoring (no gradients, so memory is small).
-_INFERENCE_CHUNK = 8192
+#: Rows per forward pass when transforming or scoring (no gradients, so memory is small;
+#: 2048 rows of 384-768 features keep each intermediate within a core's L2 cache).
+_INFERENCE_CHUNK = 2048
 #: Show a progress bar by default when training takes more steps than this.
 _PROGRESS_BAR_MIN_STEPS = 200
 #: Environment variable: intra-op threads for the CPU training loop (default 1; 0 = unchanged).
@@ -255,8 +256,12 @@ class FlatParameters:
     clip and the zeroing one kernel each instead of one per tensor.
     """
 
-    def __init__(self, module: nn.Module) -> None:
-        self.parameters = [parameter for parameter in module.parameters() if parameter.requires_grad]
+    def __init__(self, module: nn.Module, first: list[nn.Parameter] | None = None) -> None:
+        trainable = [parameter for parameter in module.parameters() if parameter.requires_grad]
+        leading = {id(parameter) for parameter in first or ()}
+        #: ``first`` (those of them that belong to ``module``) in its order, then the rest in module order
+        self.parameters = [p for p in first or () if any(p is q for q in trainable)]
+        self.parameters += [parameter for parameter in trainable if id(parameter) not in leading]
         if not self.parameters:
             raise InputError("the flow has no trainable parameters")
         first = self.parameters[0]
@@ -293,8 +298,8 @@ class FlatParameters:
 
 
 @contextlib.contextmanager
-def _flat_parameters(module: nn.Module) -> Iterator[FlatParameters]:
-    flat = FlatParameters(module)
+def _flat_parameters(module: nn.Module, first: list[nn.Parameter] | None = None) -> Iterator[FlatParameters]:
+    flat = FlatParameters(module, first)
     try:
         yield flat
     finally:
@@ -331,18 +336,22 @@ def _small_op_threads(device: torch.device) -> Iterator[None]:
 FUSED_TRAINING = True
 
 
-#: The parameters of one glow step, in the order _FusedStep keeps them and their gradients.
-_STEP_PARAMETERS = ("log_scale", "shift", "w1", "log_scale1", "shift1", "w2", "log_scale2", "shift2", "w3", "b3")
-
-
 @dataclass
 class _FusedStep:
     """One glow step as :class:`FusedGlowLogProb` sees it: detached views of its parameters
-    (they alias the trained storage, so they follow every optimiser update), and the views of
-    the flat gradient buffer its backward pass writes."""
+    (they alias the trained storage, so they follow every optimiser update), the views of
+    the flat gradient buffer its backward pass writes, and where its three ActNorms' scales
+    sit in the flat block of all log-scales."""
 
-    parameters: tuple[torch.Tensor, ...]  # in _STEP_PARAMETERS order
-    gradients: tuple[torch.Tensor, ...]  # same order
+    shift: torch.Tensor
+    w1: torch.Tensor
+    shift1: torch.Tensor
+    w2: torch.Tensor
+    shift2: torch.Tensor
+    w3: torch.Tensor
+    b3: torch.Tensor
+    scales: tuple[slice, slice, slice]  # ActNorm, shift-network ActNorm 1 and 2
+    gradients: tuple[torch.Tensor, ...]  # log_scale, shift, w1, log_scale1, shift1, w2, log_scale2, shift2, w3, b3
     permutation: torch.Tensor | None  # None: reversal (a flip)
     inverse_permutation: torch.Tensor | None
     split: int
@@ -351,8 +360,59 @@ class _FusedStep:
 @dataclass
 class _FusedPlan:
     levels: list[list[_FusedStep]]
-    gradient: torch.Tensor  # flat, like FlatParameters.weights; rewritten by every backward
+    weights: torch.Tensor  # FlatParameters.weights, detached
+    gradient: torch.Tensor  # flat, like ``weights``; rewritten by every backward pass
+    n_log_scales: int  # weights[:n_log_scales]: every ActNorm's log-scale ...
+    n_flow_log_scales: int  # ... of which the first n_flow_log_scales belong to the flow's own ActNorms
     log_z: float
+
+
+def _glow_steps(flow: Flow) -> list[list[tuple[Any, Any, Any]]] | None:
+    """(ActNorm, permutation, coupling) of every step, level by level, or ``None`` when the
+    flow is not one that :func:`build_glow_transform` builds."""
+    transform = flow._transform
+    if not isinstance(transform, MultiscaleCompositeTransform) or transform._split_dim != 1:
+        return None
+    if not isinstance(flow._distribution, StandardNormal) or not isinstance(flow._embedding_net, nn.Identity):
+        return None
+    levels = []
+    for level in transform._transforms:
+        if type(level) is not CompositeTransform:
+            return None
+        steps = []
+        for step in level._transforms:
+            if not isinstance(step, GlowStep) or len(step._transforms) != 3:
+                return None
+            norm, permute, coupling = step._transforms
+            if not (
+                isinstance(norm, FastActNorm)
+                and isinstance(permute, Permutation)
+                and permute._dim == 1
+                and isinstance(coupling, HalfSplitAdditiveCoupling)
+                and coupling._split is not None
+                and coupling.unconditional_transform is None
+                and type(coupling.transform_net) is ShiftNetwork
+                and isinstance(coupling.transform_net.norm1, FastActNorm)
+                and isinstance(coupling.transform_net.norm2, FastActNorm)
+                and coupling.transform_net.output.bias is not None
+            ):
+                return None
+            steps.append((norm, permute, coupling))
+        levels.append(steps)
+    return levels
+
+
+def fused_parameter_order(flow: Flow) -> list[nn.Parameter]:
+    """The parameters :class:`FusedGlowLogProb` wants first in the flat buffer: the log-scales
+    of the flow's ActNorms, then those of the shift networks' ActNorms (one ``exp`` per step
+    for all of them, one multiply for all their gradients). Empty for other flows."""
+    levels = _glow_steps(flow)
+    if levels is None:
+        return []
+    steps = [step for level in levels for step in level]
+    return [norm.log_scale for norm, _, _ in steps] + [
+        norm.log_scale for _, _, coupling in steps for norm in (coupling.transform_net.norm1, coupling.transform_net.norm2)
+    ]
 
 
 class FusedGlowLogProb(torch.autograd.Function):
@@ -365,9 +425,9 @@ class FusedGlowLogProb(torch.autograd.Function):
     :class:`FlatParameters`), instead of being taped by autograd. A training step on a 64-row
     minibatch is a few hundred tiny tensor operations, and their per-operation overhead, not
     arithmetic, is its cost: through nflows and autograd a step made about 2,200 ATen calls
-    (about 10 ms on the 2-core development machine), this way about 1,300 (about 5 ms).
-    The tests check the value and the gradient against autograd through nflows (they agree
-    bit for bit on CPU). Used only for training; inference and likelihoods go through nflows.
+    (about 10 ms on the 2-core development machine), this way about 1,100 (about 4-5 ms).
+    The tests check the value and the gradient against autograd through nflows. Used only
+    for training; inference and likelihoods go through nflows.
 
     Inputs: ``(inputs, weights, plan)`` where ``weights`` is ``FlatParameters.weights`` (its
     gradient is the flat gradient) and ``plan`` comes from :meth:`plan`.
@@ -375,120 +435,117 @@ class FusedGlowLogProb(torch.autograd.Function):
 
     @staticmethod
     def plan(flow: Flow, flat: FlatParameters) -> _FusedPlan | None:
-        """How to run ``flow`` fused, or ``None`` when its structure is not the one built here."""
-        transform = flow._transform
-        if not isinstance(transform, MultiscaleCompositeTransform) or transform._split_dim != 1:
+        """How to run ``flow`` fused, or ``None`` when its structure or its flat layout (see
+        :func:`fused_parameter_order`) is not the expected one, or its ActNorms are not yet
+        initialised (nflows' own forward pass does that)."""
+        levels = _glow_steps(flow)
+        if levels is None:
             return None
-        if not isinstance(flow._distribution, StandardNormal) or not isinstance(flow._embedding_net, nn.Identity):
-            return None
+        order = fused_parameter_order(flow)
+        offset = 0
+        for parameter in order:  # the log-scales must lead the flat buffer, in this order
+            if flat.slots.get(id(parameter), (None,))[0] != offset:
+                return None
+            offset += parameter.numel()
+        n_log_scales = offset
+        n_flow_log_scales = sum(norm.log_scale.numel() for level in levels for norm, _, _ in level)
         gradient = torch.empty_like(flat.weights)
         covered: set[int] = set()
-        levels: list[list[_FusedStep]] = []
-        for level in transform._transforms:
-            if not isinstance(level, CompositeTransform) or type(level) is not CompositeTransform:
-                return None
+        fused_levels: list[list[_FusedStep]] = []
+        for level in levels:
             steps: list[_FusedStep] = []
-            for step in level._transforms:
-                if not isinstance(step, GlowStep) or len(step._transforms) != 3:
-                    return None
-                norm, permute, coupling = step._transforms
-                if not (
-                    isinstance(norm, FastActNorm)
-                    and isinstance(permute, Permutation)
-                    and permute._dim == 1
-                    and isinstance(coupling, HalfSplitAdditiveCoupling)
-                    and coupling._split is not None
-                    and coupling.unconditional_transform is None
-                    and type(coupling.transform_net) is ShiftNetwork
-                    and isinstance(coupling.transform_net.norm1, FastActNorm)
-                    and isinstance(coupling.transform_net.norm2, FastActNorm)
-                    and coupling.transform_net.output.bias is not None
-                ):
-                    return None
+            for norm, permute, coupling in level:
                 net = coupling.transform_net
+                if not all(bool(module.initialized) for module in (norm, net.norm1, net.norm2)):
+                    return None
                 named = (
-                    norm.log_scale,
-                    norm.shift,
-                    net.hidden1.weight,
-                    net.norm1.log_scale,
-                    net.norm1.shift,
-                    net.hidden2.weight,
-                    net.norm2.log_scale,
-                    net.norm2.shift,
-                    net.output.weight,
-                    net.output.bias,
+                    norm.log_scale, norm.shift, net.hidden1.weight, net.norm1.log_scale, net.norm1.shift,
+                    net.hidden2.weight, net.norm2.log_scale, net.norm2.shift, net.output.weight, net.output.bias,
                 )
                 if any(id(parameter) not in flat.slots for parameter in named):
                     return None
-                if not all(bool(module.initialized) for module in (norm, net.norm1, net.norm2)):
-                    return None  # data-dependent initialisation still to come: nflows' path does it
                 covered.update(id(parameter) for parameter in named)
-                if isinstance(permute, FastReversePermutation):
-                    permutation = inverse = None
-                else:
-                    permutation = permute._permutation
-                    inverse = torch.argsort(permutation)
+
+                def scale_slice(log_scale: torch.Tensor) -> slice:
+                    start = flat.slots[id(log_scale)][0]
+                    return slice(start, start + log_scale.numel())
+
+                reverse = isinstance(permute, FastReversePermutation)
                 steps.append(
                     _FusedStep(
-                        parameters=tuple(parameter.detach() for parameter in named),
+                        shift=norm.shift.detach(),
+                        w1=net.hidden1.weight.detach(),
+                        shift1=net.norm1.shift.detach(),
+                        w2=net.hidden2.weight.detach(),
+                        shift2=net.norm2.shift.detach(),
+                        w3=net.output.weight.detach(),
+                        b3=net.output.bias.detach(),
+                        scales=(scale_slice(norm.log_scale), scale_slice(net.norm1.log_scale), scale_slice(net.norm2.log_scale)),
                         gradients=tuple(flat.view(gradient, parameter) for parameter in named),
-                        permutation=permutation,
-                        inverse_permutation=inverse,
+                        permutation=None if reverse else permute._permutation,
+                        inverse_permutation=None if reverse else torch.argsort(permute._permutation),
                         split=coupling._split,
                     )
                 )
-            levels.append(steps)
+            fused_levels.append(steps)
         if covered != set(flat.slots):
             return None  # a parameter this code would not differentiate
-        return _FusedPlan(levels=levels, gradient=gradient, log_z=float(flow._distribution._log_z))
+        return _FusedPlan(
+            levels=fused_levels,
+            weights=flat.weights.detach(),
+            gradient=gradient,
+            n_log_scales=n_log_scales,
+            n_flow_log_scales=n_flow_log_scales,
+            log_z=float(flow._distribution._log_z),
+        )
 
     @staticmethod
     def forward(ctx: Any, inputs: torch.Tensor, weights: torch.Tensor, plan: _FusedPlan) -> torch.Tensor:
+        scales = torch.exp(plan.weights[: plan.n_log_scales])  # every ActNorm scale at once
         saved: list[list[tuple[torch.Tensor, ...]]] = []
         outputs: list[torch.Tensor] = []
         hidden = inputs
-        log_det = inputs.new_zeros(())
         for index, steps in enumerate(plan.levels):
             level_saved = []
             for step in steps:
-                log_scale, shift, w1, log_scale1, shift1, w2, log_scale2, shift2, w3, b3 = step.parameters
+                scale_slice, scale1_slice, scale2_slice = step.scales
                 split = step.split
-                scale = torch.exp(log_scale)
-                normed = torch.addcmul(shift, hidden, scale)  # ActNorm
+                scale = scales[scale_slice]
+                normed = torch.addcmul(step.shift, hidden, scale)  # ActNorm
                 if step.permutation is None:
                     permuted = torch.flip(normed, (1,))
                 else:
                     permuted = normed.index_select(1, step.permutation)
                 kept = permuted[:, :split]
-                pre1 = kept.mm(w1.t())  # shift network: Linear, ActNorm, ReLU, Linear, ActNorm, ReLU, Linear
-                scale1 = torch.exp(log_scale1)
-                act1 = torch.relu(torch.addcmul(shift1, pre1, scale1))
-                pre2 = act1.mm(w2.t())
-                scale2 = torch.exp(log_scale2)
-                act2 = torch.relu(torch.addcmul(shift2, pre2, scale2))
-                coupling_shift = torch.addmm(b3, act2, w3.t())
-                log_det = log_det + log_scale.sum()
+                # shift network: Linear, ActNorm, ReLU, Linear, ActNorm, ReLU, Linear
+                pre1 = kept.mm(step.w1.t())
+                scale1 = scales[scale1_slice]
+                act1 = torch.relu(torch.addcmul(step.shift1, pre1, scale1))
+                pre2 = act1.mm(step.w2.t())
+                scale2 = scales[scale2_slice]
+                act2 = torch.relu(torch.addcmul(step.shift2, pre2, scale2))
+                # additive coupling, in place: ``permuted`` is this step's own new tensor, and
+                # ``kept`` (its other half) is what the backward pass needs of it
+                permuted[:, split:].add_(torch.addmm(step.b3, act2, step.w3.t()))
                 level_saved.append((hidden, scale, kept, pre1, scale1, act1, pre2, scale2, act2))
-                hidden = torch.cat((kept, permuted[:, split:] + coupling_shift), dim=1)  # additive coupling
+                hidden = permuted
             saved.append(level_saved)
             if index < len(plan.levels) - 1:
                 leaving, hidden = torch.chunk(hidden, 2, dim=1)  # multi-scale split
                 outputs.append(leaving)
         outputs.append(hidden)
         noise = torch.cat(outputs, dim=1) if len(outputs) > 1 else hidden
-        ctx.plan = plan
-        ctx.saved = saved
-        ctx.noise = noise
+        ctx.plan, ctx.saved, ctx.noise, ctx.scales = plan, saved, noise, scales
         ctx.widths = [part.shape[1] for part in outputs]
+        log_det = plan.weights[: plan.n_flow_log_scales].sum()  # every flow ActNorm's sum(log_scale)
         return -0.5 * noise.square().sum(dim=1) - plan.log_z + log_det
 
     @staticmethod
     def backward(ctx: Any, grad_log_prob: torch.Tensor) -> tuple[None, torch.Tensor, None]:
         plan: _FusedPlan = ctx.plan
         threshold_backward = torch.ops.aten.threshold_backward
-        # d log_prob / d noise = -noise; d log_prob / d (each ActNorm's log_scale) = 1 per row
+        # d log_prob / d noise = -noise; d log_prob / d (a flow ActNorm's log_scale) = 1 per row
         grad_noise = ctx.noise * (-grad_log_prob).unsqueeze(1)
-        grad_total = grad_log_prob.sum()
         bounds = np.cumsum([0, *ctx.widths]).tolist()
         grad_hidden = grad_noise[:, bounds[-2] : bounds[-1]]
         for index in range(len(plan.levels) - 1, -1, -1):
@@ -496,36 +553,37 @@ class FusedGlowLogProb(torch.autograd.Function):
                 grad_hidden = torch.cat((grad_noise[:, bounds[index] : bounds[index + 1]], grad_hidden), dim=1)
             for step, saved in zip(reversed(plan.levels[index]), reversed(ctx.saved[index])):
                 hidden, scale, kept, pre1, scale1, act1, pre2, scale2, act2 = saved
-                _, _, w1, _, _, w2, _, _, w3, _ = step.parameters
                 g_log_scale, g_shift, g_w1, g_log_scale1, g_shift1, g_w2, g_log_scale2, g_shift2, g_w3, g_b3 = step.gradients
                 split = step.split
-                grad_kept = grad_hidden[:, :split]
                 grad_moved = grad_hidden[:, split:]  # = the gradient of the coupling's shift
-                # the shift network, last layer first
+                # the shift network, last layer first; log-scale gradients still lack their
+                # factor ``scale``, applied below to all of them at once
                 torch.mm(grad_moved.t(), act2, out=g_w3)
                 torch.sum(grad_moved, dim=0, out=g_b3)
-                grad_pre = threshold_backward(grad_moved.mm(w3), act2, 0)
-                torch.sum(grad_pre * pre2, dim=0, out=g_log_scale2).mul_(scale2)
+                grad_pre = threshold_backward(grad_moved.mm(step.w3), act2, 0)
+                torch.sum(grad_pre * pre2, dim=0, out=g_log_scale2)
                 torch.sum(grad_pre, dim=0, out=g_shift2)
                 grad_pre = grad_pre * scale2
                 torch.mm(grad_pre.t(), act1, out=g_w2)
-                grad_pre = threshold_backward(grad_pre.mm(w2), act1, 0)
-                torch.sum(grad_pre * pre1, dim=0, out=g_log_scale1).mul_(scale1)
+                grad_pre = threshold_backward(grad_pre.mm(step.w2), act1, 0)
+                torch.sum(grad_pre * pre1, dim=0, out=g_log_scale1)
                 torch.sum(grad_pre, dim=0, out=g_shift1)
                 grad_pre = grad_pre * scale1
                 torch.mm(grad_pre.t(), kept, out=g_w1)
-                grad_kept = torch.addmm(grad_kept, grad_pre, w1)
-                # the coupling's split, the permutation, the ActNorm (whose log-determinant adds 1 per row)
-                grad_permuted = torch.cat((grad_kept, grad_moved), dim=1)
+                grad_hidden[:, :split].addmm_(grad_pre, step.w1)  # the kept half's total gradient
+                # the permutation and the ActNorm
                 if step.permutation is None:
-                    grad_normed = torch.flip(grad_permuted, (1,))
+                    grad_normed = torch.flip(grad_hidden, (1,))
                 else:
-                    grad_normed = grad_permuted.index_select(1, step.inverse_permutation)
-                torch.sum(grad_normed * hidden, dim=0, out=g_log_scale).mul_(scale).add_(grad_total)
+                    grad_normed = grad_hidden.index_select(1, step.inverse_permutation)
+                torch.sum(grad_normed * hidden, dim=0, out=g_log_scale)
                 torch.sum(grad_normed, dim=0, out=g_shift)
                 grad_hidden = grad_normed * scale
-        del ctx.saved, ctx.noise
-        return None, plan.gradient, None
+        gradient = plan.gradient
+        gradient[: plan.n_log_scales].mul_(ctx.scales)
+        gradient[: plan.n_flow_log_scales].add_(grad_log_prob.sum())
+        del ctx.saved, ctx.noise, ctx.scales
+        return None, gradient, None
 
 
 class FlowCalibrator(Calibrator):
@@ -653,7 +711,8 @@ class FlowCalibrator(Calibrator):
 
         n_steps = max(1, math.ceil(self.epochs * n_samples / self.batch_size))
         show = self.show_progress_bar if self.show_progress_bar is not None else n_steps > _PROGRESS_BAR_MIN_STEPS
-        with _flat_parameters(flow) as flat, _small_op_threads(device):
+        first = fused_parameter_order(flow) if FUSED_TRAINING else None
+        with _flat_parameters(flow, first) as flat, _small_op_threads(device):
             losses = self._train(flow, data, flat, generator, n_steps, show)
         flow.eval()
         self.flow_ = flow

@@ -65,7 +65,12 @@ class CachedEncoder:
     def __init__(self, backbone: Backbone, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.backbone = backbone
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
-        self._vectors: dict[bytes, np.ndarray] = {}
+        # Embeddings are kept as the (n, d) blocks they were computed or read in; ``_where``
+        # maps a text's digest to ``block << 32 | row``. A lookup is then a few vectorised
+        # gathers per block instead of stacking one small array per sentence.
+        self._blocks: list[np.ndarray] = []
+        self._where: dict[bytes, int] = {}
+        self._digests: dict[str, bytes] = {}  # text -> sha256, so a text is hashed once
         self._lock = threading.Lock()
         self._disk_loaded = False
         #: sentences the backbone actually encoded (each unique text counts once)
@@ -89,7 +94,30 @@ class CachedEncoder:
         return self.cache_dir / digest
 
     def __len__(self) -> int:
-        return len(self._vectors)
+        return len(self._where)
+
+    def _add_block(self, digests: list[bytes], embeddings: np.ndarray) -> None:
+        """Keep ``embeddings`` (one row per digest) for later lookups; known digests keep their row."""
+        block = len(self._blocks) << 32
+        self._blocks.append(embeddings)
+        for row, digest in enumerate(digests):
+            self._where.setdefault(digest, block | row)
+
+    def _lookup(self, digests: list[bytes]) -> np.ndarray:
+        codes = np.fromiter((self._where[digest] for digest in digests), dtype=np.int64, count=len(digests))
+        blocks, rows = codes >> 32, codes & 0xFFFFFFFF
+        width = self._blocks[int(blocks[0])].shape[1]  # (not embedding_dim: that may read the model config)
+        output = np.empty((len(digests), width), dtype=np.float32)
+        for block in np.unique(blocks):
+            where = blocks == block
+            output[where] = self._blocks[int(block)][rows[where]]
+        return output
+
+    def _digest(self, text: str) -> bytes:
+        digest = self._digests.get(text)
+        if digest is None:
+            digest = self._digests[text] = text_digest(text)
+        return digest
 
     # ------------------------------------------------------------------ disk
     def _load_disk(self) -> None:
@@ -123,8 +151,7 @@ class CachedEncoder:
             return "checksum mismatch"
         if not np.isfinite(embeddings).all():
             return "non-finite embeddings"
-        for digest, vector in zip(hashes, embeddings):
-            self._vectors[digest.tobytes()] = vector
+        self._add_block([digest.tobytes() for digest in hashes], embeddings)
         return None
 
     def _write_shard(self, digests: list[bytes], embeddings: np.ndarray) -> None:
@@ -149,24 +176,24 @@ class CachedEncoder:
     def encode(self, sentences: list[str], **encode_kwargs: Any) -> np.ndarray:
         """Pooled embeddings in input order; the backbone sees each new unique text once."""
         sentences = check_sentences(sentences)
-        digests = [text_digest(text) for text in sentences]
         with self._lock:
+            digests = [self._digest(text) for text in sentences]
             if not self._disk_loaded:
                 self._load_disk()
             new: dict[bytes, str] = {}
+            known = self._where
             for digest, text in zip(digests, sentences):
-                if digest not in self._vectors and digest not in new:
+                if digest not in known and digest not in new:
                     new[digest] = text
             if new:
                 embeddings = self.backbone.encode(list(new.values()), **encode_kwargs)
-                for digest, vector in zip(new, embeddings):
-                    self._vectors[digest] = vector
+                self._add_block(list(new), embeddings)
                 self._write_shard(list(new), embeddings)
             self.n_encoded += len(new)
             self.n_cache_hits += len(sentences) - len(new)
             if not sentences:
                 return np.empty((0, self.embedding_dim), dtype=np.float32)
-            return np.stack([self._vectors[digest] for digest in digests])
+            return self._lookup(digests)
 
 
 _SHARED: dict[tuple[Any, ...], CachedEncoder] = {}

@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_SEQ_LENGTH = 64
 #: Sentences per forward pass. Length-sorted batches of short STS sentences keep this cheap.
 DEFAULT_BATCH_SIZE = 64
+#: Sentences per tokenizer call (the ids are kept as flat arrays between calls).
+TOKENIZE_CHUNK = 4096
 #: Show a progress bar by default once an input spans more batches than this.
 PROGRESS_BAR_MIN_BATCHES = 8
 #: CPU bf16: run linear layers on oneDNN-prepacked weights with the bias fused in.
@@ -222,6 +224,18 @@ class Backbone:
         )
         return encoded["input_ids"]
 
+    def _token_arrays(self, sentences: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``(lengths, flat ids)`` of ``tokenize(sentences)`` as int64 arrays, tokenized in
+        chunks so that the tokenizer's per-sentence Python objects never exist for the whole
+        input at once (for 100k sentences they took about 400 MB; the arrays take 15 MB)."""
+        lengths_parts, ids_parts = [], []
+        for start in range(0, len(sentences), TOKENIZE_CHUNK):
+            token_ids = self.tokenize(sentences[start : start + TOKENIZE_CHUNK])
+            lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))
+            lengths_parts.append(lengths)
+            ids_parts.append(np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=int(lengths.sum())))
+        return np.concatenate(lengths_parts), np.concatenate(ids_parts)
+
     def encode(
         self,
         sentences: list[str],
@@ -234,8 +248,7 @@ class Backbone:
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
         batch_size = batch_size or self.batch_size
-        token_ids = self.tokenize(sentences)
-        lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))
+        lengths, flat_ids = self._token_arrays(sentences)
         # longest first: the largest batch runs first, so an out-of-memory error shows at once
         order = np.argsort(-lengths, kind="stable")
         n_batches = (len(sentences) + batch_size - 1) // batch_size
@@ -248,10 +261,8 @@ class Backbone:
         if pad_id is None:
             pad_id = 0
         # every id in one flat array, so a batch is padded with two vectorised gathers
-        flat_ids = np.fromiter(itertools.chain.from_iterable(token_ids), dtype=np.int64, count=int(lengths.sum()))
         starts = np.zeros(len(sentences), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-        del token_ids
         model = self.model
         dtype = autocast_dtype(self.precision)
         with torch.inference_mode(), torch.autocast(

@@ -933,8 +933,10 @@ def _job_scaling(p: dict[str, Any]) -> dict[str, Any]:
     calibrator = FlowCalibrator(show_progress_bar=False, device=p["device"])
     with _Phase() as fitting:
         calibrator.fit(embeddings)
+    n_tokens = int(backbone._token_arrays(sentences)[0].sum())  # untimed: for per-token costs
     return {
         "n_sentences": len(sentences),
+        "n_tokens": n_tokens,
         "n_unique": len(set(sentences)),
         "embeddings_mib": round(embeddings.nbytes / 2**20, 2),
         "encode": encoding.result,
@@ -1025,6 +1027,7 @@ def _section_scaling(runner: _Runner, plan: dict[str, Any]) -> dict[str, Any]:
         n = row["n_sentences"]
         encode, fit = row["encode"], row["fit"]
         row["encode_ms_per_sentence"] = round(1000 * encode["seconds"] / n, 4)
+        row["encode_us_per_token"] = round(1e6 * encode["seconds"] / row["n_tokens"], 3) if row.get("n_tokens") else None
         row["fit_ms_per_sentence"] = round(1000 * fit["seconds"] / n, 4)
         row["encode_rss_growth_mib"] = _difference(encode.get("peak_rss_mib"), encode.get("rss_before_mib"))
         row["fit_rss_growth_mib"] = _difference(fit.get("peak_rss_mib"), fit.get("rss_before_mib"))
@@ -1037,6 +1040,9 @@ def _section_scaling(runner: _Runner, plan: dict[str, Any]) -> dict[str, Any]:
             "fit_time_factor": round(last["fit"]["seconds"] / first["fit"]["seconds"], 2),
             "encode_time_per_sentence_last_over_first": round(
                 last["encode_ms_per_sentence"] / first["encode_ms_per_sentence"], 3),
+            "encode_time_per_token_last_over_first": (
+                round(last["encode_us_per_token"] / first["encode_us_per_token"], 3)
+                if last.get("encode_us_per_token") and first.get("encode_us_per_token") else None),
             "fit_time_per_sentence_last_over_first": round(last["fit_ms_per_sentence"] / first["fit_ms_per_sentence"], 3),
         }
     return section
@@ -1186,17 +1192,21 @@ def format_report(report: dict[str, Any]) -> str:
     if scaling:
         lines.append("-" * 100)
         lines.append(f"6. SCALING ({scaling['model']}: encode, then flow fit, one fresh process per size)")
-        lines.append(f"   {'sentences':>10} {'encode s':>9} {'ms/sent':>8} {'fit s':>7} {'ms/sent':>8} {'emb MiB':>8} "
-                     f"{'enc +RSS':>9} {'fit +RSS':>9} {'peak RSS':>9}")
+        lines.append(f"   {'sentences':>10} {'tokens':>9} {'encode s':>9} {'ms/sent':>8} {'us/token':>8} {'fit s':>7} "
+                     f"{'ms/sent':>8} {'emb MiB':>8} {'enc +RSS':>9} {'fit +RSS':>9} {'peak RSS':>9}")
         for row in scaling["rows"]:
-            lines.append(f"   {row['n_sentences']:>10} {row['encode']['seconds']:>9.2f} {row['encode_ms_per_sentence']:>8.3f} "
+            lines.append(f"   {row['n_sentences']:>10} {row.get('n_tokens', '-'):>9} {row['encode']['seconds']:>9.2f} "
+                         f"{row['encode_ms_per_sentence']:>8.3f} {_num3(row.get('encode_us_per_token')):>8} "
                          f"{row['fit']['seconds']:>7.2f} {row['fit_ms_per_sentence']:>8.3f} {row['embeddings_mib']:>8.1f} "
                          f"{_num(row['encode_rss_growth_mib']):>9} {_num(row['fit_rss_growth_mib']):>9} {row['peak_rss_mib']:>9.0f}")
         if "growth" in scaling:
             growth = scaling["growth"]
             lines.append(f"   {growth['size_factor']:.0f}x the sentences: encode x{growth['encode_time_factor']}, fit "
                          f"x{growth['fit_time_factor']} (per-sentence cost last/first: encode "
-                         f"{growth['encode_time_per_sentence_last_over_first']}, fit {growth['fit_time_per_sentence_last_over_first']})")
+                         f"{growth['encode_time_per_sentence_last_over_first']} (per token "
+                         f"{growth.get('encode_time_per_token_last_over_first')}), fit "
+                         f"{growth['fit_time_per_sentence_last_over_first']})")
+            lines.append("   (the largest sizes repeat sentences with a ' (k)' suffix, so their sentences have more tokens)")
     memory = report.get("memory")
     if memory:
         lines.append("-" * 100)
@@ -1209,6 +1219,10 @@ def format_report(report: dict[str, Any]) -> str:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
+
+
+def _num3(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 if __name__ == "__main__":

@@ -103,6 +103,7 @@ def test_mteb_evaluate_on_mtebs_mock_sts_task(minilm_path: Path, tmp_path: Path)
     from mteb.mocks.mock_tasks.sts import MockSTSTask
 
     task = MockSTSTask()
+    clear_shared_encoders()  # an earlier test may have loaded the shared MiniLM backbone
     model = mteb.get_model("flow_plugin/minilm-l6-sn")
     assert isinstance(model, FlowPluginModel) and not model.encoder.backbone.is_loaded  # weights load lazily
     with pytest.raises(TaskCorpusError, match="not in MTEB's registry: call model.prepare_task"):

@@ -262,16 +262,13 @@ def scan_results(folder: str | os.PathLike[str]) -> list[ResultLocation]:
     return found
 
 
-def _run_settings(folder: Path) -> dict[str, dict[str, Any]]:
-    """task -> the last ``versions`` record of MTEB's run_settings.jsonl in ``folder``."""
-    path = folder / "run_settings.jsonl"
-    if not path.is_file():
-        return {}
-    versions: dict[str, dict[str, Any]] = {}
+def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) for every non-blank line of a JSON-lines file; errors name
+    the file and the line."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as error:
-        raise DataFolderError(f"{path}: cannot read run_settings.jsonl: {error}") from None
+        raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -279,6 +276,16 @@ def _run_settings(folder: Path) -> dict[str, dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise DataFolderError(f"{path}: line {number} is not valid JSON: {error}") from None
+        yield number, record
+
+
+def _run_settings(folder: Path) -> dict[str, dict[str, Any]]:
+    """task -> the last ``versions`` record of MTEB's run_settings.jsonl in ``folder``."""
+    path = folder / "run_settings.jsonl"
+    if not path.is_file():
+        return {}
+    versions: dict[str, dict[str, Any]] = {}
+    for _, record in _json_lines(path, "run_settings.jsonl"):
         if not isinstance(record, dict) or not isinstance(record.get("task"), str):
             continue
         found = record.get("version", record.get("versions"))  # MTEB 2 writes "version"
@@ -372,18 +379,8 @@ def _run_key(model: str, revision: str, experiment: str | None, task: str, date:
 def read_run_records(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataFolderError(f"{path}: cannot read run records: {error}") from None
     records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataFolderError(f"{path}: line {number} is not valid JSON: {error}") from None
+    for number, record in _json_lines(path, "run records"):
         if not isinstance(record, dict) or record.get("format") != RUNS_FORMAT:
             raise DataFolderError(f"{path}: line {number} is not a {RUNS_FORMAT} record")
         records.append(record)

@@ -26,7 +26,9 @@ def test_each_unique_sentence_is_encoded_once(tiny_bert_dir: Path) -> None:
     assert encoder.n_encoded == 4 and encoder.n_cache_hits == 1 + 4
     np.testing.assert_array_equal(second[:4], first[::-1])
     np.testing.assert_array_equal(first[0], first[2])
-    np.testing.assert_allclose(first, encoder.backbone.encode(SENTENCES), atol=1e-6)
+    # another batch composition: float32 GEMM blocking may differ by rounding (measured <= 1e-6 of the scale)
+    direct = encoder.backbone.encode(SENTENCES)
+    np.testing.assert_allclose(first, direct, rtol=0, atol=2e-5 * np.abs(direct).max())
 
 
 def test_disk_cache_is_reused_without_loading_weights(tiny_bert_dir: Path, tmp_path: Path) -> None:
@@ -72,7 +74,7 @@ def test_corrupt_or_mismatched_shard_is_recomputed(
     with caplog.at_level(logging.WARNING, logger="flow_plugin.cache"):
         result = reader.encode(SENTENCES)
     assert reader.n_encoded == 3  # recomputed, not trusted
-    np.testing.assert_allclose(result, expected, atol=1e-6)
+    np.testing.assert_allclose(result, expected, rtol=0, atol=2e-5 * np.abs(expected).max())
     assert "ignored and removed" in caplog.text and shard.name in caplog.text
     assert not shard.exists()
 

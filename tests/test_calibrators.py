@@ -131,8 +131,11 @@ def test_flow_raises_heldout_likelihood_over_untrained_flow(
 def test_flow_latent_is_much_closer_to_isotropic_than_input(heldout: np.ndarray, fitted_flow: FlowCalibrator) -> None:
     Z = fitted_flow.transform(heldout)
     assert Z.shape == heldout.shape
+    # Thresholds are relative to the input's own scale. Measured over 12 fits (data seeds 0 and 10 x
+    # flow seeds 1234, 1..5): covariance gap ratio 0.0049-0.0051 (limit 0.05: 10x margin); latent mean
+    # over input mean 0.017-0.043 (limit 0.1: 2.3x margin). An identity map would give 1.0 for both.
     assert covariance_gap(Z) < 0.05 * covariance_gap(heldout)
-    assert np.abs(Z.mean(axis=0)).max() < 0.5 < np.abs(heldout.mean(axis=0)).max()
+    assert np.abs(Z.mean(axis=0)).max() < 0.1 * np.abs(heldout.mean(axis=0)).max()
 
 
 def test_flow_is_invertible(heldout: np.ndarray, fitted_flow: FlowCalibrator) -> None:

@@ -11,11 +11,11 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Backbone": "flow_plugin.encoder",
-    "Pooling": "flow_plugin.pooling",
-    "parse_pooling": "flow_plugin.pooling",
-    "CachedEncoder": "flow_plugin.cache",
-    "shared_encoder": "flow_plugin.cache",
+    "Backbone": "flow_plugin.encoding.backbone",
+    "Pooling": "flow_plugin.encoding.pooling",
+    "parse_pooling": "flow_plugin.encoding.pooling",
+    "CachedEncoder": "flow_plugin.encoding.cache",
+    "shared_encoder": "flow_plugin.encoding.cache",
     "Calibrator": "flow_plugin.calibration",
     "FlowCalibrator": "flow_plugin.calibration",
     "Identity": "flow_plugin.calibration",

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, InputTypeError
+from flow_plugin.errors import InputError, InputTypeError
 
 
 def check_sentences(sentences: Iterable[Any], *, name: str = "sentences") -> list[str]:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from flow_plugin.bench import run_bench
-from flow_plugin.cache import clear_shared_encoders
-from flow_plugin.cli import main as cli_main
-from flow_plugin.registry import VARIANT_SUFFIXES
+from flow_plugin.cli.bench import run_bench
+from flow_plugin.encoding.cache import clear_shared_encoders
+from flow_plugin.cli.main import main as cli_main
+from flow_plugin.catalog.registry import VARIANT_SUFFIXES
 
 BACKBONE = "minilm-l6"
 TASK = "SentEvalSTS13"
@@ -71,7 +71,7 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
     env = {key: value for key, value in os.environ.items() if key != "FLOW_PLUGIN_CACHE_DIR"}
     env["HF_HUB_OFFLINE"] = "1"
     with open(tmp_path / "killed.log", "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "flow_plugin.cli", *arguments], stdout=log,
+        process = subprocess.Popen([sys.executable, "-m", "flow_plugin.cli.main", *arguments], stdout=log,
                                    stderr=subprocess.STDOUT, env=env, cwd=REPO)
         deadline = time.monotonic() + 900
         while not finished(output) and process.poll() is None and time.monotonic() < deadline:

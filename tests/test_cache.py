@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flow_plugin.cache import CachedEncoder, clear_shared_encoders, shared_encoder
-from flow_plugin.encoder import Backbone
+from flow_plugin.encoding.cache import CachedEncoder, clear_shared_encoders, shared_encoder
+from flow_plugin.encoding.backbone import Backbone
 
 SENTENCES = ["the man plays guitar .", "a dog runs in the park", "the man plays guitar .", "rain today"]
 
@@ -71,7 +71,7 @@ def test_corrupt_or_mismatched_shard_is_recomputed(
         shard = next(foreign.key_folder.glob("shard-*.npz")).rename(writer.key_folder / "shard-foreign.npz")
 
     reader = make_encoder(tiny_bert_dir, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="flow_plugin.cache"):
+    with caplog.at_level(logging.WARNING, logger="flow_plugin.encoding.cache"):
         result = reader.encode(SENTENCES)
     assert reader.n_encoded == 3  # recomputed, not trusted
     np.testing.assert_allclose(result, expected, rtol=0, atol=2e-5 * np.abs(expected).max())

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from flow_plugin.encoder import Backbone
+from flow_plugin.encoding.backbone import Backbone
 from flow_plugin.errors import InputError, InputTypeError
-from flow_plugin.pooling import parse_pooling
+from flow_plugin.encoding.pooling import parse_pooling
 
 SENTENCES = [
     "A man is playing a guitar.",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from flow_plugin import leaderboard as lb
-from flow_plugin.cli import main as cli_main
+from flow_plugin.cli import leaderboard as lb
+from flow_plugin.cli.main import main as cli_main
 from flow_plugin.errors import DataFolderError
 
 RAW = "flow_plugin/minilm-l6"
@@ -33,7 +33,7 @@ def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, mi
     from mteb.cache import ResultCache
     from mteb.mocks.mock_tasks.sts import MockSTSTask
 
-    from flow_plugin.eval_command import evaluate_models
+    from flow_plugin.cli.evaluate import evaluate_models
 
     sts = tmp_path_factory.mktemp("sts-results")
     evaluate_models([RAW, WHITEN], senteval_dir, [TASK], sts)
@@ -73,7 +73,7 @@ def markdown_tables(text: str) -> dict[str, list[list[str]]]:
 
 # ------------------------------------------------------------------ reading real results
 def test_offline_task_list_matches_the_tasks_module() -> None:
-    from flow_plugin.mteb_tasks import TASK_NAMES
+    from flow_plugin.integrations.mteb.tasks import TASK_NAMES
 
     assert lb.OFFLINE_TASKS == TASK_NAMES
 
@@ -331,7 +331,7 @@ def test_cli_writes_three_files_and_prints_the_schema(result_dirs: dict[str, Pat
 
 def test_modules_import_nothing_heavy() -> None:
     code = (
-        "import sys, flow_plugin.leaderboard, flow_plugin.bench\n"
+        "import sys, flow_plugin.cli.leaderboard, flow_plugin.cli.bench\n"
         "heavy = [m for m in ('torch', 'mteb', 'transformers', 'matplotlib', 'numpy') if m in sys.modules]\n"
         "print(heavy)\n"
     )

@@ -15,12 +15,12 @@ import mteb
 import numpy as np
 import pytest
 
-from flow_plugin.cache import clear_shared_encoders
+from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.errors import DataFolderError, InputError
-from flow_plugin.mteb_model import FlowPluginModel, TaskCorpusError
-from flow_plugin.mteb_tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
-from flow_plugin.registry import VARIANT_SUFFIXES
-from flow_plugin.senteval_data import task_sentences
+from flow_plugin.integrations.mteb.model import FlowPluginModel, TaskCorpusError
+from flow_plugin.integrations.mteb.tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
+from flow_plugin.catalog.registry import VARIANT_SUFFIXES
+from flow_plugin.data.senteval import task_sentences
 
 REPO = Path(__file__).resolve().parents[1]
 MINILM_VARIANTS = [f"flow_plugin/minilm-l6{suffix}" for suffix in VARIANT_SUFFIXES.values()]
@@ -49,7 +49,9 @@ def test_startup_hook_is_installed_and_imports_nothing_heavy() -> None:
     )
     assert result.returncode == 0, result.stderr
     heavy, ours = eval(result.stdout.strip())  # noqa: S307 -- our own repr
-    assert heavy == [] and ours == ["flow_plugin", "flow_plugin.mteb_hook"]
+    assert heavy == [] and ours == [
+        "flow_plugin", "flow_plugin.integrations", "flow_plugin.integrations.mteb", "flow_plugin.integrations.mteb.hook"
+    ]
 
 
 def test_model_meta_without_weights_and_hook_can_be_turned_off() -> None:
@@ -68,7 +70,7 @@ def test_model_meta_without_weights_and_hook_can_be_turned_off() -> None:
     ]
     off = run_python(code, env={"FLOW_PLUGIN_DISABLE_MTEB_HOOK": "1"})
     assert off.returncode != 0 and "not found in MTEB registry" in off.stderr
-    manual = run_python("import mteb, flow_plugin.mteb_hook as h; h.register(); print(mteb.get_model_meta('flow_plugin/minilm-l6').name)",
+    manual = run_python("import mteb, flow_plugin.integrations.mteb.hook as h; h.register(); print(mteb.get_model_meta('flow_plugin/minilm-l6').name)",
                         env={"FLOW_PLUGIN_DISABLE_MTEB_HOOK": "1"})
     assert manual.returncode == 0 and manual.stdout.strip() == "flow_plugin/minilm-l6", manual.stderr
 
@@ -193,11 +195,11 @@ def test_fit_is_logged(minilm_path: Path, caplog: pytest.LogCaptureFixture) -> N
     from mteb.mocks.mock_tasks.sts import MockSTSTask
 
     model = mteb.get_model("flow_plugin/minilm-l6-whiten", fit_corpus="inputs")
-    with caplog.at_level(logging.INFO, logger="flow_plugin.mteb_model"):
+    with caplog.at_level(logging.INFO, logger="flow_plugin.integrations.mteb.model"):
         with pytest.raises(InputError, match="Whitening needs at least 385 samples"):
             mteb.evaluate(model, MockSTSTask(), cache=None, co2_tracker=False)
     model = mteb.get_model("flow_plugin/minilm-l6-natsv", fit_corpus="inputs", calibrator_params={"n_components": 1})
-    with caplog.at_level(logging.INFO, logger="flow_plugin.mteb_model"):
+    with caplog.at_level(logging.INFO, logger="flow_plugin.integrations.mteb.model"):
         mteb.evaluate(model, MockSTSTask(), cache=None, co2_tracker=False)
     assert "fitted natsv for MockSTSTask/default on 2 sentences (2 unique) from inputs" in caplog.text
 
@@ -239,7 +241,7 @@ def test_real_mteb_run_cli_offline(senteval_dir: Path, minilm_path: Path, tmp_pa
 
 
 def test_flow_plugin_eval_cli(senteval_dir: Path, minilm_path: Path, tmp_path: Path) -> None:
-    from flow_plugin.cli import main
+    from flow_plugin.cli.main import main
 
     code = main(["eval", "-m", "flow_plugin/minilm-l6-natsv", "--data", str(senteval_dir), "-t", "SentEvalSTS13",
                  "--output-folder", str(tmp_path)])

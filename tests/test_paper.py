@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flow_plugin.cache import CACHE_DIR_ENV, clear_shared_encoders
-from flow_plugin.cli import main
+from flow_plugin.encoding.cache import CACHE_DIR_ENV, clear_shared_encoders
+from flow_plugin.cli.main import main
 from flow_plugin.evaluation import lexical_similarity_correlations
-from flow_plugin.senteval_data import load_qnli_dev, load_split
+from flow_plugin.data.senteval import load_qnli_dev, load_split
 
 MAX_PAIRS = 250
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from flow_plugin import perf
+from benchmarks import perf
 from flow_plugin.calibration import flow as flow_module
 from flow_plugin.calibration.flow import FlatAdamW, FlowCalibrator, FusedGlowLogProb
 
@@ -129,7 +129,7 @@ def test_flow_thread_setting_must_be_an_integer(monkeypatch: pytest.MonkeyPatch)
 def test_low_precision_weight_store_is_bit_identical_to_autocast(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoModel
 
-    from flow_plugin import encoder as encoder_module
+    from flow_plugin.encoding import backbone as encoder_module
 
     monkeypatch.setattr(encoder_module, "ONEDNN_PACKED_LINEARS", False)
     backbone = encoder_module.Backbone(tiny_bert_dir, pooling="last-avg", precision="bf16").load()
@@ -151,7 +151,7 @@ def test_low_precision_weight_store_is_bit_identical_to_autocast(tiny_bert_dir: 
 
 
 def test_packed_bf16_linears_match_plain_ones(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from flow_plugin import encoder as encoder_module
+    from flow_plugin.encoding import backbone as encoder_module
 
     sentences = ["the man plays the guitar in the park", "a dog runs", "rain today", "the woman eats food"]
     monkeypatch.setattr(encoder_module, "ONEDNN_PACKED_LINEARS", False)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from flow_plugin.errors import RegistryError
-from flow_plugin.registry import (
+from flow_plugin.catalog.registry import (
     VARIANT_SUFFIXES,
     get_backbone,
     load_registry,

@@ -24,8 +24,8 @@ import pytest
 from flow_plugin.calibration import FlowCalibrator, Identity, Whitening
 from flow_plugin.errors import InputError, InputTypeError, NotFittedError, RegistryError
 from flow_plugin.evaluation import paired_cosine, spearman
-from flow_plugin.registry import parse_model_name
-from flow_plugin.senteval import (
+from flow_plugin.catalog.registry import parse_model_name
+from flow_plugin.integrations.senteval import (
     NotPreparedError,
     SentEvalAdapter,
     adapter_from_params,
@@ -225,7 +225,7 @@ def test_tokens_to_sentence() -> None:
 
 
 def test_importing_the_adapter_imports_neither_senteval_nor_torch() -> None:
-    code = ("import sys, flow_plugin.senteval, flow_plugin.paper; "
+    code = ("import sys, flow_plugin.integrations.senteval, flow_plugin.cli.paper; "
             "print(sorted(m for m in ('senteval', 'torch', 'mteb', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,4 +1,4 @@
-"""Tests of flow_plugin.senteval_data: on the real shared data, and on tiny folders built here."""
+"""Tests of flow_plugin.data.senteval: on the real shared data, and on tiny folders built here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from flow_plugin.errors import DataFolderError, InputError
-from flow_plugin.senteval_data import (
+from flow_plugin.data.senteval import (
     EXPECTED_TEST_PAIRS,
     SENTEVAL_STS_TASKS,
     SENTEVAL_TASKS,

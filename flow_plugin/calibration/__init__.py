@@ -9,10 +9,10 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from ..errors import RegistryError
-from .base import CALIBRATOR_CLASSES, Calibrator
-from .flow import FlowCalibrator
-from .linear import NATSV, Identity, StandardNormalization, StandardNormalizationNATSV, Whitening
+from flow_plugin.errors import RegistryError
+from flow_plugin.calibration.base import CALIBRATOR_CLASSES, Calibrator
+from flow_plugin.calibration.flow import FlowCalibrator
+from flow_plugin.calibration.linear import NATSV, Identity, StandardNormalization, StandardNormalizationNATSV, Whitening
 
 #: Short names in the order tables list them.
 CALIBRATOR_NAMES: tuple[str, ...] = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")

@@ -20,9 +20,9 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from .._io import atomic_write_bytes
-from .._validation import check_embeddings
-from ..errors import CalibratorFileError, InputError, NotFittedError
+from flow_plugin._io import atomic_write_bytes
+from flow_plugin._validation import check_embeddings
+from flow_plugin.errors import CalibratorFileError, InputError, NotFittedError
 
 FILE_FORMAT = "flow-plugin-calibrator"
 FILE_VERSION = 1

@@ -36,10 +36,10 @@ from nflows.transforms.permutations import Permutation, RandomPermutation, Rever
 from torch import nn
 from tqdm.auto import tqdm
 
-from .._validation import check_embeddings
-from ..device import resolve_device
-from ..errors import InputError
-from .base import Calibrator
+from flow_plugin._validation import check_embeddings
+from flow_plugin.encoding.device import resolve_device
+from flow_plugin.errors import InputError
+from flow_plugin.calibration.base import Calibrator
 
 logger = logging.getLogger(__name__)
 

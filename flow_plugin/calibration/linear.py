@@ -18,8 +18,8 @@ import logging
 
 import numpy as np
 
-from ..errors import InputError
-from .base import Calibrator
+from flow_plugin.errors import InputError
+from flow_plugin.calibration.base import Calibrator
 
 logger = logging.getLogger(__name__)
 

@@ -92,7 +92,7 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
 
 def record_run(output: Path, path: Path, hardware: dict[str, Any], settings: dict[str, Any]) -> None:
     """One ``flow-plugin-runs.jsonl`` line for the result file just written."""
-    from .leaderboard import append_run_records, scan_results
+    from flow_plugin.cli.leaderboard import append_run_records, scan_results
 
     location = next((loc for loc in scan_results(output) if loc.path == path), None)
     if location is None:  # pragma: no cover -- MTEB always writes model_meta.json with results

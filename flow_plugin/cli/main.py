@@ -12,15 +12,14 @@ import importlib
 import logging
 import sys
 
-from .errors import FlowPluginError
+from flow_plugin.errors import FlowPluginError
 
 #: verb -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "eval": ("flow_plugin.eval_command", "evaluate registry models on the offline SentEval-format STS tasks (MTEB result JSON)"),
-    "paper": ("flow_plugin.paper", "run every evaluation of the BERT-flow paper (STS all/wmean, QNLI AUC, lexical, isotropy)"),
-    "bench": ("flow_plugin.bench", "run all six variants of a backbone over the 7 STS sets and update its leaderboard"),
-    "leaderboard": ("flow_plugin.leaderboard", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
-    "perf": ("flow_plugin.perf", "benchmark speed and memory (ratios measured in one run)"),
+    "eval": ("flow_plugin.cli.evaluate", "evaluate registry models on the offline SentEval-format STS tasks (MTEB result JSON)"),
+    "paper": ("flow_plugin.cli.paper", "run every evaluation of the BERT-flow paper (STS all/wmean, QNLI AUC, lexical, isotropy)"),
+    "bench": ("flow_plugin.cli.bench", "run all six variants of a backbone over the 7 STS sets and update its leaderboard"),
+    "leaderboard": ("flow_plugin.cli.leaderboard", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
 }
 
 

@@ -10,9 +10,9 @@ import logging
 import os
 from typing import Any
 
-from .cache import CachedEncoder, shared_encoder
-from .calibration import Calibrator, make_calibrator
-from .registry import ModelVariant, parse_model_name
+from flow_plugin.encoding.cache import CachedEncoder, shared_encoder
+from flow_plugin.calibration import Calibrator, make_calibrator
+from flow_plugin.catalog.registry import ModelVariant, parse_model_name
 
 logger = logging.getLogger(__name__)
 

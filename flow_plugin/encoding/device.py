@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import InputError
+from flow_plugin.errors import InputError
 
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

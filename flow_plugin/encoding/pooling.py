@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import InputError, InputTypeError
+from flow_plugin.errors import InputError, InputTypeError
 
 #: Named strategies and the ``hidden_states`` indices they average.
 NAMED_LAYER_POOLINGS: dict[str, tuple[int, ...]] = {

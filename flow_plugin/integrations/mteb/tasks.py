@@ -1,7 +1,7 @@
 """Offline MTEB STS tasks over a SentEval data folder.
 
 The seven sets BERT-flow reports, read from the files SentEval reads (see
-:mod:`flow_plugin.senteval_data`), as MTEB ``AbsTaskSTS`` tasks:
+:mod:`flow_plugin.data.senteval`), as MTEB ``AbsTaskSTS`` tasks:
 
     SentEvalSTS12 .. SentEvalSTS16, SentEvalSTSBenchmark, SentEvalSICKR
 
@@ -31,10 +31,10 @@ from datasets import Dataset, DatasetDict
 from mteb.abstasks.sts import AbsTaskSTS
 from mteb.abstasks.task_metadata import TaskMetadata
 
-from .errors import DataFolderError
-from .evaluation import evaluate_sts
-from .senteval_data import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
-from .task_names import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
+from flow_plugin.errors import DataFolderError
+from flow_plugin.evaluation import evaluate_sts
+from flow_plugin.data.senteval import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
+from flow_plugin.catalog.tasks import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
 
 DATA_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
 _SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}
@@ -246,7 +246,7 @@ TASK_CLASSES: tuple[type[SentEvalSTSTask], ...] = (
 TASK_NAMES: tuple[str, ...] = tuple(cls.metadata.name for cls in TASK_CLASSES)
 assert TASK_NAMES == OFFLINE_TASKS and all(
     OFFLINE_TASKS_BY_SENTEVAL_NAME[cls.senteval_task] == cls.metadata.name for cls in TASK_CLASSES
-), "flow_plugin.task_names and the task classes disagree"
+), "flow_plugin.catalog.tasks and the task classes disagree"
 
 
 def get_offline_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> SentEvalSTSTask:

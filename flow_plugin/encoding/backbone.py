@@ -6,7 +6,7 @@ freezes it, and turns sentences into pooled float32 embeddings:
 - sentences are tokenized once, sorted by length and batched, so each batch is padded
   only to its own longest sentence; results come back in input order;
 - the forward pass runs under ``torch.inference_mode()`` with the chosen autocast
-  precision (see :mod:`flow_plugin.device`); for bf16/fp16 the weights of the linear layers
+  precision (see :mod:`flow_plugin.encoding.device`); for bf16/fp16 the weights of the linear layers
   are stored in that dtype once at load (autocast would otherwise re-cast them on every
   batch), and on a CPU in bf16 they also run through oneDNN with prepacked weights;
 - weights load lazily, on the first call that needs them, so building a Backbone (or a
@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ._validation import check_sentences
-from .device import autocast_dtype, resolve_device, resolve_precision
-from .errors import InputError
-from .pooling import Pooling, parse_pooling
+from flow_plugin._validation import check_sentences
+from flow_plugin.encoding.device import autocast_dtype, resolve_device, resolve_precision
+from flow_plugin.errors import InputError
+from flow_plugin.encoding.pooling import Pooling, parse_pooling
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Backbone:
         Hub revision (branch, tag or commit); ignored for local folders.
     pooling:
         ``"cls"``, ``"last-avg"``, ``"last2avg"``, ``"first-last-avg"`` or a list of
-        ``hidden_states`` indices (see :mod:`flow_plugin.pooling`).
+        ``hidden_states`` indices (see :mod:`flow_plugin.encoding.pooling`).
     max_seq_length:
         Word pieces kept per sentence (the paper uses 64).
     batch_size:

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._io import atomic_write_bytes, atomic_write_text
-from .errors import DataFolderError, LeaderboardConflictError, LeaderboardError
-from .task_names import OFFLINE_TASKS
+from flow_plugin._io import atomic_write_bytes, atomic_write_text
+from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
+from flow_plugin.catalog.tasks import OFFLINE_TASKS
 
 logger = logging.getLogger(__name__)
 
@@ -416,10 +416,10 @@ def describe_model(model: str, experiment_kwargs: dict[str, Any], meta: dict[str
     kwargs = dict(experiment_kwargs or {})
     overrides = kwargs.get("calibrator_params") if isinstance(kwargs.get("calibrator_params"), dict) else {}
     if model.startswith(_NAMESPACE):
-        from .errors import RegistryError
+        from flow_plugin.errors import RegistryError
 
         try:
-            from .registry import parse_model_name
+            from flow_plugin.catalog.registry import parse_model_name
 
             variant = parse_model_name(model)
         except RegistryError:
@@ -487,7 +487,7 @@ class MergeReport:
 
 
 def empty_leaderboard(name: str, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
-    from . import __version__
+    from flow_plugin import __version__
 
     return {
         "format": FORMAT,
@@ -912,7 +912,7 @@ def update_leaderboard(
         else:
             board = empty_leaderboard(name or json_file.stem)
         report = merge_results(board, folders, replace=replace, models=models, tasks=tasks, tolerance=tolerance)
-        from . import __version__
+        from flow_plugin import __version__
 
         board["generated_by"] = f"flow-plugin {__version__}"
         paths = write_leaderboard(board, json_file)

@@ -10,7 +10,7 @@ from typing import Any
 
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
-from .registry import BackboneSpec, ModelVariant, default_registry
+from flow_plugin.catalog.registry import BackboneSpec, ModelVariant, default_registry
 
 BERT_FLOW_CITATION = r"""@inproceedings{li2020bertflow,
   title = {On the Sentence Embeddings from Pre-trained Language Models},
@@ -23,7 +23,7 @@ BERT_FLOW_CITATION = r"""@inproceedings{li2020bertflow,
 
 def load_model(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:
     """MTEB loader (imports the adapter only when a model is really loaded)."""
-    from .mteb_model import FlowPluginModel
+    from flow_plugin.integrations.mteb.model import FlowPluginModel
 
     return FlowPluginModel(model_name, revision, **kwargs)
 
@@ -65,6 +65,6 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
 
 def all_model_metas(registry: dict[str, BackboneSpec] | None = None) -> list[ModelMeta]:
     registry = registry if registry is not None else default_registry()
-    from .registry import VARIANT_SUFFIXES
+    from flow_plugin.catalog.registry import VARIANT_SUFFIXES
 
     return [model_meta(ModelVariant(spec, method)) for spec in registry.values() for method in VARIANT_SUFFIXES]

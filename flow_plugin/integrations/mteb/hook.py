@@ -32,14 +32,14 @@ DISABLE_ENV = "FLOW_PLUGIN_DISABLE_MTEB_HOOK"
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
-logger = logging.getLogger("flow_plugin.mteb_hook")
+logger = logging.getLogger("flow_plugin.integrations.mteb.hook")
 _registered: set[str] = set()
 
 
 def register_models(module: ModuleType | None = None) -> list[str]:
     """Add every registry model's ``ModelMeta`` to MTEB's ``MODEL_REGISTRY``; return the names."""
     module = module or sys.modules.get(MODELS_MODULE) or __import__(MODELS_MODULE, fromlist=["MODEL_REGISTRY"])
-    from .mteb_meta import all_model_metas
+    from flow_plugin.integrations.mteb.meta import all_model_metas
 
     registry = module.MODEL_REGISTRY
     names = []
@@ -53,7 +53,7 @@ def register_models(module: ModuleType | None = None) -> list[str]:
 def register_tasks(module: ModuleType | None = None) -> list[str]:
     """Add the offline STS tasks to MTEB's task registry; return their names."""
     module = module or sys.modules.get(TASKS_MODULE) or __import__(TASKS_MODULE, fromlist=["_TASKS_REGISTRY"])
-    from .mteb_tasks import DATA_ENV, TASK_CLASSES
+    from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
 
     for cls in TASK_CLASSES:
         module._TASKS_REGISTRY[cls.metadata.name] = cls

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RegistryError
-from .local_weights import KINDS as LOCAL_WEIGHT_KINDS
-from .local_weights import LocalWeights
-from .pooling import parse_pooling
+from flow_plugin.errors import RegistryError
+from flow_plugin.catalog.local_weights import KINDS as LOCAL_WEIGHT_KINDS
+from flow_plugin.catalog.local_weights import LocalWeights
+from flow_plugin.encoding.pooling import parse_pooling
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -134,7 +134,7 @@ class ModelVariant:
 # ---------------------------------------------------------------------------- loading
 def _checkout_registry() -> Path | None:
     """``registry/`` of a source checkout (editable install), if this package lives in one."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     pyproject = root / "pyproject.toml"
     folder = root / "registry"
     if folder.is_dir() and pyproject.is_file() and 'name = "flow-plugin"' in pyproject.read_text(encoding="utf-8"):
@@ -144,7 +144,7 @@ def _checkout_registry() -> Path | None:
 
 def registry_dirs() -> list[Path]:
     """The folders read, in order."""
-    built_in = _checkout_registry() or Path(__file__).resolve().parent / "_bundled_registry"
+    built_in = _checkout_registry() or Path(__file__).resolve().parents[1] / "_bundled_registry"
     folders = [built_in]
     for entry in os.environ.get(REGISTRY_ENV, "").split(os.pathsep):
         if entry.strip():

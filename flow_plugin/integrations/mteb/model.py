@@ -4,7 +4,7 @@ MTEB has no fit hook and calls ``encode()`` once for sentence1 and once for sent
 of each split. So the first ``encode()`` of a (task, subset) gathers that task's unlabeled
 sentences, fits a fresh calibrator on them, and every later call of the same (task,
 subset) reuses that fit. Which sentences are used is the ``fit_corpus`` policy (see
-:mod:`flow_plugin.fit_corpus`); the log says which one and how many sentences it saw.
+:mod:`flow_plugin.data.fit_corpus`); the log says which one and how many sentences it saw.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 
-from ._validation import check_sentences
-from .calibration import Calibrator, Identity
-from .errors import DataFolderError, FlowPluginError
-from .fit_corpus import FitCorpus, read_sentence_file
-from .variant import build_calibrator, build_encoder, resolve
+from flow_plugin._validation import check_sentences
+from flow_plugin.calibration import Calibrator, Identity
+from flow_plugin.errors import DataFolderError, FlowPluginError
+from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
+from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class FlowPluginModel(AbsEncoder):
     fit_corpus:
         ``"target"`` (default), ``"inputs"``, or a path to a text file with one sentence per line.
     device, precision, batch_size:
-        Backbone settings (see :class:`flow_plugin.encoder.Backbone`).
+        Backbone settings (see :class:`flow_plugin.encoding.backbone.Backbone`).
     cache_dir:
         Folder of the on-disk embedding cache (default ``$FLOW_PLUGIN_CACHE_DIR``, else memory only).
     calibrator_params:
@@ -140,7 +140,7 @@ class FlowPluginModel(AbsEncoder):
     def _target_sentences(self, task_name: str, hf_subset: str) -> tuple[list[str], str]:
         if (task_name, hf_subset) in self._task_corpora:
             return self._task_corpora[(task_name, hf_subset)], "sentences given with set_task_corpus/prepare_task"
-        from .mteb_tasks import loaded_task
+        from flow_plugin.integrations.mteb.tasks import loaded_task
 
         offline = loaded_task(task_name)
         if offline is not None:

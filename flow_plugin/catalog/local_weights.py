@@ -24,7 +24,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RegistryError
+from flow_plugin.errors import RegistryError
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Embedding cache: each sentence goes through a backbone once per process (and, with a
 cache folder, once ever), whatever number of calibrators reads it.
 
-``CachedEncoder`` wraps a :class:`~flow_plugin.encoder.Backbone`. It deduplicates its
+``CachedEncoder`` wraps a :class:`~flow_plugin.encoding.backbone.Backbone`. It deduplicates its
 input, serves known sentences from memory, and encodes only the new ones. With a
 ``cache_dir`` it also keeps them on disk:
 
@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from ._io import atomic_write_bytes, atomic_write_json
-from ._validation import check_sentences
-from .encoder import Backbone
+from flow_plugin._io import atomic_write_bytes, atomic_write_json
+from flow_plugin._validation import check_sentences
+from flow_plugin.encoding.backbone import Backbone
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ batches of token lists, expecting a 2-D numpy array with one row per sentence, i
 Here ``prepare`` fits a *fresh* calibrator on the task's sentences, tokens joined by single
 spaces: the BERT-flow paper's "target" setting (unlabelled sentences of the evaluated
 dataset, never its scores). ``batcher`` encodes with the process-wide cached backbone
-(:func:`flow_plugin.variant.build_encoder`: each unique sentence goes through the backbone
+(:func:`flow_plugin.catalog.variants.build_encoder`: each unique sentence goes through the backbone
 once, whatever the number of variants or tasks) and applies that calibrator.
 
 The model is named in ``params["flow_plugin"]``: a registry model name, a dict of
@@ -22,7 +22,7 @@ or an adapter object. Then the module-level :func:`prepare` and :func:`batcher` 
 callbacks::
 
     import senteval
-    from flow_plugin import senteval as flow_senteval
+    from flow_plugin.integrations import senteval as flow_senteval
 
     params = {"task_path": "data/senteval", "usepytorch": True, "kfold": 10, "batch_size": 128,
               "flow_plugin": "flow_plugin/minilm-l6-flow"}
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, InputTypeError, NotFittedError
+from flow_plugin.errors import InputError, InputTypeError, NotFittedError
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class SentEvalAdapter:
         ``CachedEncoder``, and a calibrator method (``"flow"``, ``"whiten"``, ...) or an
         unfitted ``Calibrator`` whose clone is fitted in each ``prepare``.
     device, precision, batch_size, cache_dir, show_progress_bar:
-        Backbone settings (see :class:`flow_plugin.encoder.Backbone`).
+        Backbone settings (see :class:`flow_plugin.encoding.backbone.Backbone`).
     calibrator_params:
         Hyper-parameters overriding the registry's (with a method name only).
     """
@@ -129,10 +129,10 @@ class SentEvalAdapter:
         calibrator_params: dict[str, Any] | None = None,
         show_progress_bar: bool | None = None,
     ) -> None:
-        from .cache import CachedEncoder
-        from .calibration import Calibrator
-        from .registry import VARIANT_SUFFIXES, BackboneSpec, ModelVariant, get_backbone
-        from .variant import build_calibrator, build_encoder, resolve
+        from flow_plugin.encoding.cache import CachedEncoder
+        from flow_plugin.calibration import Calibrator
+        from flow_plugin.catalog.registry import VARIANT_SUFFIXES, BackboneSpec, ModelVariant, get_backbone
+        from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
 
         if (model is None) == (backbone is None):
             raise InputError("give either a model name, or a backbone and a calibrator, not both or neither")
@@ -163,7 +163,7 @@ class SentEvalAdapter:
                 self._template = build_calibrator(ModelVariant(spec, method), device=device_name,
                                                   **(calibrator_params or {}))
             else:
-                from .calibration import make_calibrator
+                from flow_plugin.calibration import make_calibrator
 
                 params = dict(calibrator_params or {})
                 if method == "flow":

@@ -51,12 +51,12 @@ def evaluate_models(
     import mteb
     from mteb.cache import ResultCache
 
-    from .mteb_hook import register
-    from .result_files import hardware_info, quarantine_truncated_results, record_run, result_files
-    from .mteb_tasks import TASK_NAMES, get_offline_task
-    from .senteval_data import resolve_senteval_root
+    from flow_plugin.integrations.mteb.hook import register
+    from flow_plugin.integrations.mteb.results import hardware_info, quarantine_truncated_results, record_run, result_files
+    from flow_plugin.integrations.mteb.tasks import TASK_NAMES, get_offline_task
+    from flow_plugin.data.senteval import resolve_senteval_root
 
-    from .registry import parse_model_name
+    from flow_plugin.catalog.registry import parse_model_name
 
     register()  # idempotent; makes this work with the start-up hook turned off too
     for model_name in models:  # our registry's error (with close names), not MTEB's hub fallback
@@ -64,7 +64,7 @@ def evaluate_models(
     root = resolve_senteval_root(data)
     unknown = [name for name in tasks or () if name not in TASK_NAMES]
     if unknown:
-        from .errors import RegistryError
+        from flow_plugin.errors import RegistryError
 
         raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASK_NAMES)}")
     task_names = list(tasks or TASK_NAMES)
@@ -99,7 +99,7 @@ def evaluate_models(
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.cache_dir is not None:  # where embeddings are kept does not change results: not a model kwarg
-        from .cache import CACHE_DIR_ENV
+        from flow_plugin.encoding.cache import CACHE_DIR_ENV
 
         os.environ[CACHE_DIR_ENV] = str(args.cache_dir)
     kwargs: dict[str, Any] = {}

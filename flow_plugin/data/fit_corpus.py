@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DataFolderError, InputError
+from flow_plugin.errors import DataFolderError, InputError
 
 TARGET = "target"
 INPUTS = "inputs"

@@ -7,7 +7,7 @@ runs ``flow_plugin/<backbone>[-sn|-natsv|-sn-natsv|-whiten|-flow]`` on SentEvalS
 SentEvalSTSBenchmark and SentEvalSICKR (task by task, all six variants of a task in turn),
 through :func:`flow_plugin.eval_command.evaluate_models`, so the results are MTEB's
 standard result JSON under ``<output-folder>/results/``. Then it merges them into
-``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.leaderboard`).
+``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.cli.leaderboard`).
 
 Nothing is computed twice:
 
@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import RegistryError
-from .result_files import hardware_info, quarantine_truncated_results, result_files
+from flow_plugin.errors import RegistryError
+from flow_plugin.integrations.mteb.results import hardware_info, quarantine_truncated_results, result_files
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class BenchReport:
     n_cache_hits: int = 0
     wall_seconds: float = 0.0
     quarantined: list[Path] = field(default_factory=list)
-    leaderboard: Any = None  # flow_plugin.leaderboard.LeaderboardUpdate, when updated
+    leaderboard: Any = None  # flow_plugin.cli.leaderboard.LeaderboardUpdate, when updated
 
     def with_status(self, status: str) -> list[TaskOutcome]:
         return [outcome for outcome in self.outcomes if outcome.status == status]
@@ -114,7 +114,7 @@ def _environment(**values: str) -> Iterator[None]:
 
 def default_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
     """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR``, else ``<output_folder>/embedding-cache``."""
-    from .cache import CACHE_DIR_ENV
+    from flow_plugin.encoding.cache import CACHE_DIR_ENV
 
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
@@ -148,9 +148,9 @@ def run_bench(
     the leaderboard then gets what finished. Interrupting (Ctrl-C) loses only the task
     being computed.
     """
-    from .leaderboard import OFFLINE_TASKS
-    from .registry import VARIANT_SUFFIXES, get_backbone
-    from .senteval_data import resolve_senteval_root
+    from flow_plugin.cli.leaderboard import OFFLINE_TASKS
+    from flow_plugin.catalog.registry import VARIANT_SUFFIXES, get_backbone
+    from flow_plugin.data.senteval import resolve_senteval_root
 
     started = time.perf_counter()
     spec = get_backbone(backbone)
@@ -170,7 +170,7 @@ def run_bench(
     cache_folder = default_cache_dir(output, cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
 
-    from .cache import CACHE_DIR_ENV
+    from flow_plugin.encoding.cache import CACHE_DIR_ENV
 
     with _environment(**{CACHE_DIR_ENV: str(cache_folder)}):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -180,7 +180,7 @@ def run_bench(
     if leaderboard is not None:
         have_results = any(outcome.status != "failed" for outcome in report.outcomes)
         if have_results:
-            from .leaderboard import update_leaderboard
+            from flow_plugin.cli.leaderboard import update_leaderboard
 
             report.leaderboard = update_leaderboard([output], leaderboard, replace=replace, models=models,
                                                     tasks=task_names)
@@ -192,8 +192,8 @@ def run_bench(
 
 def _run_tasks(report: BenchReport, data_root: Path, *, device: str | None, precision: str, batch_size: int | None,
                overwrite: bool, fail_fast: bool, progress: Callable[[str], None]) -> None:
-    from .eval_command import evaluate_models
-    from .variant import build_encoder, resolve
+    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.catalog.variants import build_encoder, resolve
 
     output = report.output_folder
     model_kwargs: dict[str, Any] = {}
@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     for outcome in report.failed:
         print(f"  FAILED {outcome.model} × {outcome.task}: {outcome.error}")
     if report.leaderboard is not None:
-        from .leaderboard import print_update
+        from flow_plugin.cli.leaderboard import print_update
 
         print_update(report.leaderboard)
     if report.failed:

@@ -137,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- inputs
 def resolve_model(model: str, calibrators: list[str] | None = None) -> tuple[Any, list[str]]:
     """(backbone spec, calibrators to run, raw first) for a backbone or model name."""
-    from .calibration import CALIBRATOR_NAMES
-    from .errors import RegistryError
-    from .registry import NAMESPACE, default_registry, parse_model_name
+    from flow_plugin.calibration import CALIBRATOR_NAMES
+    from flow_plugin.errors import RegistryError
+    from flow_plugin.catalog.registry import NAMESPACE, default_registry, parse_model_name
 
     registry = default_registry()
     short = model.removeprefix(f"{NAMESPACE}/")
@@ -159,7 +159,7 @@ def resolve_model(model: str, calibrators: list[str] | None = None) -> tuple[Any
 
 def resolve_data(data: Path, glue: Path | None) -> tuple[Path, Path | None, str | None]:
     """(SentEval root, GLUE folder or None, why QNLI has no data)."""
-    from .senteval_data import resolve_senteval_root
+    from flow_plugin.data.senteval import resolve_senteval_root
 
     data = Path(data).expanduser()
     if (data / "senteval" / "downstream").is_dir():
@@ -210,8 +210,8 @@ class _PaperRun:
 
     def __init__(self, spec: Any, calibrators: list[str], *, device: str | None, precision: str,
                  batch_size: int | None, cache_dir: Path | None, max_pairs: int | None) -> None:
-        from .registry import ModelVariant
-        from .variant import build_calibrator, build_encoder
+        from flow_plugin.catalog.registry import ModelVariant
+        from flow_plugin.catalog.variants import build_calibrator, build_encoder
 
         self.spec = spec
         self.calibrators = calibrators
@@ -249,13 +249,13 @@ class _PaperRun:
         return dataclasses.replace(pairs, **changes)
 
     def sts_split(self, root: Path, task: str, split: str) -> list[Any]:
-        from .senteval_data import load_split
+        from flow_plugin.data.senteval import load_split
 
         return [self.limit(pairs) for pairs in load_split(root, task, split)]
 
     def target_corpus(self, root: Path, task: str) -> list[str]:
         """Every sentence of every split of ``task`` (scored pairs; duplicates kept)."""
-        from .senteval_data import available_splits, task_sentences
+        from flow_plugin.data.senteval import available_splits, task_sentences
 
         if self.max_pairs is None:
             return task_sentences(root, task)
@@ -272,7 +272,7 @@ class _PaperRun:
         A calibrator whose fit raises a flow-plugin error (say, too few sentences for whitening)
         is left out of the returned dict and recorded in ``errors``; the others go on.
         """
-        from .errors import FlowPluginError
+        from flow_plugin.errors import FlowPluginError
 
         start = time.perf_counter()
         embeddings = self.encode(sentences)
@@ -331,13 +331,13 @@ class _PaperRun:
 
 
 def _cosines(calibrator: Any, left: Any, right: Any) -> Any:
-    from .evaluation import paired_cosine
+    from flow_plugin.evaluation import paired_cosine
 
     return paired_cosine(calibrator.transform(left), calibrator.transform(right))
 
 
 def _section_sts(state: _PaperRun, root: Path, tasks: list[str], progress: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    from .evaluation import evaluate_sts
+    from flow_plugin.evaluation import evaluate_sts
 
     results: dict[str, Any] = {}
     stsb_fitted: dict[str, Any] = {}
@@ -368,8 +368,8 @@ def _section_sts(state: _PaperRun, root: Path, tasks: list[str], progress: Any) 
 
 
 def _section_qnli(state: _PaperRun, glue: Path, progress: Any) -> dict[str, Any]:
-    from .evaluation import roc_auc
-    from .senteval_data import load_qnli_dev
+    from flow_plugin.evaluation import roc_auc
+    from flow_plugin.data.senteval import load_qnli_dev
 
     progress.set_postfix_str("QNLI")
     start = time.perf_counter()
@@ -393,7 +393,7 @@ def _section_qnli(state: _PaperRun, glue: Path, progress: Any) -> dict[str, Any]
 
 
 def _section_lexical(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], progress: Any) -> dict[str, Any]:
-    from .evaluation import lexical_similarity_correlations
+    from flow_plugin.evaluation import lexical_similarity_correlations
 
     progress.set_postfix_str("lexical")
     start = time.perf_counter()
@@ -411,8 +411,8 @@ def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any],
                       progress: Any) -> dict[str, Any]:
     import numpy as np
 
-    from .calibration import CALIBRATOR_CLASSES
-    from .evaluation import isotropy_report, plot_spectra
+    from flow_plugin.calibration import CALIBRATOR_CLASSES
+    from flow_plugin.evaluation import isotropy_report, plot_spectra
 
     progress.set_postfix_str("isotropy")
     start = time.perf_counter()
@@ -463,9 +463,9 @@ def run_paper(
     """Run the paper's evaluations; write ``<out>/paper.json`` and the PNGs; return the report."""
     from tqdm.auto import tqdm
 
-    from ._io import atomic_write_json
-    from .errors import DataFolderError, InputError
-    from .senteval_data import SENTEVAL_TASKS, canonical_task, load_split
+    from flow_plugin._io import atomic_write_json
+    from flow_plugin.errors import DataFolderError, InputError
+    from flow_plugin.data.senteval import SENTEVAL_TASKS, canonical_task, load_split
 
     wall_start = time.perf_counter()
     unknown_sections = [name for name in skip if name not in SECTIONS]

@@ -32,7 +32,7 @@ Every measurement that reports memory runs in a fresh subprocess and reads its p
 result is printed as a table and written (atomically) as JSON with the machine described.
 ``--quick`` runs every section on small inputs (a functional check, not a benchmark).
 
-Also runnable as ``python -m flow_plugin.perf``.
+Also runnable as ``python -m benchmarks.perf``.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ TARGETS: dict[str, Any] = {
     "fit_over_encode_max": 0.25,
     "six_over_one_max": 1.3,
 }
+#: the folder that holds ``benchmarks/`` (workers run ``python -m benchmarks.perf`` from there)
+REPO_ROOT = Path(__file__).resolve().parents[1]
 _WORKER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 _QUICK = {
     "sentences": 384,
@@ -120,18 +122,18 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flow_plugin.perf", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.perf", description=__doc__.splitlines()[0])
     configure_parser(parser)
     args = parser.parse_args(argv)
     if argv is not None:
-        args.command_line = ["python", "-m", "flow_plugin.perf", *argv]
+        args.command_line = ["python", "-m", "benchmarks.perf", *argv]
     return run(args)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.worker:
         return _worker_main(args)
-    from ._io import atomic_write_json
+    from flow_plugin._io import atomic_write_json
 
     plan = _plan(args)
     started = time.time()
@@ -177,7 +179,7 @@ def _command_line() -> list[str]:
     """How this run was started, for the report."""
     if sys.argv[1:2] == ["perf"]:
         return ["flow-plugin", "perf", *sys.argv[2:]]
-    return ["python", "-m", "flow_plugin.perf", *sys.argv[1:]]
+    return ["python", "-m", "benchmarks.perf", *sys.argv[1:]]
 
 
 def _say(message: str) -> None:
@@ -262,7 +264,7 @@ def describe_machine(threads: int | None = None) -> dict[str, Any]:
     """CPU, cores, threads, bf16/AMX flags, library versions and GPU of this machine."""
     import torch
 
-    from .device import cpu_has_native_bf16, resolve_precision
+    from flow_plugin.encoding.device import cpu_has_native_bf16, resolve_precision
 
     model, flags = _cpu_info()
     physical = None
@@ -303,7 +305,7 @@ def describe_machine(threads: int | None = None) -> dict[str, Any]:
 
 # =========================================================================== workers
 class _Runner:
-    """Runs one job in a fresh ``python -m flow_plugin.perf --worker`` process."""
+    """Runs one job in a fresh ``python -m benchmarks.perf --worker`` process."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
@@ -323,13 +325,15 @@ class _Runner:
         input_path.write_text(json.dumps(params, default=str), encoding="utf-8")
         child_env = {**os.environ, **_WORKER_ENV, **(env or {})}
         child_env.pop("FLOW_PLUGIN_CACHE_DIR", None)  # an empty, memory-only embedding cache in every worker
-        command = [sys.executable, "-m", "flow_plugin.perf", "--worker", job,
+        # the workers import this module as ``benchmarks.perf``: the repository root must be importable
+        child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), child_env.get("PYTHONPATH")]))
+        command = [sys.executable, "-m", "benchmarks.perf", "--worker", job,
                    "--worker-input", str(input_path), "--worker-output", str(output_path)]
         started = time.perf_counter()
         with open(log_path, "wb") as log:
             try:
                 completed = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=child_env,
-                                           timeout=self.timeout, check=False)
+                                           cwd=REPO_ROOT, timeout=self.timeout, check=False)
                 code = completed.returncode
             except subprocess.TimeoutExpired:
                 code = "timeout"
@@ -344,7 +348,7 @@ class _Runner:
 
 
 def _worker_main(args: argparse.Namespace) -> int:
-    from ._io import atomic_write_json
+    from flow_plugin._io import atomic_write_json
 
     params = json.loads(Path(args.worker_input).read_text(encoding="utf-8"))
     jobs = {
@@ -416,7 +420,7 @@ class _Phase:
 
 # --------------------------------------------------------------------------- sentences
 def _sentence_set(root: str, name: str, limit: int | None) -> list[str]:
-    from .senteval_data import SENTEVAL_TASKS, load_eval_subsets
+    from flow_plugin.data.senteval import SENTEVAL_TASKS, load_eval_subsets
 
     if name == "stsb-test":
         pairs = load_eval_subsets(root, "STSBenchmark")[0]
@@ -437,7 +441,7 @@ def _model_location(spec: str) -> tuple[str, str]:
     """(folder or hub id, pooling) of a registry backbone name or a local model folder."""
     if Path(spec).is_dir():
         return spec, "last-avg"
-    from .registry import get_backbone
+    from flow_plugin.catalog.registry import get_backbone
 
     backbone = get_backbone(spec)
     return backbone.weights_location()[0], backbone.pooling
@@ -601,9 +605,9 @@ def _job_encode(p: dict[str, Any]) -> dict[str, Any]:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from .encoder import Backbone
-    from .evaluation.sts import paired_cosine, spearman
-    from .senteval_data import load_eval_subsets
+    from flow_plugin.encoding.backbone import Backbone
+    from flow_plugin.evaluation.sts import paired_cosine, spearman
+    from flow_plugin.data.senteval import load_eval_subsets
 
     location, pooling = _model_location(p["model"])
     devices = ["cpu"] if p["device"] == "cpu" else [p["device"]]
@@ -739,7 +743,7 @@ def _job_encode_memory(p: dict[str, Any]) -> dict[str, Any]:
             def encode(part: list[str]) -> Any:
                 return model.encode(part, batch_size=p["batch_size"], convert_to_numpy=True, show_progress_bar=False)
         else:
-            from .encoder import Backbone
+            from flow_plugin.encoding.backbone import Backbone
 
             backbone = Backbone(location, pooling=pooling, max_seq_length=p["max_length"], batch_size=p["batch_size"],
                                 device=p["device"], precision="auto", show_progress_bar=False).load()
@@ -756,10 +760,10 @@ def _job_encode_memory(p: dict[str, Any]) -> dict[str, Any]:
 def _job_flow(p: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    from .cache import CachedEncoder
-    from .calibration.flow import FlowCalibrator
-    from .encoder import Backbone
-    from .senteval_data import task_sentences
+    from flow_plugin.encoding.cache import CachedEncoder
+    from flow_plugin.calibration.flow import FlowCalibrator
+    from flow_plugin.encoding.backbone import Backbone
+    from flow_plugin.data.senteval import task_sentences
 
     location, pooling = _model_location(p["model"])
     sentences = task_sentences(p["data"], p["task"])
@@ -896,7 +900,7 @@ def reference_flow_fit(X: Any, *, seed: int = 1234, device: str = "cpu") -> dict
 
 # --------------------------------------------------------------------------- job: variants
 def _job_variants(p: dict[str, Any]) -> dict[str, Any]:
-    from .eval_command import evaluate_models
+    from flow_plugin.cli.evaluate import evaluate_models
 
     with tempfile.TemporaryDirectory(prefix="flow-plugin-perf-variants-") as folder, _Phase() as phase:
         results = evaluate_models(p["models"], Path(p["data"]), p.get("tasks"), Path(folder),
@@ -909,7 +913,7 @@ def _job_variants(p: dict[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- job: scaling
 def _scaling_sentences(root: str, n: int) -> list[str]:
-    from .senteval_data import SENTEVAL_TASKS, task_sentences
+    from flow_plugin.data.senteval import SENTEVAL_TASKS, task_sentences
 
     pool: dict[str, None] = {}
     for task in SENTEVAL_TASKS:
@@ -920,8 +924,8 @@ def _scaling_sentences(root: str, n: int) -> list[str]:
 
 
 def _job_scaling(p: dict[str, Any]) -> dict[str, Any]:
-    from .calibration.flow import FlowCalibrator
-    from .encoder import Backbone
+    from flow_plugin.calibration.flow import FlowCalibrator
+    from flow_plugin.encoding.backbone import Backbone
 
     location, pooling = _model_location(p["model"])
     sentences = _scaling_sentences(p["data"], p["n"])
@@ -997,7 +1001,7 @@ def _section_flow(runner: _Runner, plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def _section_variants(runner: _Runner, plan: dict[str, Any]) -> dict[str, Any]:
-    from .registry import get_backbone
+    from flow_plugin.catalog.registry import get_backbone
 
     spec = get_backbone(plan["main_model"])
     six = spec.model_names

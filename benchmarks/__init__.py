@@ -1,0 +1,1 @@
+"""Speed and memory benchmarks, outside the installed package (run from the repository root)."""

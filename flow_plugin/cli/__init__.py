@@ -1,0 +1,11 @@
+"""The ``flow-plugin`` command line: one module per verb (``evaluate``, ``bench``, ``paper``,
+``leaderboard``), wired together in :mod:`flow_plugin.cli.main`."""
+
+from __future__ import annotations
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``flow-plugin`` script."""
+    from flow_plugin.cli.main import main as run_main
+
+    return run_main(argv)

@@ -1,0 +1,1 @@
+"""Data: SentEval-format evaluation files and the corpora calibrators are fitted on."""

@@ -1,0 +1,1 @@
+"""Thin adapters from the library to evaluation frameworks (MTEB, SentEval)."""

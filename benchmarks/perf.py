@@ -238,21 +238,6 @@ def _data_root(path: Path | None) -> Path:
 
 
 # =========================================================================== the machine
-def _cpu_info() -> tuple[str, set[str]]:
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return model, flags
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and value.strip():
-            model = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return model, flags
-
-
 def _load_average() -> list[float] | None:
     try:
         return [round(value, 2) for value in os.getloadavg()]
@@ -261,12 +246,14 @@ def _load_average() -> list[float] | None:
 
 
 def describe_machine(threads: int | None = None) -> dict[str, Any]:
-    """CPU, cores, threads, bf16/AMX flags, library versions and GPU of this machine."""
+    """flow-plugin's machine description (:func:`flow_plugin._machine.describe_machine`) plus what
+    a benchmark also wants: physical cores, memory, library versions, GPUs and the load."""
     import torch
 
-    from flow_plugin.encoding.device import cpu_has_native_bf16, resolve_precision
+    from flow_plugin._machine import cpu_has_native_bf16
+    from flow_plugin._machine import describe_machine as base_description
+    from flow_plugin.encoding.device import resolve_precision
 
-    model, flags = _cpu_info()
     physical = None
     total_memory = None
     try:
@@ -285,18 +272,20 @@ def describe_machine(threads: int | None = None) -> dict[str, Any]:
     gpu = "none"
     if torch.cuda.is_available():
         gpu = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    base = base_description()
     return {
-        "cpu_model": model,
-        "cpu_flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8", "avx512_fp16"}),
+        "cpu_model": base["cpu"],
+        "cpu_flags": base["cpu_flags"],
+        "bf16_kernels": base["bf16_kernels"],
         "native_bf16": cpu_has_native_bf16(),
-        "logical_cores": os.cpu_count(),
+        "logical_cores": base["cpu_cores"],
         "physical_cores": physical,
         "memory_gib": total_memory,
-        "torch_threads": threads or torch.get_num_threads(),
+        "torch_threads": threads or base["torch_threads"],
         "auto_precision_cpu": resolve_precision("auto", torch.device("cpu")),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": torch.__version__,
+        "python": base["python"],
+        "platform": base["platform"],
+        "torch": base["torch"],
         **versions,
         "gpu": gpu,
         "load_average_start": _load_average(),

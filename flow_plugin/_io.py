@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from flow_plugin.errors import DataFolderError
 
 
 def _default_file_mode() -> int:
@@ -44,3 +47,21 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, ensure_ascii=False) + "\n")
+
+
+def read_json_lines(path: str | os.PathLike[str], what: str) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) for every non-blank line of a JSON-lines file; errors name
+    the file and the line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataFolderError(f"{path}: line {number} is not valid JSON: {error}") from None
+        yield number, record

@@ -32,6 +32,17 @@ _HEADER_KEY = "__header__"
 CALIBRATOR_CLASSES: dict[str, type[Calibrator]] = {}
 
 CalibratorT = TypeVar("CalibratorT", bound="Calibrator")
+#: methods whose class lives in a module imported only when needed (torch, nflows)
+_LAZY_MODULES = {"flow": "flow_plugin.calibration.flow"}
+
+
+def calibrator_class(method: str) -> type[Calibrator] | None:
+    """The class of a calibrator method (importing the flow's module on first use), or ``None``."""
+    if method not in CALIBRATOR_CLASSES and method in _LAZY_MODULES:
+        import importlib
+
+        importlib.import_module(_LAZY_MODULES[method])
+    return CALIBRATOR_CLASSES.get(method)
 
 
 class Calibrator:
@@ -191,14 +202,15 @@ class Calibrator:
             raise CalibratorFileError(
                 f"{os.fspath(path)!r} holds a {method!r} calibrator, not {cls.method!r} ({cls.__name__})"
             )
-        if method not in CALIBRATOR_CLASSES:
+        method_class = calibrator_class(method) if isinstance(method, str) else None
+        if method_class is None:
             raise CalibratorFileError(f"{os.fspath(path)!r} holds unknown calibrator method {method!r}")
         if n_features is not None and header["n_features_in"] != n_features:
             raise CalibratorFileError(
                 f"{os.fspath(path)!r} was fitted on {header['n_features_in']}-dimensional embeddings, "
                 f"but {n_features}-dimensional ones were expected"
             )
-        calibrator = CALIBRATOR_CLASSES[method](**header["params"])
+        calibrator = method_class(**header["params"])
         calibrator.n_features_in_ = int(header["n_features_in"])
         calibrator.n_samples_fit_ = int(header["n_samples_fit"])
         try:

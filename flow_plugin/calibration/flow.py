@@ -37,7 +37,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from flow_plugin._validation import check_embeddings
-from flow_plugin.encoding.device import resolve_device
+from flow_plugin._machine import resolve_device
 from flow_plugin.errors import InputError
 from flow_plugin.calibration.base import Calibrator
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.errors import RegistryError
-from flow_plugin.integrations.mteb.results import hardware_info, quarantine_truncated_results, result_files
+from flow_plugin.integrations.mteb.results import quarantine_truncated_results, result_files
 
 logger = logging.getLogger(__name__)
 

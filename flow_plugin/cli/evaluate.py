@@ -52,7 +52,8 @@ def evaluate_models(
     from mteb.cache import ResultCache
 
     from flow_plugin.integrations.mteb.hook import register
-    from flow_plugin.integrations.mteb.results import hardware_info, quarantine_truncated_results, record_run, result_files
+    from flow_plugin._machine import describe_machine
+    from flow_plugin.integrations.mteb.results import quarantine_truncated_results, record_run, result_files
     from flow_plugin.integrations.mteb.tasks import TASK_NAMES, get_offline_task
     from flow_plugin.data.senteval import resolve_senteval_root
 
@@ -87,7 +88,7 @@ def evaluate_models(
             )
         )
         backbone = model.encoder.backbone
-        hardware = hardware_info(backbone.device, backbone.precision)
+        hardware = describe_machine(backbone.device, backbone.precision)
         settings = {"batch_size": batch_size or 64, "command": command}
         for task in task_names:
             for path, stamp in result_files(output, model_name, task).items():

@@ -31,9 +31,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flow_plugin._io import atomic_write_bytes, atomic_write_text
+from flow_plugin._io import atomic_write_bytes, atomic_write_text, read_json_lines
 from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.integrations.mteb.results import (
+    _read_json,
+    ResultLocation,
+    results_root,
+    scan_results,
+    row_id,
+    read_run_records,
+    RUNS_FILE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +51,6 @@ FORMAT_VERSION = 1
 #: Two scores of the same model and task are "the same" when they differ by at most this
 #: many points: 1e-4 points = 1e-6 on MTEB's 0-1 scale, one unit of the last decimal it stores.
 DEFAULT_TOLERANCE = 1e-4
-#: Sidecar of an output folder (next to ``results/``): one JSON line per computed task
-#: result, with the hardware it ran on (written by ``flow-plugin bench``).
-RUNS_FILE = "flow-plugin-runs.jsonl"
-RUNS_FORMAT = "flow-plugin-runs"
-EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded with kwargs
 _CALIBRATOR_ORDER = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
 _NAMESPACE = "flow_plugin/"
 _DECIMALS = 4  # points with 4 decimals = MTEB's 6 decimals on the 0-1 scale
@@ -154,129 +158,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
-    if not text.strip():
-        raise DataFolderError(f"{path}: {what} is empty (an interrupted write?)")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DataFolderError(f"{path}: {what} is not valid JSON: {error}") from None
-
-
 def task_sort_key(task: str) -> tuple[int, str]:
     return (OFFLINE_TASKS.index(task), "") if task in OFFLINE_TASKS else (len(OFFLINE_TASKS), task)
 
 
-def experiment_name(kwargs: dict[str, Any] | None) -> str | None:
-    """A readable, stable name for loader kwargs (MTEB names its experiment folders itself)."""
-    if not kwargs:
-        return None
-    return ",".join(f"{key}={json.dumps(kwargs[key], sort_keys=True)}" for key in sorted(kwargs))
-
-
 # ------------------------------------------------------------------------- result files
-@dataclass(frozen=True)
-class ResultLocation:
-    """One task result file and the model identity its folder gives it."""
-
-    path: Path
-    model: str
-    revision: str
-    experiment: str | None
-    experiment_kwargs: dict[str, Any]
-    model_meta: dict[str, Any]
-    task: str  # the file's stem; the file's own task_name must match it
-
-    @property
-    def row_id(self) -> str:
-        return row_id(self.model, self.revision, self.experiment)
-
-
-def row_id(model: str, revision: str, experiment: str | None) -> str:
-    return f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
-
-
-def results_root(folder: str | os.PathLike[str]) -> Path:
-    """``<folder>/results`` when it exists (an MTEB output folder), else ``<folder>`` itself."""
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        raise DataFolderError(f"result folder {folder} does not exist")
-    return folder / "results" if (folder / "results").is_dir() else folder
-
-
-def _is_revision_folder(folder: Path) -> bool:
-    # what MTEB (>= 1.12) writes next to every result: model_meta.json (and run_settings.jsonl)
-    return (folder / "model_meta.json").is_file() or (folder / "run_settings.jsonl").is_file()
-
-
-def _model_identity(revision_folder: Path, experiment_folder: Path | None) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
-    """(model name, revision, experiment kwargs, model_meta) of a result folder."""
-    meta_folder = experiment_folder or revision_folder
-    meta_path = meta_folder / "model_meta.json"
-    meta: dict[str, Any] = {}
-    if meta_path.is_file():
-        meta = _read_json(meta_path, "model_meta.json")
-        if not isinstance(meta, dict):
-            raise DataFolderError(f"{meta_path}: model_meta.json must hold a JSON object, got {type(meta).__name__}")
-        for key in ("name", "revision"):
-            if meta.get(key) is not None and not isinstance(meta[key], str):
-                raise DataFolderError(f"{meta_path}: key {key!r} must be a string, got {meta[key]!r}")
-        kwargs = meta.get("experiment_kwargs") or {}
-        if not isinstance(kwargs, dict):
-            raise DataFolderError(f"{meta_path}: 'experiment_kwargs' must be an object or null, got {kwargs!r}")
-    elif experiment_folder is not None:
-        raise DataFolderError(f"{meta_path}: missing; an experiment folder needs it to say which kwargs were used")
-    model = meta.get("name") or revision_folder.parent.name.replace("__", "/")
-    revision = meta.get("revision") or revision_folder.name
-    return model, revision, dict(meta.get("experiment_kwargs") or {}), meta
-
-
-def scan_results(folder: str | os.PathLike[str]) -> list[ResultLocation]:
-    """Every task result file under an MTEB output or results folder (not yet parsed).
-
-    A ``<model>/<revision>`` folder counts when it holds ``model_meta.json`` or
-    ``run_settings.jsonl`` (what MTEB writes with every result), so unrelated JSON files
-    (an embedding cache, say) are ignored.
-    """
-    root = results_root(folder)
-    found: list[ResultLocation] = []
-    for revision_folder in sorted(p for p in root.glob("*/*") if p.is_dir()):
-        candidates: list[tuple[Path, Path | None]] = []
-        if _is_revision_folder(revision_folder):
-            candidates.append((revision_folder, None))
-        experiments = revision_folder / EXPERIMENTS_FOLDER
-        if experiments.is_dir():
-            candidates.extend((folder, folder) for folder in sorted(experiments.iterdir()) if folder.is_dir())
-        for results_folder, experiment_folder in candidates:
-            files = sorted(p for p in results_folder.glob("*.json") if p.name != "model_meta.json")
-            if not files:
-                continue
-            model, revision, kwargs, meta = _model_identity(revision_folder, experiment_folder)
-            experiment = experiment_folder.name if experiment_folder is not None else experiment_name(kwargs)
-            for path in files:
-                found.append(ResultLocation(path, model, revision, experiment, kwargs, meta, path.stem))
-    return found
-
-
-def _json_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed value) for every non-blank line of a JSON-lines file; errors name
-    the file and the line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataFolderError(f"{path}: line {number} is not valid JSON: {error}") from None
-        yield number, record
 
 
 def _run_settings(folder: Path) -> dict[str, dict[str, Any]]:
@@ -285,7 +171,7 @@ def _run_settings(folder: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
     versions: dict[str, dict[str, Any]] = {}
-    for _, record in _json_lines(path, "run_settings.jsonl"):
+    for _, record in read_json_lines(path, "run_settings.jsonl"):
         if not isinstance(record, dict) or not isinstance(record.get("task"), str):
             continue
         found = record.get("version", record.get("versions"))  # MTEB 2 writes "version"
@@ -368,35 +254,10 @@ def read_result(location: ResultLocation) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------- run records (hardware)
-def runs_file_for(output_folder: str | os.PathLike[str]) -> Path:
-    return Path(output_folder).expanduser() / RUNS_FILE
 
 
 def _run_key(model: str, revision: str, experiment: str | None, task: str, date: float | None) -> tuple[Any, ...]:
     return (model, revision, experiment, task, None if date is None else round(float(date), 3))
-
-
-def read_run_records(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    records = []
-    for number, record in _json_lines(path, "run records"):
-        if not isinstance(record, dict) or record.get("format") != RUNS_FORMAT:
-            raise DataFolderError(f"{path}: line {number} is not a {RUNS_FORMAT} record")
-        records.append(record)
-    return records
-
-
-def append_run_records(output_folder: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> Path:
-    """Add records (model, revision, experiment, task, result_date, hardware, ...) to the
-    output folder's ``flow-plugin-runs.jsonl``, atomically (the old lines are kept)."""
-    path = runs_file_for(output_folder)
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if old and not old.endswith("\n"):
-        old += "\n"
-    new = "".join(json.dumps({"format": RUNS_FORMAT, **record}, sort_keys=True) + "\n" for record in records)
-    atomic_write_text(path, old + new)
-    return path
 
 
 def _hardware_index(folders: Iterable[Path]) -> dict[tuple[Any, ...], dict[str, Any]]:

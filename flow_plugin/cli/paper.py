@@ -29,7 +29,6 @@ import argparse
 import datetime
 import logging
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -174,34 +173,6 @@ def resolve_data(data: Path, glue: Path | None) -> tuple[Path, Path | None, str 
         f"QNLI skipped: no glue/QNLI/dev.tsv under {data}; pass --glue DIR (the folder containing QNLI/dev.tsv) "
         "or --data with the shared data folder that holds both senteval/ and glue/"
     )
-
-
-def machine_info() -> dict[str, Any]:
-    import torch
-    import transformers
-
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info: dict[str, Any] = {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.is_available(),
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
 # ---------------------------------------------------------------------------- the run
@@ -411,7 +382,7 @@ def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any],
                       progress: Any) -> dict[str, Any]:
     import numpy as np
 
-    from flow_plugin.calibration import CALIBRATOR_CLASSES
+    from flow_plugin.calibration import calibrator_class
     from flow_plugin.evaluation import isotropy_report, plot_spectra
 
     progress.set_postfix_str("isotropy")
@@ -427,7 +398,7 @@ def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any],
         unit = isotropy_report(calibrated / np.maximum(norms, np.finfo(np.float64).tiny))
         reports[name]["unit_rows"] = {key: unit[key] for key in
                                       ("isotropy_score", "effective_rank", "top_k_variance_share", "mean_random_cosine")}
-    labels = {name: CALIBRATOR_CLASSES[name].label or name for name in fitted}
+    labels = {name: calibrator_class(name).label or name for name in fitted}
     spectra = {labels[name]: report["singular_values"] for name, report in reports.items()}
     title = f"{state.spec.name}: singular values, STS-B test ({len(sentences)} sentences)"
     plots = [plot_spectra(spectra, out / "spectra.png", title=title)]
@@ -557,7 +528,9 @@ def run_paper(
     report["encoder"] = state.encoder_report()
     state.timings["total"] = time.perf_counter() - wall_start
     report["timings_seconds"] = {key: round(value, 3) for key, value in state.timings.items()}
-    report["machine"] = machine_info()
+    from flow_plugin._machine import describe_machine
+
+    report["machine"] = describe_machine(state.encoder.backbone.device, state.encoder.backbone.precision)
     path = atomic_write_json(out / RESULT_FILE, report)
     report["result_file"] = str(path)
     return report

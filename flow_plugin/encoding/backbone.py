@@ -29,7 +29,8 @@ import torch
 from tqdm.auto import tqdm
 
 from flow_plugin._validation import check_sentences
-from flow_plugin.encoding.device import autocast_dtype, resolve_device, resolve_precision
+from flow_plugin._machine import resolve_device
+from flow_plugin.encoding.device import autocast_dtype, resolve_precision
 from flow_plugin.errors import InputError
 from flow_plugin.encoding.pooling import Pooling, parse_pooling
 

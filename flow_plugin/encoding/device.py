@@ -1,4 +1,4 @@
-"""Device and numeric-precision choices for the backbone.
+"""Numeric-precision choices for the backbone (devices: :func:`flow_plugin._machine.resolve_device`).
 
 ``precision="auto"`` picks, per device:
 - CUDA: bfloat16 autocast where the GPU supports it, else float16 autocast;
@@ -10,38 +10,13 @@ Pooling, and everything after it (calibrators, cosine), always runs in float32.
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import torch
 
+from flow_plugin._machine import cpu_has_native_bf16
 from flow_plugin.errors import InputError
 
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def resolve_device(device: str | torch.device | None = None) -> torch.device:
-    """``None``/``"auto"`` -> CUDA when available, else CPU; anything else is passed to torch."""
-    if device is None or (isinstance(device, str) and device == "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if isinstance(device, int):
-        return torch.device("cuda", device)
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        raise InputError(f"unknown device {device!r}: {error}") from None
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_has_native_bf16() -> bool:
-    """True when /proc/cpuinfo lists AMX-BF16 or AVX512-BF16 (Linux x86); False elsewhere."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    words = set(flags.split())
-    return bool({"amx_bf16", "avx512_bf16"} & words)
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is needed only to pool, not to parse or validate a pooling spec
+    import torch
 
 from flow_plugin.errors import InputError, InputTypeError
 
@@ -60,7 +62,7 @@ class Pooling:
         """Pool a batch: ``hidden_states`` as returned by HF (tuple of (B, T, d)), mask (B, T)."""
         if self.use_cls_token:
             return hidden_states[-1][:, 0].float()
-        mask = attention_mask.to(torch.float32).unsqueeze(-1)
+        mask = attention_mask.float().unsqueeze(-1)
         summed = hidden_states[self.layers[0]].float()
         for index in self.layers[1:]:
             summed = summed + hidden_states[index].float()

@@ -13,44 +13,21 @@ import datetime
 import json
 import logging
 import os
-import platform
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flow_plugin._io import atomic_write_text, read_json_lines
+from flow_plugin.errors import DataFolderError
+
 logger = logging.getLogger(__name__)
 
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def hardware_info(device: Any = None, precision: str | None = None) -> dict[str, Any]:
-    """Where results are computed: CPU, cores, torch, device (GPU name), precision."""
-    import torch
-
-    info: dict[str, Any] = {
-        "cpu": _cpu_model(),
-        "cpu_cores": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "device": str(device) if device is not None else None,
-        "precision": precision,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-    if device is not None and str(device).startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-        info["cuda"] = torch.version.cuda
-    return info
+#: Sidecar of an output folder (next to ``results/``): one JSON line per computed task
+#: result, with the hardware it ran on (written by ``flow-plugin eval`` and ``bench``).
+RUNS_FILE = "flow-plugin-runs.jsonl"
+RUNS_FORMAT = "flow-plugin-runs"
+EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded with kwargs
 
 
 def model_folder(output_folder: Path, model: str) -> Path:
@@ -92,8 +69,6 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
 
 def record_run(output: Path, path: Path, hardware: dict[str, Any], settings: dict[str, Any]) -> None:
     """One ``flow-plugin-runs.jsonl`` line for the result file just written."""
-    from flow_plugin.cli.leaderboard import append_run_records, scan_results
-
     location = next((loc for loc in scan_results(output) if loc.path == path), None)
     if location is None:  # pragma: no cover -- MTEB always writes model_meta.json with results
         logger.warning("cannot identify the result file %s; its hardware is not recorded", path)
@@ -112,3 +87,134 @@ def record_run(output: Path, path: Path, hardware: dict[str, Any], settings: dic
         "hardware": hardware,
         "settings": settings,
     }])
+
+
+# ------------------------------------------------------------------------- reading result folders
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
+    if not text.strip():
+        raise DataFolderError(f"{path}: {what} is empty (an interrupted write?)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataFolderError(f"{path}: {what} is not valid JSON: {error}") from None
+
+
+def experiment_name(kwargs: dict[str, Any] | None) -> str | None:
+    """A readable, stable name for loader kwargs (MTEB names its experiment folders itself)."""
+    if not kwargs:
+        return None
+    return ",".join(f"{key}={json.dumps(kwargs[key], sort_keys=True)}" for key in sorted(kwargs))
+
+
+@dataclass(frozen=True)
+class ResultLocation:
+    """One task result file and the model identity its folder gives it."""
+
+    path: Path
+    model: str
+    revision: str
+    experiment: str | None
+    experiment_kwargs: dict[str, Any]
+    model_meta: dict[str, Any]
+    task: str  # the file's stem; the file's own task_name must match it
+
+    @property
+    def row_id(self) -> str:
+        return row_id(self.model, self.revision, self.experiment)
+
+
+def row_id(model: str, revision: str, experiment: str | None) -> str:
+    return f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
+
+
+def results_root(folder: str | os.PathLike[str]) -> Path:
+    """``<folder>/results`` when it exists (an MTEB output folder), else ``<folder>`` itself."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise DataFolderError(f"result folder {folder} does not exist")
+    return folder / "results" if (folder / "results").is_dir() else folder
+
+
+def _is_revision_folder(folder: Path) -> bool:
+    # what MTEB (>= 1.12) writes next to every result: model_meta.json (and run_settings.jsonl)
+    return (folder / "model_meta.json").is_file() or (folder / "run_settings.jsonl").is_file()
+
+
+def _model_identity(revision_folder: Path, experiment_folder: Path | None) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """(model name, revision, experiment kwargs, model_meta) of a result folder."""
+    meta_folder = experiment_folder or revision_folder
+    meta_path = meta_folder / "model_meta.json"
+    meta: dict[str, Any] = {}
+    if meta_path.is_file():
+        meta = _read_json(meta_path, "model_meta.json")
+        if not isinstance(meta, dict):
+            raise DataFolderError(f"{meta_path}: model_meta.json must hold a JSON object, got {type(meta).__name__}")
+        for key in ("name", "revision"):
+            if meta.get(key) is not None and not isinstance(meta[key], str):
+                raise DataFolderError(f"{meta_path}: key {key!r} must be a string, got {meta[key]!r}")
+        kwargs = meta.get("experiment_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise DataFolderError(f"{meta_path}: 'experiment_kwargs' must be an object or null, got {kwargs!r}")
+    elif experiment_folder is not None:
+        raise DataFolderError(f"{meta_path}: missing; an experiment folder needs it to say which kwargs were used")
+    model = meta.get("name") or revision_folder.parent.name.replace("__", "/")
+    revision = meta.get("revision") or revision_folder.name
+    return model, revision, dict(meta.get("experiment_kwargs") or {}), meta
+
+
+def scan_results(folder: str | os.PathLike[str]) -> list[ResultLocation]:
+    """Every task result file under an MTEB output or results folder (not yet parsed).
+
+    A ``<model>/<revision>`` folder counts when it holds ``model_meta.json`` or
+    ``run_settings.jsonl`` (what MTEB writes with every result), so unrelated JSON files
+    (an embedding cache, say) are ignored.
+    """
+    root = results_root(folder)
+    found: list[ResultLocation] = []
+    for revision_folder in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        candidates: list[tuple[Path, Path | None]] = []
+        if _is_revision_folder(revision_folder):
+            candidates.append((revision_folder, None))
+        experiments = revision_folder / EXPERIMENTS_FOLDER
+        if experiments.is_dir():
+            candidates.extend((folder, folder) for folder in sorted(experiments.iterdir()) if folder.is_dir())
+        for results_folder, experiment_folder in candidates:
+            files = sorted(p for p in results_folder.glob("*.json") if p.name != "model_meta.json")
+            if not files:
+                continue
+            model, revision, kwargs, meta = _model_identity(revision_folder, experiment_folder)
+            experiment = experiment_folder.name if experiment_folder is not None else experiment_name(kwargs)
+            for path in files:
+                found.append(ResultLocation(path, model, revision, experiment, kwargs, meta, path.stem))
+    return found
+
+
+def runs_file_for(output_folder: str | os.PathLike[str]) -> Path:
+    return Path(output_folder).expanduser() / RUNS_FILE
+
+
+def read_run_records(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    records = []
+    for number, record in read_json_lines(path, "run records"):
+        if not isinstance(record, dict) or record.get("format") != RUNS_FORMAT:
+            raise DataFolderError(f"{path}: line {number} is not a {RUNS_FORMAT} record")
+        records.append(record)
+    return records
+
+
+def append_run_records(output_folder: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> Path:
+    """Add records (model, revision, experiment, task, result_date, hardware, ...) to the
+    output folder's ``flow-plugin-runs.jsonl``, atomically (the old lines are kept)."""
+    path = runs_file_for(output_folder)
+    old = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if old and not old.endswith("\n"):
+        old += "\n"
+    new = "".join(json.dumps({"format": RUNS_FORMAT, **record}, sort_keys=True) + "\n" for record in records)
+    atomic_write_text(path, old + new)
+    return path

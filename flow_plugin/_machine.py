@@ -1,0 +1,134 @@
+"""The machine a computation runs on: devices, CPU features, and one description of it.
+
+This is the one place that reads ``/proc/cpuinfo``, resolves ``device="auto"`` and
+describes the hardware of a result (the leaderboard's ``hardware``, the paper report's
+``machine``, the benchmark's header). Torch is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from flow_plugin.errors import InputError
+
+#: CPU instruction sets that decide how fast (and with which kernels) bf16 matrix products run
+BF16_CPU_FLAGS: tuple[str, ...] = ("amx_bf16", "avx512_bf16")
+_REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+@functools.lru_cache(maxsize=1)
+def _cpuinfo() -> tuple[str, frozenset[str]]:
+    model, flags = platform.processor() or platform.machine() or "unknown", frozenset()
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return model, flags
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = frozenset(value.split())
+        if flags and model:
+            break
+    return model, flags
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what :mod:`platform` knows.
+
+    >>> isinstance(cpu_model(), str) and len(cpu_model()) > 0
+    True
+    """
+    return _cpuinfo()[0]
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of ``/proc/cpuinfo`` (empty where there is none)."""
+    return _cpuinfo()[1]
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU has bf16 matrix instructions (AMX-BF16 or AVX512-BF16).
+
+    >>> cpu_has_native_bf16() in (True, False)
+    True
+    """
+    return bool(set(BF16_CPU_FLAGS) & cpu_flags())
+
+
+def bf16_kernel_family() -> str:
+    """Which bf16 matrix kernels a CPU runs: ``"amx"``, ``"avx512-bf16"`` or ``"emulated"``.
+
+    bf16 products accumulate in another order on each family, so embeddings computed in
+    bf16 can differ in their last bits from one family to the next.
+    """
+    flags = cpu_flags()
+    if "amx_bf16" in flags:
+        return "amx"
+    if "avx512_bf16" in flags:
+        return "avx512-bf16"
+    return "emulated"
+
+
+def resolve_device(device: Any = None) -> Any:
+    """``None``/``"auto"`` -> CUDA when available, else CPU; anything else is checked and
+    passed to torch. Asking for CUDA on a machine without it is an error that says so.
+
+    >>> str(resolve_device("cpu"))
+    'cpu'
+    """
+    import torch
+
+    if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = torch.device("cuda", device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise InputError(f"unknown device {device!r}: {error}") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(
+                f"device {str(resolved)!r} was asked for, but this machine has no usable CUDA device "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); use device 'cpu' or 'auto'"
+            )
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise InputError(
+                f"device {str(resolved)!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
+            )
+    return resolved
+
+
+def describe_machine(device: Any = None, precision: str | None = None) -> dict[str, Any]:
+    """Where a result is computed: CPU (model, cores, bf16 kernel family), torch and its
+    threads, the device (GPU name, CUDA version) and the precision.
+
+    >>> info = describe_machine("cpu", "float32")
+    >>> info["device"], info["precision"], info["cpu_cores"] >= 1
+    ('cpu', 'float32', True)
+    """
+    import torch
+
+    info: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cpu_flags": sorted(cpu_flags() & set(_REPORTED_FLAGS)),
+        "bf16_kernels": bf16_kernel_family(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device) if device is not None else None,
+        "precision": precision,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    if device is not None and str(device).startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+        info["cuda"] = torch.version.cuda
+    return info

@@ -1,0 +1,36 @@
+"""The architecture README describes: the import contract of pyproject.toml holds, and the
+light rooms stay light (no torch behind the linear calibrators, the data readers or the CLI)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_hold() -> None:
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    if not lint_imports.exists():
+        pytest.fail("lint-imports is missing: install the test extra (pip install -e '.[test]')")
+    result = subprocess.run([str(lint_imports), "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from flow_plugin.calibration import Whitening, make_calibrator; make_calibrator('sn')",
+        "import flow_plugin.data.senteval, flow_plugin.data.fit_corpus, flow_plugin.evaluation",
+        "import flow_plugin.catalog.registry, flow_plugin.cli.main",
+    ],
+)
+def test_light_rooms_import_neither_torch_nor_nflows(statement: str) -> None:
+    code = f"import sys; {statement}; print(sorted(m for m in ('torch', 'nflows', 'mteb') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

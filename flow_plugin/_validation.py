@@ -39,23 +39,54 @@ def check_embeddings(
     name: str = "X",
     n_features: int | None = None,
     allow_empty: bool = True,
+    owner: str | None = None,
 ) -> np.ndarray:
-    """Return ``X`` as a C-contiguous float32 (n, d) array after checking shape and finiteness."""
+    """Return ``X`` as a C-contiguous float32 (n, d) array after checking type, shape and finiteness.
+
+    Dense real arrays only: sparse or complex input, ragged or non-numeric objects, a wrong
+    number of features (``n_features``; ``owner`` names the estimator expecting them), no
+    rows (unless ``allow_empty``), NaN or infinite values each raise an error that names the
+    problem, the rows and the shape. scikit-learn's ``check_array`` settles what it checks
+    best (sparse, complex, object arrays, no features).
+
+    >>> check_embeddings([[1, 2], [3, 4]]).dtype
+    dtype('float32')
+    >>> check_embeddings([[1.0, float("nan")]])
+    Traceback (most recent call last):
+    ...
+    flow_plugin.errors.InputError: X contains NaN or infinite values in 1 row(s): 0
+    """
     if hasattr(X, "detach") and hasattr(X, "cpu"):  # a torch tensor
         X = X.detach().cpu().float().numpy()
+    from sklearn.utils.validation import check_array  # lazy: scikit-learn takes a second to import
+
+    dense = not hasattr(X, "tocsr")  # scipy sparse input: check_array below says it is not accepted
     try:
-        array = np.asarray(X)
-    except (TypeError, ValueError) as error:
-        raise InputTypeError(f"{name} cannot be read as a numeric array: {error}") from error
-    if array.dtype == object or not (
-        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
-    ):
-        raise InputTypeError(f"{name} must hold real numbers, got dtype {array.dtype}")
-    if array.ndim != 2:
-        raise InputError(f"{name} must be a 2-D array of shape (n_samples, n_features), got shape {array.shape}")
+        probe = np.asarray(X) if dense else None
+    except ValueError:  # ragged rows: check_array below says so
+        probe = None
+    if probe is not None:
+        if probe.dtype.kind in "USVbMm":  # text, bytes, records, booleans, dates
+            raise InputTypeError(f"{name} must hold real numbers, got dtype {probe.dtype}")
+        if probe.ndim != 2:
+            raise InputError(
+                f"{name} must be a 2-D array of shape (n_samples, n_features), got shape {probe.shape}. Reshape your "
+                "data with X.reshape(1, -1) if it holds a single sample"
+            )
+    try:
+        array = check_array(
+            X, accept_sparse=False, dtype=(np.float32, np.float64), ensure_all_finite=False,
+            ensure_2d=True, allow_nd=False, ensure_min_samples=0, ensure_min_features=1, input_name=name,
+        )
+    except TypeError as error:  # sparse input, or objects that are not numbers
+        raise InputTypeError(f"{name} must be a dense array of real numbers: {error}") from None
+    except ValueError as error:  # complex values, ragged rows, no features
+        raise InputError(f"{name} cannot be used as (n_samples, n_features) embeddings: {error}") from None
     if n_features is not None and array.shape[1] != n_features:
+        expecting = owner or "the fitted estimator"
         raise InputError(
-            f"{name} has {array.shape[1]} features per row but {n_features} were expected (shape {array.shape})"
+            f"{name} has {array.shape[1]} features, but {expecting} is expecting {n_features} features as input "
+            f"({array.shape[1]} features per row but {n_features} were expected; shape {array.shape})"
         )
     if array.shape[0] == 0 and not allow_empty:
         raise InputError(f"{name} is empty (shape {array.shape}); at least one row is needed")

@@ -3,6 +3,7 @@ light rooms stay light (no torch behind the linear calibrators, the data readers
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,17 @@ def test_light_rooms_import_neither_torch_nor_nflows(statement: str) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_only_the_fast_trainer_reads_private_nflows_attributes() -> None:
+    # the nflows privates the fused trainer relies on (an attribute, not a call of our own ``_transform``);
+    # anywhere else they would tie us to nflows' internals
+    private = re.compile(r"\._(transforms?|distribution|permutation|embedding_net|split_dim|log_z|output_shapes)\b(?!\()")
+    offenders = []
+    for path in (REPO / "flow_plugin").rglob("*.py"):
+        if path.name == "_fast.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        offenders += [f"{path.relative_to(REPO)}: {match.group(0)}" for match in private.finditer(text)]
+    assert offenders == []
+    assert private.search((REPO / "flow_plugin" / "calibration" / "flow" / "_fast.py").read_text(encoding="utf-8"))

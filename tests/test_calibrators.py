@@ -198,6 +198,26 @@ def test_loading_another_dimension_is_an_error(train: np.ndarray, tmp_path) -> N
         Calibrator.load(path, n_features=768)
 
 
+@pytest.mark.parametrize("damage", ["empty", "truncated", "flipped"])
+def test_a_damaged_calibrator_file_is_a_calibrator_file_error_naming_it(
+    damage: str, train: np.ndarray, tmp_path
+) -> None:
+    path = tmp_path / "whiten.npz"
+    Whitening().fit(train).save(path)
+    data = path.read_bytes()
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # a flipped byte inside the stored arrays: zip's CRC check catches it
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(flipped))
+    with pytest.raises(CalibratorFileError, match=r"whiten\.npz.*not a readable flow-plugin calibrator file") as error:
+        Calibrator.load(path)
+    assert ("is empty" in str(error.value)) == (damage == "empty")
+
+
 def test_loading_a_corrupt_or_missing_file_is_an_error(tmp_path) -> None:
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not an npz file")
@@ -262,6 +282,13 @@ def test_too_few_samples_for_natsv_sn_and_flow_are_errors() -> None:
         StandardNormalization().fit(X[:1])
     with pytest.raises(InputError, match="FlowCalibrator needs at least 2 samples"):
         FlowCalibrator().fit(X[:1])
+
+
+@pytest.mark.parametrize("method", ["sn", "natsv", "sn-natsv", "whiten", "flow"])
+def test_fitting_on_identical_rows_is_an_error(method: str) -> None:
+    constant = np.tile(np.arange(DIM, dtype=np.float32), (50, 1))
+    with pytest.raises(InputError, match="50 samples are all identical"):
+        make_calibrator(method).fit(constant)
 
 
 def test_bad_hyper_parameters_are_errors(train: np.ndarray) -> None:

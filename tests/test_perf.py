@@ -1,5 +1,6 @@
-"""The speed/memory benchmark's code paths (``flow-plugin perf``) and the performance changes
-it measures: the hand-written flow gradient, the flat AdamW, the low-precision weight store.
+"""The speed/memory benchmark's code paths (``python -m benchmarks.perf``) and the backbone's
+speed devices it measures: the low-precision weight store and the packed bf16 linears.
+(The flow's fused trainer is tested in test_flow_training.py.)
 
 No test asserts a timing: the numbers of a benchmark depend on the machine and its load.
 """
@@ -15,114 +16,6 @@ import pytest
 import torch
 
 from benchmarks import perf
-from flow_plugin.calibration import flow as flow_module
-from flow_plugin.calibration.flow import FlatAdamW, FlowCalibrator, FusedGlowLogProb
-
-
-# ----------------------------------------------------------------------------- flow training
-def _initialised_flow(features: int, n_levels: int, depth: int, permutation: str, seed: int = 0):
-    torch.manual_seed(seed)
-    calibrator = FlowCalibrator(n_levels=n_levels, depth=depth, permutation=permutation)
-    flow = calibrator._build(features)
-    data = torch.randn(300, features) * 2 + 1
-    flow.train()
-    with torch.no_grad():
-        flow.log_prob(data)  # data-dependent ActNorm initialisation
-        for parameter in flow.parameters():  # move off the identity start so every gradient is non-trivial
-            parameter.add_(0.1 * torch.randn_like(parameter))
-    return flow, data
-
-
-@pytest.mark.parametrize(
-    ("features", "n_levels", "depth", "permutation"),
-    [(64, 3, 3, "reverse"), (33, 2, 2, "random"), (10, 1, 3, "reverse"), (17, 3, 1, "random")],
-)
-def test_fused_log_prob_matches_nflows_value_and_gradient(features, n_levels, depth, permutation) -> None:
-    flow, data = _initialised_flow(features, n_levels, depth, permutation)
-    batch = data[:64]
-    weights_of_rows = torch.randn(64)
-    with flow_module._flat_parameters(flow, flow_module.fused_parameter_order(flow)) as flat:
-        reference = flow.log_prob(batch)
-        (reference * weights_of_rows).sum().backward()
-        reference_gradient = flat.gradient.clone()
-        flat.gradient.zero_()
-        plan = FusedGlowLogProb.plan(flow, flat)
-        assert plan is not None
-        fused = FusedGlowLogProb.apply(batch, flat.weights, plan)
-        (fused * weights_of_rows).sum().backward()
-        gradient = flat.gradient.clone()
-    assert torch.count_nonzero(reference_gradient) > 0.5 * reference_gradient.numel()
-    torch.testing.assert_close(fused, reference, rtol=1e-6, atol=1e-5)
-    torch.testing.assert_close(gradient, reference_gradient, rtol=1e-5, atol=1e-5 * float(reference_gradient.abs().max()))
-
-
-def test_fused_plan_refuses_an_uninitialised_or_foreign_flow_or_layout() -> None:
-    flow = FlowCalibrator()._build(16)  # ActNorms not initialised yet
-    with flow_module._flat_parameters(flow, flow_module.fused_parameter_order(flow)) as flat:
-        assert FusedGlowLogProb.plan(flow, flat) is None
-    flow, _ = _initialised_flow(16, 2, 2, "reverse")
-    with flow_module._flat_parameters(flow) as flat:  # log-scales not leading the flat buffer
-        assert FusedGlowLogProb.plan(flow, flat) is None
-    with flow_module._flat_parameters(flow, flow_module.fused_parameter_order(flow)) as flat:
-        assert FusedGlowLogProb.plan(flow, flat) is not None
-    flow._transform._transforms[0]._transforms.append(flow_module.FastActNorm(16))  # not a glow step
-    assert flow_module.fused_parameter_order(flow) == []
-    with flow_module._flat_parameters(flow) as flat:
-        assert FusedGlowLogProb.plan(flow, flat) is None
-
-
-def test_fused_and_autograd_training_give_the_same_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(0)
-    X = (rng.normal(size=(1500, 24)) @ rng.normal(size=(24, 24)) + 3).astype(np.float32)
-    fused = FlowCalibrator(epochs=2, show_progress_bar=False).fit(X)
-    monkeypatch.setattr(flow_module, "FUSED_TRAINING", False)
-    plain = FlowCalibrator(epochs=2, show_progress_bar=False).fit(X)
-    # Same arithmetic in another order: rounding differences only. Measured over data seeds 0..5: loss
-    # curves differ by at most 2e-6 relative (limit 1e-4: 50x margin); final log-likelihoods by at most
-    # 5e-5 of the training gain (limit 2e-3 of the gain: 40x margin).
-    np.testing.assert_allclose(fused.loss_curve_, plain.loss_curve_, rtol=1e-4, atol=1e-4)
-    gain = plain.fit_log_likelihood_ - plain.initial_log_likelihood_
-    assert gain > 1.0
-    assert fused.fit_log_likelihood_ == pytest.approx(plain.fit_log_likelihood_, abs=2e-3 * gain)
-    assert fused.fit_log_likelihood_ > fused.initial_log_likelihood_
-
-
-def test_flow_fit_restores_threads_and_parameter_storage() -> None:
-    threads = torch.get_num_threads()
-    X = np.random.default_rng(1).normal(size=(500, 8)).astype(np.float32)
-    calibrator = FlowCalibrator(show_progress_bar=False, n_levels=2).fit(X)
-    assert torch.get_num_threads() == threads
-    parameters = list(calibrator.flow_.parameters())
-    assert all(parameter.grad is None for parameter in parameters)
-    storages = {parameter.untyped_storage().data_ptr() for parameter in parameters}
-    assert len(storages) == len(parameters)  # each parameter owns its storage again
-
-
-def test_flat_adamw_is_torch_adamw() -> None:
-    torch.manual_seed(0)
-    start = torch.randn(500)
-    theirs = torch.nn.Parameter(start.clone())
-    ours = torch.nn.Parameter(start.clone())
-    optimizer = torch.optim.AdamW([theirs], lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01, foreach=False)
-    flat = FlatAdamW(ours, 1e-3, 0.01)
-    for _ in range(30):
-        gradient = torch.randn(500)
-        theirs.grad = gradient.clone()
-        optimizer.step()
-        flat.step(gradient.clone())
-    # identical arithmetic; allow rounding-level differences of other CPUs' vector kernels: 1e-4 of the
-    # distance the weights moved (measured: 0 difference over seeds 0..4; movement about 0.016)
-    moved = float((theirs.detach() - start).abs().max())
-    assert moved > 1e-3
-    torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=0, atol=1e-4 * moved)
-
-
-def test_flow_thread_setting_must_be_an_integer(monkeypatch: pytest.MonkeyPatch) -> None:
-    from flow_plugin.errors import InputError
-
-    monkeypatch.setenv(flow_module.FLOW_THREADS_ENV, "many")
-    with pytest.raises(InputError, match="must be an integer"):
-        FlowCalibrator(show_progress_bar=False, n_levels=1).fit(np.random.default_rng(0).normal(size=(50, 4)))
 
 
 # ----------------------------------------------------------------------------- backbone

@@ -9,10 +9,12 @@ import pytest
 from flow_plugin.errors import RegistryError
 from flow_plugin.catalog.registry import (
     VARIANT_SUFFIXES,
+    default_registry,
     get_backbone,
     load_registry,
     parse_backbone_file,
     parse_model_name,
+    read_registry,
     registry_dirs,
 )
 
@@ -121,3 +123,60 @@ def test_malformed_files_fail_naming_file_and_key(tmp_path: Path, name: str, tex
 def test_missing_registry_folder_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(RegistryError, match="does not exist"):
         load_registry([tmp_path / "nowhere"])
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[calibrators.whiten]\nn_componets = 8\n",
+         r"key 'calibrators\.whiten\.n_componets' is not a hyper-parameter of Whitening \(did you mean 'n_components'\?\)"),
+        ("[calibrators.flow]\npermutation = \"learned\"\n", r"\[calibrators\.flow\]: permutation must be one of"),
+        ("[calibrators.whiten]\nn_components = 64\n", r"\[calibrators\.whiten\]: Whitening n_components must be an int in 1\.\.32"),
+        ("[calibrators.whitten]\nn_components = 8\n", r"\[calibrators\.whitten\] is not a calibrator \(did you mean \[calibrators\.whiten\]\?\)"),
+    ],
+)
+def test_a_bad_calibrator_table_fails_at_registry_load(tmp_path: Path, table: str, message: str) -> None:
+    path = write(tmp_path, "tiny", VALID + "\n" + table)
+    with pytest.raises(RegistryError, match=message) as caught:
+        load_registry([tmp_path])
+    assert str(path) in str(caught.value)
+
+
+def test_a_file_may_not_replace_a_shipped_backbone(tmp_path: Path) -> None:
+    shadow = write(tmp_path, "minilm-l6", VALID.replace("first-last-avg", "cls"))
+    write(tmp_path, "tiny", VALID)
+    registry = read_registry([REPO_REGISTRY, tmp_path])
+    assert registry.backbones["minilm-l6"].source_file == REPO_REGISTRY / "minilm-l6.toml"  # the shipped one stays
+    assert "tiny" in registry.backbones
+    assert [path for path, _ in registry.problems] == [shadow]
+    assert "already defined by" in registry.problems[0][1]
+    with pytest.raises(RegistryError, match="minilm-l6.*already defined by .*registry/minilm-l6.toml"):
+        load_registry([REPO_REGISTRY, tmp_path])
+
+
+def test_one_bad_file_does_not_hide_the_others_from_mteb(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    write(tmp_path, "tiny", VALID)
+    write(tmp_path, "broken", VALID.replace("embedding_dim = 32", 'embedding_dim = "32"'))
+    code = ("import mteb; print(mteb.get_model_meta('flow_plugin/tiny-flow').name, "
+            "mteb.get_model_meta('flow_plugin/minilm-l6').name)")
+    env = {**os.environ, "FLOW_PLUGIN_REGISTRY": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["flow_plugin/tiny-flow", "flow_plugin/minilm-l6"]
+    assert "broken.toml" in result.stderr and "embedding_dim" in result.stderr
+
+
+def test_an_unknown_name_whose_file_was_left_out_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "broken", VALID.replace('license = "mit"\n', ""))
+    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(tmp_path))
+    default_registry(refresh=True)
+    try:
+        with pytest.raises(RegistryError, match=r"unknown model 'flow_plugin/broken-flow'.*left out.*missing required key"):
+            parse_model_name("flow_plugin/broken-flow")
+    finally:
+        monkeypatch.delenv("FLOW_PLUGIN_REGISTRY")
+        default_registry(refresh=True)

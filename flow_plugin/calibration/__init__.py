@@ -2,7 +2,10 @@
 
 ``make_calibrator("flow")`` and friends build one by its short name, the suffix used in
 model names (``flow_plugin/<backbone>-<method>``). The linear calibrators need only numpy
-and scikit-learn; the flow (torch, nflows) is imported when it is first used.
+and scikit-learn; the flow imports torch and nflows when it first builds a flow.
+
+>>> make_calibrator("whiten", n_components=4)
+Whitening(n_components=4, shrinkage=0.0)
 """
 
 from __future__ import annotations
@@ -12,18 +15,13 @@ from typing import Any
 
 from flow_plugin.errors import RegistryError
 from flow_plugin.calibration.base import Calibrator, calibrator_class
+from flow_plugin.calibration.flow import FlowCalibrator
 from flow_plugin.calibration.linear import NATSV, Identity, StandardNormalization, StandardNormalizationNATSV, Whitening
 
-#: Short names in the order tables list them.
-CALIBRATOR_NAMES: tuple[str, ...] = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FlowCalibrator":  # torch and nflows load only when the flow is wanted
-        from flow_plugin.calibration.flow import FlowCalibrator
-
-        return FlowCalibrator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: Short names (each class's ``method``), in the order tables list them.
+CALIBRATOR_NAMES: tuple[str, ...] = tuple(
+    cls.method for cls in (Identity, StandardNormalization, NATSV, StandardNormalizationNATSV, Whitening, FlowCalibrator)
+)
 
 
 def make_calibrator(method: str, **params: Any) -> Calibrator:

@@ -1,24 +1,38 @@
 """The estimator contract every calibrator follows, and its save format.
 
-A calibrator is a scikit-learn-style estimator over embeddings:
+A calibrator is a scikit-learn transformer (``BaseEstimator`` + ``TransformerMixin``) over
+embeddings:
 
-- hyper-parameters are set in ``__init__`` and nothing else happens there;
+- hyper-parameters are set in ``__init__`` and nothing else happens there, so sklearn's
+  ``get_params``/``set_params``/``clone`` work as for any estimator;
 - ``fit(X)`` learns state into attributes ending in ``_`` and returns ``self``;
 - ``transform(X)`` maps (n, d) float32 embeddings; it raises :class:`NotFittedError`
-  before ``fit``;
+  (found by sklearn's ``check_is_fitted``) before ``fit``;
 - ``save(path)`` writes one ``.npz`` file (arrays plus a JSON header, no pickle), and
-  ``load(path)`` restores it, refusing a file of another method or dimension.
+  ``load(path)`` restores it, refusing a file of another method or dimension, and any
+  unreadable file with :class:`CalibratorFileError` naming it.
+
+>>> import numpy as np
+>>> from flow_plugin.calibration import make_calibrator
+>>> X = np.random.default_rng(0).normal(size=(100, 4)).astype(np.float32)
+>>> sn = make_calibrator("sn").fit(X)
+>>> sn.transform(X).shape, sn.get_params(), sn.n_features_in_
+((100, 4), {}, 4)
 """
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import os
+import zipfile
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import clone as sklearn_clone
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+from sklearn.utils.validation import check_is_fitted
 
 from flow_plugin._io import atomic_write_bytes
 from flow_plugin._validation import check_embeddings
@@ -32,20 +46,20 @@ _HEADER_KEY = "__header__"
 CALIBRATOR_CLASSES: dict[str, type[Calibrator]] = {}
 
 CalibratorT = TypeVar("CalibratorT", bound="Calibrator")
-#: methods whose class lives in a module imported only when needed (torch, nflows)
-_LAZY_MODULES = {"flow": "flow_plugin.calibration.flow"}
 
 
 def calibrator_class(method: str) -> type[Calibrator] | None:
-    """The class of a calibrator method (importing the flow's module on first use), or ``None``."""
-    if method not in CALIBRATOR_CLASSES and method in _LAZY_MODULES:
-        import importlib
+    """The class of a calibrator method, or ``None``.
 
-        importlib.import_module(_LAZY_MODULES[method])
+    >>> calibrator_class("whiten").__name__
+    'Whitening'
+    """
+    import flow_plugin.calibration  # noqa: F401 -- defines (registers) every calibrator class
+
     return CALIBRATOR_CLASSES.get(method)
 
 
-class Calibrator:
+class Calibrator(TransformerMixin, BaseEstimator):
     """Base class. Subclasses set ``method`` and implement ``_fit``/``_transform``
     (and ``_inverse_transform`` where the map is invertible)."""
 
@@ -59,28 +73,20 @@ class Calibrator:
         if cls.method:
             CALIBRATOR_CLASSES[cls.method] = cls
 
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float32"]  # embeddings come back as float32 whatever comes in
+        tags.input_tags.allow_nan = False
+        return tags
+
     # ------------------------------------------------------------ parameters
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        if cls.__init__ is object.__init__:
-            return []
-        signature = inspect.signature(cls.__init__)
-        return [
-            name
-            for name, parameter in signature.parameters.items()
-            if name != "self" and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
-        ]
-
-    def get_params(self) -> dict[str, Any]:
-        """Hyper-parameters as passed to ``__init__``."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
     def clone(self: CalibratorT) -> CalibratorT:
-        """A new, unfitted calibrator with the same hyper-parameters."""
-        return type(self)(**self.get_params())
+        """A new, unfitted calibrator with the same hyper-parameters (``sklearn.base.clone``)."""
+        return sklearn_clone(self)
 
-    def __repr__(self) -> str:
-        params = ", ".join(f"{key}={value!r}" for key, value in self.get_params().items())
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:  # noqa: N803 -- sklearn's signature
+        # every hyper-parameter, defaults included: a logged repr says exactly what was fitted
+        params = ", ".join(f"{key}={value!r}" for key, value in self.get_params(deep=False).items())
         return f"{type(self).__name__}({params})"
 
     # ------------------------------------------------------------ fitting
@@ -93,10 +99,12 @@ class Calibrator:
         return hasattr(self, "n_features_in_")
 
     def _check_is_fitted(self) -> None:
-        if not self.is_fitted:
+        try:
+            check_is_fitted(self, "n_features_in_")
+        except SklearnNotFittedError:
             raise NotFittedError(
                 f"this {type(self).__name__} is not fitted yet; call fit(X) with embeddings before transform"
-            )
+            ) from None
 
     def fit(self: CalibratorT, X: Any, y: Any = None) -> CalibratorT:
         """Learn the calibration from embeddings ``X`` of shape (n_samples, n_features)."""
@@ -107,7 +115,7 @@ class Calibrator:
         if n_samples < needed:
             raise InputError(
                 f"{type(self).__name__} needs at least {needed} samples to fit {n_features}-dimensional "
-                f"embeddings, got {n_samples}"
+                f"embeddings, got {n_samples} sample(s)"
             )
         self._fit(X)
         self.n_features_in_ = n_features
@@ -117,18 +125,15 @@ class Calibrator:
     def transform(self, X: Any) -> np.ndarray:
         """Calibrated embeddings, float32 (n_samples, n_features_out_)."""
         self._check_is_fitted()
-        X = check_embeddings(X, name="X", n_features=self.n_features_in_)
+        X = check_embeddings(X, name="X", n_features=self.n_features_in_, owner=type(self).__name__)
         if X.shape[0] == 0:
             return np.empty((0, self.n_features_out_), dtype=np.float32)
         return np.ascontiguousarray(self._transform(X), dtype=np.float32)
 
-    def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
-        return self.fit(X).transform(X)
-
     def inverse_transform(self, Z: Any) -> np.ndarray:
         """Map calibrated embeddings back to the backbone's space (where the map is invertible)."""
         self._check_is_fitted()
-        Z = check_embeddings(Z, name="Z", n_features=self.n_features_out_)
+        Z = check_embeddings(Z, name="Z", n_features=self.n_features_out_, owner=type(self).__name__)
         if Z.shape[0] == 0:
             return np.empty((0, self.n_features_in_), dtype=np.float32)
         return np.ascontiguousarray(self._inverse_transform(Z), dtype=np.float32)
@@ -166,7 +171,7 @@ class Calibrator:
             "format": FILE_FORMAT,
             "version": FILE_VERSION,
             "method": self.method,
-            "params": self.get_params(),
+            "params": self.get_params(deep=False),
             "n_features_in": int(self.n_features_in_),
             "n_samples_fit": int(self.n_samples_fit_),
         }
@@ -180,41 +185,46 @@ class Calibrator:
         """Read a calibrator written by :meth:`save`.
 
         Called on a subclass (``Whitening.load``), the file must hold that method; called on
-        ``Calibrator``, any method is accepted. ``n_features`` checks the input dimension.
+        ``Calibrator``, any method is accepted. ``n_features`` checks the input dimension. A
+        missing, empty, truncated or corrupted file raises :class:`CalibratorFileError`
+        naming it.
         """
+        where = repr(os.fspath(path))
         try:
             with np.load(path, allow_pickle=False) as archive:
                 header = json.loads(str(archive[_HEADER_KEY]))
                 state = {key[len("state/") :]: archive[key] for key in archive.files if key.startswith("state/")}
         except FileNotFoundError:
-            raise CalibratorFileError(f"calibrator file {os.fspath(path)!r} does not exist") from None
-        except (OSError, ValueError, KeyError, json.JSONDecodeError) as error:
+            raise CalibratorFileError(f"calibrator file {where} does not exist") from None
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as error:
+            problem = "is empty" if os.path.isfile(path) and os.path.getsize(path) == 0 else "is truncated or corrupted"
             raise CalibratorFileError(
-                f"{os.fspath(path)!r} is not a readable flow-plugin calibrator file: {error}"
+                f"{where} is not a readable flow-plugin calibrator file: it {problem} "
+                f"({type(error).__name__}: {error}); fit and save the calibrator again"
             ) from None
+        if not isinstance(header, dict):
+            raise CalibratorFileError(f"{where} is not a readable flow-plugin calibrator file: its header is not an object")
         if header.get("format") != FILE_FORMAT or header.get("version") != FILE_VERSION:
             raise CalibratorFileError(
-                f"{os.fspath(path)!r} has format {header.get('format')!r} version {header.get('version')!r}; "
+                f"{where} has format {header.get('format')!r} version {header.get('version')!r}; "
                 f"expected {FILE_FORMAT!r} version {FILE_VERSION}"
             )
-        method = header["method"]
+        method = header.get("method")
         if cls.method and method != cls.method:
-            raise CalibratorFileError(
-                f"{os.fspath(path)!r} holds a {method!r} calibrator, not {cls.method!r} ({cls.__name__})"
-            )
+            raise CalibratorFileError(f"{where} holds a {method!r} calibrator, not {cls.method!r} ({cls.__name__})")
         method_class = calibrator_class(method) if isinstance(method, str) else None
         if method_class is None:
-            raise CalibratorFileError(f"{os.fspath(path)!r} holds unknown calibrator method {method!r}")
-        if n_features is not None and header["n_features_in"] != n_features:
+            raise CalibratorFileError(f"{where} holds unknown calibrator method {method!r}")
+        if n_features is not None and header.get("n_features_in") != n_features:
             raise CalibratorFileError(
-                f"{os.fspath(path)!r} was fitted on {header['n_features_in']}-dimensional embeddings, "
+                f"{where} was fitted on {header.get('n_features_in')}-dimensional embeddings, "
                 f"but {n_features}-dimensional ones were expected"
             )
-        calibrator = method_class(**header["params"])
-        calibrator.n_features_in_ = int(header["n_features_in"])
-        calibrator.n_samples_fit_ = int(header["n_samples_fit"])
         try:
+            calibrator = method_class(**header["params"])
+            calibrator.n_features_in_ = int(header["n_features_in"])
+            calibrator.n_samples_fit_ = int(header["n_samples_fit"])
             calibrator._set_state(state)
-        except (KeyError, ValueError, RuntimeError) as error:
-            raise CalibratorFileError(f"{os.fspath(path)!r} holds an incomplete or inconsistent state: {error}") from None
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise CalibratorFileError(f"{where} holds an incomplete or inconsistent state: {error}") from None
         return calibrator

@@ -1,7 +1,8 @@
 """Backbones from ``registry/*.toml`` and the model names they expand to.
 
 One small, human-edited TOML file per backbone; the file name (without ``.toml``) is the
-backbone's short name. Each backbone expands to six model names::
+backbone's short name. Its schema is :class:`BackboneFile`, a pydantic model that forbids
+unknown keys. Each backbone expands to one model name per calibrator::
 
     flow_plugin/<backbone>            raw embeddings
     flow_plugin/<backbone>-sn         standard normalisation
@@ -10,9 +11,14 @@ backbone's short name. Each backbone expands to six model names::
     flow_plugin/<backbone>-whiten     whitening
     flow_plugin/<backbone>-flow       BERT-flow
 
-Registry folders, in order (a later folder's file replaces an earlier one of the same name):
-the packaged registry (or, in a source checkout, the checkout's ``registry/``), then every
-folder listed in ``$FLOW_PLUGIN_REGISTRY`` (separated by ``os.pathsep``).
+Registry folders, in order: the packaged registry (or, in a source checkout, the checkout's
+``registry/``), then every folder listed in ``$FLOW_PLUGIN_REGISTRY`` (separated by
+``os.pathsep``). A file may not redefine a backbone an earlier folder defines: its results
+would be filed under the same model name. Every problem names the file and the key.
+
+>>> spec = get_backbone("minilm-l6")
+>>> spec.model_name("flow"), spec.pooling, spec.max_seq_length
+('flow_plugin/minilm-l6-flow', 'last-avg', 64)
 """
 
 from __future__ import annotations
@@ -20,59 +26,160 @@ from __future__ import annotations
 import datetime
 import difflib
 import functools
+import logging
 import os
 import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from flow_plugin.errors import RegistryError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from flow_plugin.catalog.local_weights import KINDS as LOCAL_WEIGHT_KINDS
 from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
+from flow_plugin.errors import RegistryError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
+logger = logging.getLogger(__name__)
+
 NAMESPACE = "flow_plugin"
 REGISTRY_ENV = "FLOW_PLUGIN_REGISTRY"
-#: calibrator method -> model-name suffix ("raw" has none)
-VARIANT_SUFFIXES: dict[str, str] = {
-    "raw": "",
-    "sn": "-sn",
-    "natsv": "-natsv",
-    "sn-natsv": "-sn-natsv",
-    "whiten": "-whiten",
-    "flow": "-flow",
-}
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$")
 
-_REQUIRED = {
-    "hub_id": str,
-    "pooling": (str, list),
-    "max_seq_length": int,
-    "embedding_dim": int,
-    "n_parameters": int,
-    "license": str,
-    "release_date": str,
-    "reference": str,
-}
-_OPTIONAL = {
-    "revision": str,
-    "description": str,
-    "languages": list,
-    "trust_remote_code": bool,
-    "citation": str,
-    "local_weights": dict,
-    "calibrators": dict,
-}
-_LOCAL_WEIGHT_KEYS = {"kind": str, "packages": list, "folder": str, "install": str}
+
+def variant_suffixes() -> dict[str, str]:
+    """calibrator method -> model-name suffix (``raw`` has none), in table order.
+
+    >>> variant_suffixes()["sn-natsv"]
+    '-sn-natsv'
+    """
+    from flow_plugin.calibration import CALIBRATOR_NAMES  # the one list of calibrator names
+
+    return {method: "" if method == "raw" else f"-{method}" for method in CALIBRATOR_NAMES}
 
 
+def __getattr__(name: str) -> Any:
+    if name == "VARIANT_SUFFIXES":  # computed on use: the calibrators load scikit-learn
+        return variant_suffixes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---------------------------------------------------------------------------- the file schema
+class LocalWeightsTable(BaseModel):
+    """``[local_weights]``: where the weights are found without the Hugging Face Hub."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    kind: Literal[LOCAL_WEIGHT_KINDS]  # type: ignore[valid-type] -- a tuple subscript lists the choices
+    packages: list[str] = Field(min_length=1)
+    folder: str
+    install: str
+
+
+class BackboneFile(BaseModel):
+    """The keys of one ``registry/<name>.toml`` file (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    hub_id: str
+    revision: str | None = None
+    description: str = ""
+    pooling: str | list[int]
+    max_seq_length: int = Field(ge=2)
+    embedding_dim: int = Field(ge=1)
+    n_parameters: int = Field(ge=1)
+    license: str
+    release_date: str
+    reference: str
+    languages: list[str] = ["eng-Latn"]
+    trust_remote_code: bool = False
+    citation: str | None = None
+    local_weights: LocalWeightsTable | None = None
+    #: per-calibrator hyper-parameters, e.g. ``[calibrators.whiten] n_components = 256``
+    calibrators: dict[str, dict[str, Any]] = {}
+
+    @field_validator("pooling")
+    @classmethod
+    def _known_pooling(cls, value: str | list[int]) -> str:
+        try:
+            return parse_pooling(value).name  # its error names the known poolings
+        except TypeError as error:  # pydantic reports ValueErrors, with the key
+            raise ValueError(str(error)) from None
+
+    @field_validator("release_date")
+    @classmethod
+    def _iso_date(cls, value: str) -> str:
+        try:
+            datetime.date.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"must be YYYY-MM-DD, got {value!r}") from None
+        return value
+
+    @field_validator("reference")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"must be a URL, got {value!r}")
+        return value
+
+
+_TYPE_NAMES = {"int_type": "int", "string_type": "str", "bool_type": "bool", "list_type": "a list",
+               "dict_type": "a table", "model_type": "a table", "float_type": "float"}
+
+
+def _allowed_keys(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
+    if location[:1] == ("local_weights",):
+        return list(LocalWeightsTable.model_fields)
+    return list(model.model_fields)
+
+
+def _messages(path: Path, error: ValidationError) -> str:
+    """One line naming the file and every bad key, from pydantic's structured errors."""
+    unknown: list[str] = []
+    missing: list[str] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+    for item in error.errors():
+        location = tuple(part for part in item["loc"] if not isinstance(part, str) or part not in ("str", "list[int]"))
+        key = ".".join(str(part) for part in location)
+        kind, text = item["type"], item["msg"]
+        if kind == "extra_forbidden":
+            close = difflib.get_close_matches(str(location[-1]), _allowed_keys(BackboneFile, location), n=1)
+            unknown.append(f"{key!r}" + (f" (did you mean {'.'.join([*map(str, location[:-1]), close[0]])!r}?)" if close else ""))
+        elif kind == "missing":
+            missing.append(repr(key))
+        elif key in seen:
+            continue  # the other branch of a union said the same thing
+        elif key == "pooling" and kind in _TYPE_NAMES:
+            problems.append("key 'pooling' must be str or a list of int layer indices")
+        elif kind in _TYPE_NAMES:
+            value = item.get("input")
+            problems.append(f"key {key!r} must be {_TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+        elif kind == "literal_error":
+            problems.append(f"{key} must be one of {item['ctx']['expected']}, got {item.get('input')!r}")
+        elif kind == "value_error":
+            reason = str(item.get("ctx", {}).get("error") or text.removeprefix("Value error, "))
+            problems.append(f"key {key!r} {reason}" if reason.startswith("must") else f"key {key!r}: {reason}")
+        else:
+            problems.append(f"key {key!r}: {text}")
+        seen.add(key)
+    parts = []
+    if unknown:
+        parts.append(f"unknown key(s) {', '.join(unknown)}")
+    if missing:
+        parts.append(f"missing required key(s) {', '.join(missing)}")
+    parts.extend(problems)
+    return f"{path}: " + "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------- specs
 @dataclass(frozen=True)
 class BackboneSpec:
     """One registry file, validated."""
@@ -97,11 +204,11 @@ class BackboneSpec:
     calibrator_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def model_name(self, calibrator: str = "raw") -> str:
-        return f"{NAMESPACE}/{self.name}{VARIANT_SUFFIXES[calibrator]}"
+        return f"{NAMESPACE}/{self.name}{variant_suffixes()[calibrator]}"
 
     @property
     def model_names(self) -> list[str]:
-        return [self.model_name(method) for method in VARIANT_SUFFIXES]
+        return [self.model_name(method) for method in variant_suffixes()]
 
     def weights_location(self) -> tuple[str, str | None, str]:
         """(what to pass to ``from_pretrained``, revision, human-readable source).
@@ -143,26 +250,43 @@ def _checkout_registry() -> Path | None:
 
 
 def registry_dirs() -> list[Path]:
-    """The folders read, in order."""
+    """The folders read, in order (each once)."""
     built_in = _checkout_registry() or Path(__file__).resolve().parents[1] / "_bundled_registry"
     folders = [built_in]
     for entry in os.environ.get(REGISTRY_ENV, "").split(os.pathsep):
         if entry.strip():
-            folders.append(Path(entry.strip()).expanduser())
+            folder = Path(entry.strip()).expanduser()
+            if all(folder.resolve() != known.resolve() for known in folders):
+                folders.append(folder)
     return folders
 
 
-def _type_name(expected: Any) -> str:
-    if isinstance(expected, tuple):
-        return " or ".join(t.__name__ for t in expected)
-    return expected.__name__
+def _check_calibrator_tables(path: Path, tables: dict[str, dict[str, Any]], embedding_dim: int) -> None:
+    """Each ``[calibrators.<method>]`` names a calibrator, and only its hyper-parameters, with
+    values it accepts for ``embedding_dim``-dimensional embeddings."""
+    from flow_plugin.calibration import calibrator_class
 
-
-def _check_type(path: Path, key: str, value: Any, expected: Any) -> None:
-    if isinstance(value, bool) and expected is int:
-        raise RegistryError(f"{path}: key {key!r} must be {_type_name(expected)}, got a boolean")
-    if not isinstance(value, expected):
-        raise RegistryError(f"{path}: key {key!r} must be {_type_name(expected)}, got {type(value).__name__} {value!r}")
+    suffixes = variant_suffixes()
+    for method, params in tables.items():
+        if method not in suffixes:
+            close = difflib.get_close_matches(method, list(suffixes), n=1)
+            hint = f" (did you mean [calibrators.{close[0]}]?)" if close else ""
+            raise RegistryError(f"{path}: [calibrators.{method}] is not a calibrator{hint}; use one of {', '.join(suffixes)}")
+        cls = calibrator_class(method)
+        names = cls._get_param_names()
+        for key in params:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                accepted = ", ".join(names) if names else "none"
+                raise RegistryError(
+                    f"{path}: key 'calibrators.{method}.{key}' is not a hyper-parameter of {cls.__name__}{hint}; "
+                    f"it accepts: {accepted}"
+                )
+        try:
+            cls(**params)._check_params(embedding_dim)
+        except (ValueError, TypeError) as error:
+            raise RegistryError(f"{path}: [calibrators.{method}]: {error}") from None
 
 
 def parse_backbone_file(path: Path) -> BackboneSpec:
@@ -170,7 +294,7 @@ def parse_backbone_file(path: Path) -> BackboneSpec:
     name = path.stem
     if not _NAME_PATTERN.match(name):
         raise RegistryError(f"{path}: backbone name {name!r} must be lower-case letters, digits, '.' and '-'")
-    for method, suffix in VARIANT_SUFFIXES.items():
+    for method, suffix in variant_suffixes().items():
         if suffix and name.endswith(suffix):
             raise RegistryError(
                 f"{path}: backbone name {name!r} ends with {suffix!r}, which would clash with the {method} variant"
@@ -181,108 +305,97 @@ def parse_backbone_file(path: Path) -> BackboneSpec:
         raise RegistryError(f"{path}: cannot read registry file: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise RegistryError(f"{path}: not valid TOML: {error}") from None
-
-    unknown = set(data) - set(_REQUIRED) - set(_OPTIONAL)
-    if unknown:
-        hints = []
-        for key in sorted(unknown):
-            close = difflib.get_close_matches(key, [*_REQUIRED, *_OPTIONAL], n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise RegistryError(f"{path}: unknown key(s) {', '.join(hints)}")
-    missing = [key for key in _REQUIRED if key not in data]
-    if missing:
-        raise RegistryError(f"{path}: missing required key(s) {', '.join(repr(k) for k in missing)}")
-    for key, expected in {**_REQUIRED, **_OPTIONAL}.items():
-        if key in data:
-            _check_type(path, key, data[key], expected)
-
     try:
-        pooling = parse_pooling(data["pooling"]).name
-    except (ValueError, TypeError) as error:
-        raise RegistryError(f"{path}: key 'pooling': {error}") from None
-    for key in ("max_seq_length", "embedding_dim", "n_parameters"):
-        if data[key] < (2 if key == "max_seq_length" else 1):
-            raise RegistryError(f"{path}: key {key!r} must be positive, got {data[key]}")
-    try:
-        datetime.date.fromisoformat(data["release_date"])
-    except ValueError:
-        raise RegistryError(f"{path}: key 'release_date' must be YYYY-MM-DD, got {data['release_date']!r}") from None
-    if not data["reference"].startswith(("http://", "https://")):
-        raise RegistryError(f"{path}: key 'reference' must be a URL, got {data['reference']!r}")
-    languages = data.get("languages", ["eng-Latn"])
-    if not all(isinstance(item, str) for item in languages):
-        raise RegistryError(f"{path}: key 'languages' must be a list of strings like 'eng-Latn'")
-
-    local_weights = None
-    if "local_weights" in data:
-        table = data["local_weights"]
-        extra = set(table) - set(_LOCAL_WEIGHT_KEYS)
-        if extra or set(_LOCAL_WEIGHT_KEYS) - set(table):
-            raise RegistryError(
-                f"{path}: [local_weights] needs exactly the keys {', '.join(_LOCAL_WEIGHT_KEYS)}; got {', '.join(table)}"
-            )
-        for key, expected in _LOCAL_WEIGHT_KEYS.items():
-            _check_type(path, f"local_weights.{key}", table[key], expected)
-        if table["kind"] not in LOCAL_WEIGHT_KINDS:
-            raise RegistryError(f"{path}: local_weights.kind must be one of {LOCAL_WEIGHT_KINDS}, got {table['kind']!r}")
-        if not table["packages"] or not all(isinstance(item, str) for item in table["packages"]):
-            raise RegistryError(f"{path}: local_weights.packages must be a non-empty list of package names")
-        local_weights = LocalWeights(table["kind"], tuple(table["packages"]), table["folder"], table["install"])
-
-    calibrator_params: dict[str, dict[str, Any]] = {}
-    for method, params in data.get("calibrators", {}).items():
-        if method not in VARIANT_SUFFIXES:
-            raise RegistryError(
-                f"{path}: [calibrators.{method}] is not a calibrator; use one of {', '.join(VARIANT_SUFFIXES)}"
-            )
-        if not isinstance(params, dict):
-            raise RegistryError(f"{path}: [calibrators.{method}] must be a table of hyper-parameters")
-        calibrator_params[method] = dict(params)
-
+        parsed = BackboneFile.model_validate(data)
+    except ValidationError as error:
+        raise RegistryError(_messages(path, error)) from None
+    _check_calibrator_tables(path, parsed.calibrators, parsed.embedding_dim)
+    local = parsed.local_weights
     return BackboneSpec(
         name=name,
-        hub_id=data["hub_id"],
-        revision=data.get("revision"),
-        pooling=pooling,
-        max_seq_length=data["max_seq_length"],
-        embedding_dim=data["embedding_dim"],
-        n_parameters=data["n_parameters"],
-        license=data["license"],
-        release_date=data["release_date"],
-        reference=data["reference"],
+        hub_id=parsed.hub_id,
+        revision=parsed.revision,
+        pooling=parsed.pooling,
+        max_seq_length=parsed.max_seq_length,
+        embedding_dim=parsed.embedding_dim,
+        n_parameters=parsed.n_parameters,
+        license=parsed.license,
+        release_date=parsed.release_date,
+        reference=parsed.reference,
         source_file=path,
-        description=data.get("description", ""),
-        languages=tuple(languages),
-        trust_remote_code=data.get("trust_remote_code", False),
-        citation=data.get("citation"),
-        local_weights=local_weights,
-        calibrator_params=calibrator_params,
+        description=parsed.description,
+        languages=tuple(parsed.languages),
+        trust_remote_code=parsed.trust_remote_code,
+        citation=parsed.citation,
+        local_weights=LocalWeights(local.kind, tuple(local.packages), local.folder, local.install) if local else None,
+        calibrator_params={method: dict(params) for method, params in parsed.calibrators.items()},
     )
 
 
-def load_registry(folders: Iterable[Path] | None = None) -> dict[str, BackboneSpec]:
-    """Every backbone in ``folders`` (default :func:`registry_dirs`), by short name."""
-    specs: dict[str, BackboneSpec] = {}
+@dataclass
+class Registry:
+    """What :func:`read_registry` found: the backbones, and the files it had to leave out."""
+
+    backbones: dict[str, BackboneSpec]
+    #: (file, why it was left out), one per unreadable, invalid or shadowing file
+    problems: list[tuple[Path, str]]
+
+
+def read_registry(folders: Iterable[Path] | None = None) -> Registry:
+    """Every valid backbone in ``folders`` (default :func:`registry_dirs`); each bad file is
+    left out with the reason, so one bad file never hides the others."""
+    backbones: dict[str, BackboneSpec] = {}
+    problems: list[tuple[Path, str]] = []
     for folder in folders if folders is not None else registry_dirs():
         folder = Path(folder)
         if not folder.is_dir():
-            raise RegistryError(f"registry folder {folder} does not exist (check ${REGISTRY_ENV})")
+            problems.append((folder, f"registry folder {folder} does not exist (check ${REGISTRY_ENV})"))
+            continue
         for path in sorted(folder.glob("*.toml")):
-            spec = parse_backbone_file(path)
-            specs[spec.name] = spec
-    return specs
+            try:
+                spec = parse_backbone_file(path)
+            except RegistryError as error:
+                problems.append((path, str(error)))
+                continue
+            earlier = backbones.get(spec.name)
+            if earlier is not None:
+                problems.append((path, (
+                    f"{path}: backbone {spec.name!r} is already defined by {earlier.source_file}; a registry file may "
+                    "not replace another (both would file their results under the same model name): rename the file"
+                )))
+                continue
+            backbones[spec.name] = spec
+    return Registry(backbones, problems)
+
+
+def load_registry(folders: Iterable[Path] | None = None) -> dict[str, BackboneSpec]:
+    """Every backbone in ``folders`` (default :func:`registry_dirs`), by short name; the first
+    bad file is an error (:func:`read_registry` collects them instead)."""
+    registry = read_registry(folders)
+    if registry.problems:
+        raise RegistryError(registry.problems[0][1])
+    return registry.backbones
 
 
 @functools.lru_cache(maxsize=1)
-def _default_registry() -> dict[str, BackboneSpec]:
-    return load_registry()
+def _default_registry() -> Registry:
+    registry = read_registry()
+    for _, problem in registry.problems:
+        logger.warning("flow-plugin registry: left out: %s", problem)
+    return registry
 
 
 def default_registry(refresh: bool = False) -> dict[str, BackboneSpec]:
-    """The registry of :func:`registry_dirs`, read once per process (``refresh`` re-reads it)."""
+    """The registry of :func:`registry_dirs`, read once per process (``refresh`` re-reads it).
+    Bad files are left out with a warning each (see :func:`registry_problems`)."""
     if refresh:
         _default_registry.cache_clear()
-    return _default_registry()
+    return _default_registry().backbones
+
+
+def registry_problems() -> list[tuple[Path, str]]:
+    """The files :func:`default_registry` left out, with the reasons."""
+    return list(_default_registry().problems)
 
 
 def all_model_names(registry: dict[str, BackboneSpec] | None = None) -> list[str]:
@@ -290,30 +403,42 @@ def all_model_names(registry: dict[str, BackboneSpec] | None = None) -> list[str
     return [name for spec in registry.values() for name in spec.model_names]
 
 
+def _left_out_note(short: str, registry: dict[str, BackboneSpec] | None) -> str:
+    """Why a backbone of that name is missing, when the default registry left its file out."""
+    if registry is not None and registry is not default_registry():
+        return ""
+    notes = [problem for path, problem in registry_problems() if short == path.stem or short.startswith(f"{path.stem}-")]
+    return "" if not notes else " Its registry file was left out: " + " ".join(notes)
+
+
 def get_backbone(name: str, registry: dict[str, BackboneSpec] | None = None) -> BackboneSpec:
-    registry = registry if registry is not None else default_registry()
     short = name.removeprefix(f"{NAMESPACE}/")
-    if short in registry:
-        return registry[short]
-    close = difflib.get_close_matches(short, list(registry), n=3, cutoff=0.5)
+    known = registry if registry is not None else default_registry()
+    if short in known:
+        return known[short]
+    close = difflib.get_close_matches(short, list(known), n=3, cutoff=0.5)
     hint = f" Close names: {', '.join(close)}." if close else ""
-    raise RegistryError(f"unknown backbone {name!r}.{hint} Known backbones: {', '.join(sorted(registry))}.")
+    raise RegistryError(
+        f"unknown backbone {name!r}.{hint} Known backbones: {', '.join(sorted(known))}.{_left_out_note(short, registry)}"
+    )
 
 
 def parse_model_name(model_name: str, registry: dict[str, BackboneSpec] | None = None) -> ModelVariant:
     """``flow_plugin/bert-base-flow`` (or ``bert-base-flow``) -> (bert-base, flow)."""
-    registry = registry if registry is not None else default_registry()
+    known = registry if registry is not None else default_registry()
     short = model_name.removeprefix(f"{NAMESPACE}/")
+    suffixes = variant_suffixes()
     # longest suffix first, so "-sn-natsv" wins over "-natsv"
-    for method, suffix in sorted(VARIANT_SUFFIXES.items(), key=lambda item: -len(item[1])):
-        if suffix and short.endswith(suffix) and short[: -len(suffix)] in registry:
-            return ModelVariant(registry[short[: -len(suffix)]], method)
-    if short in registry:
-        return ModelVariant(registry[short], "raw")
-    names = all_model_names(registry)
+    for method, suffix in sorted(suffixes.items(), key=lambda item: -len(item[1])):
+        if suffix and short.endswith(suffix) and short[: -len(suffix)] in known:
+            return ModelVariant(known[short[: -len(suffix)]], method)
+    if short in known:
+        return ModelVariant(known[short], "raw")
+    names = all_model_names(known)
     close = difflib.get_close_matches(f"{NAMESPACE}/{short}", names, n=4, cutoff=0.6)
     hint = f" Close names: {', '.join(close)}." if close else ""
+    variants = "|".join(suffix for suffix in suffixes.values() if suffix)
     raise RegistryError(
-        f"unknown model {model_name!r}.{hint} Model names are {NAMESPACE}/<backbone>[-sn|-natsv|-sn-natsv|-whiten|-flow]"
-        f" with backbones {', '.join(sorted(registry))}."
+        f"unknown model {model_name!r}.{hint} Model names are {NAMESPACE}/<backbone>[{variants}]"
+        f" with backbones {', '.join(sorted(known))}.{_left_out_note(short, registry)}"
     )

@@ -1,18 +1,23 @@
-"""Names of the offline MTEB tasks, importable without MTEB (the leaderboard reads them).
+"""Names of the offline MTEB tasks (SentEval-format files), importable without MTEB or numpy:
+the leaderboard and the command lines list them. :mod:`flow_plugin.integrations.mteb.tasks`
+builds one task class per entry, in this order.
 
-``flow_plugin.mteb_tasks`` builds one task class per entry, in this order.
+>>> OFFLINE_TASKS[-2:]
+('SentEvalSTSBenchmark', 'SentEvalSICKR')
 """
 
 from __future__ import annotations
 
-#: SentEval task -> offline MTEB task name, in the order tables list them
+from flow_plugin.data.tasks import SENTEVAL_TASKS
+
+#: SentEval task -> offline MTEB task name, in the order tables list them. The names differ from
+#: MTEB's own tasks on purpose (MTEB's SICK-R holds all 9,927 pairs, SentEval's test set 4,927).
 OFFLINE_TASKS_BY_SENTEVAL_NAME: dict[str, str] = {
-    "STS12": "SentEvalSTS12",
-    "STS13": "SentEvalSTS13",
-    "STS14": "SentEvalSTS14",
-    "STS15": "SentEvalSTS15",
-    "STS16": "SentEvalSTS16",
-    "STSBenchmark": "SentEvalSTSBenchmark",
-    "SICKRelatedness": "SentEvalSICKR",
+    task: "SentEvalSICKR" if task == "SICKRelatedness" else f"SentEval{task}" for task in SENTEVAL_TASKS
 }
 OFFLINE_TASKS: tuple[str, ...] = tuple(OFFLINE_TASKS_BY_SENTEVAL_NAME.values())
+
+
+def offline_tasks_help() -> str:
+    """The offline task names for a command line's help text."""
+    return f"{', '.join(OFFLINE_TASKS)} (default: all {len(OFFLINE_TASKS)})"

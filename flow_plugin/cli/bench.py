@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.catalog.tasks import offline_tasks_help
+
 from flow_plugin.errors import RegistryError
 from flow_plugin.integrations.mteb.results import quarantine_truncated_results, result_files
 
@@ -148,7 +150,7 @@ def run_bench(
     the leaderboard then gets what finished. Interrupting (Ctrl-C) loses only the task
     being computed.
     """
-    from flow_plugin.cli.leaderboard import OFFLINE_TASKS
+    from flow_plugin.catalog.tasks import OFFLINE_TASKS
     from flow_plugin.catalog.registry import VARIANT_SUFFIXES, get_backbone
     from flow_plugin.data.senteval import resolve_senteval_root
 
@@ -256,7 +258,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="leaderboard to update (default: leaderboards/<backbone>.json)")
     parser.add_argument("--no-leaderboard", action="store_true", help="only compute results")
     parser.add_argument("--tasks", nargs="+", metavar="TASK",
-                        help="SentEvalSTS12..16, SentEvalSTSBenchmark, SentEvalSICKR (default: all seven)")
+                        help=offline_tasks_help())
     parser.add_argument("--calibrators", nargs="+", metavar="METHOD",
                         help="raw sn natsv sn-natsv whiten flow (default: all six)")
     parser.add_argument("--cache-dir", type=Path, default=None,

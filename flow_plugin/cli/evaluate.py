@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-TASK_CHOICES_HELP = "SentEvalSTS12..16, SentEvalSTSBenchmark, SentEvalSICKR (default: all seven)"
+from flow_plugin.catalog.tasks import offline_tasks_help
+
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +16,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="registry model name, e.g. flow_plugin/minilm-l6-flow (repeatable)")
     parser.add_argument("--data", required=True, type=Path,
                         help="SentEval data folder (the one containing downstream/)")
-    parser.add_argument("-t", "--task", action="append", metavar="TASK", help=TASK_CHOICES_HELP)
+    parser.add_argument("-t", "--task", action="append", metavar="TASK", help=offline_tasks_help())
     parser.add_argument("--output-folder", type=Path, default=Path("results"),
                         help="MTEB result folder (default: results)")
     parser.add_argument("--fit-corpus", default="target",

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.data.tasks import TASK_LABELS
+
 logger = logging.getLogger(__name__)
 
 RESULT_FILE = "paper.json"
@@ -41,11 +43,6 @@ RESULT_FORMAT = "flow-plugin-paper"
 RESULT_VERSION = 1
 SECTIONS = ("sts", "qnli", "lexical", "isotropy")
 MAX_EDIT_DISTANCE = 4
-#: short column names of the tables (the paper's)
-TASK_LABELS = {
-    "STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
-    "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R",
-}
 PROTOCOLS = {
     "sts_fit": "target: a fresh calibrator per STS set, fitted on every sentence of every split of that set "
     "(scores never used); STS12-16 have only a test split, STS-B and SICK-R train+dev+test",

@@ -35,6 +35,7 @@ from typing import Union
 
 import numpy as np
 
+from flow_plugin.data.tasks import SENTEVAL_STS_TASKS, SENTEVAL_TASKS
 from flow_plugin.errors import DataFolderError, InputError, InputTypeError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -58,18 +59,6 @@ __all__ = [
     "task_sentences",
     "load_qnli_dev",
 ]
-
-#: STS12..STS16: task -> subsets, in SentEval's order (``senteval/sts.py``).
-SENTEVAL_STS_TASKS: dict[str, tuple[str, ...]] = {
-    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
-    "STS13": ("FNWN", "headlines", "OnWN"),
-    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
-    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
-    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
-}
-
-#: Every task this module reads, in the order of the BERT-flow paper's tables.
-SENTEVAL_TASKS: tuple[str, ...] = (*SENTEVAL_STS_TASKS, "STSBenchmark", "SICKRelatedness")
 
 #: Range of the gold scores: 0-5 for STS12-16 and STS-B, 1-5 for SICK relatedness.
 SCORE_RANGE: dict[str, tuple[float, float]] = {

@@ -1,0 +1,246 @@
+"""BERT-flow's calibrator: the Glow of :mod:`.glow`, fitted by :mod:`.train`, as a
+scikit-learn estimator over embeddings. The latent z is the calibrated embedding.
+
+Torch and nflows are imported when a flow is built, not with this module: the registry
+checks a flow's hyper-parameters without them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from flow_plugin._machine import resolve_device
+from flow_plugin._validation import check_embeddings
+from flow_plugin.calibration.base import Calibrator
+from flow_plugin.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
+
+#: see :mod:`.glow` (kept here too so that checking parameters needs no torch)
+PERMUTATIONS: tuple[str, ...] = ("reverse", "random", "lu")
+COUPLINGS: tuple[str, ...] = ("additive", "affine")
+#: rows per forward pass when transforming or scoring
+INFERENCE_CHUNK = 2048
+
+logger = logging.getLogger(__name__)
+
+
+class FlowCalibrator(Calibrator):
+    """BERT-flow: map embeddings onto an isotropic Gaussian with a learned invertible flow.
+
+    Parameters (defaults follow the paper and its official code)
+    ------------------------------------------------------------
+    n_levels, depth, hidden_features:
+        3 levels × 3 steps, shift networks 32 wide: the official default config
+        ``config_l3_d3_w32`` (run_siamese.py ``--flow_model_config``; paper appendix, table 7).
+    permutation:
+        ``"reverse"``: the official config's ``"permutation": true`` selects a fixed channel
+        reversal instead of Glow's learned 1×1 convolution. ``"random"`` draws a fixed,
+        seeded random permutation per step; ``"lu"`` learns the 1×1 convolution (LU form).
+    coupling:
+        ``"additive"``: the official config's ``"additive": true``; ``"affine"``: Glow's.
+    epochs:
+        1 pass over the corpus (README of the official code: ``--num_train_epochs=1.0``).
+    batch_size:
+        64 sentences per step: the official run uses ``train_batch_size=32`` sentence pairs and
+        sums the flow loss of both sentences.
+    learning_rate, weight_decay:
+        Adam with lr 1e-3 (``--flow_learning_rate=1e-3``) and decoupled weight decay 0.01,
+        β=(0.9, 0.999), ε=1e-6 (optimization_bert_flow.py's AdamWeightDecayOptimizer).
+    clip_grad_norm:
+        Global gradient-norm clip at 1.0 (optimization_bert_flow.py ``clip_by_global_norm``).
+    init_samples:
+        Rows used for the data-dependent ActNorm initialisation. The official code uses its
+        first minibatch; up to 1024 rows give a steadier start at no real cost.
+    seed:
+        1234, the official ``--seed`` default; fixes initial weights, permutations and
+        shuffling so a refit gives identical results on the same device.
+    fast_path:
+        Train the paper's flow (fixed permutation, additive couplings) through the fused
+        trainer of :mod:`._fast` (same arithmetic, about twice as fast). A warning says so
+        when the flow's structure rules it out; ``False`` always trains through autograd.
+    device:
+        ``None``/``"auto"``: CUDA when available, else CPU (the backbone's choice).
+    show_progress_bar:
+        ``None`` shows a bar for long fits.
+
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).normal(size=(600, 8)).astype(np.float32) * 3 + 1
+    >>> flow = FlowCalibrator(n_levels=2, show_progress_bar=False).fit(X)
+    >>> flow.transform(X).shape, flow.fit_log_likelihood_ > flow.initial_log_likelihood_
+    ((600, 8), True)
+    """
+
+    method = "flow"
+    label = "flow"
+
+    def __init__(
+        self,
+        n_levels: int = 3,
+        depth: int = 3,
+        hidden_features: int = 32,
+        permutation: str = "reverse",
+        coupling: str = "additive",
+        epochs: float = 1.0,
+        batch_size: int = 64,
+        learning_rate: float = 1e-3,
+        weight_decay: float = 0.01,
+        clip_grad_norm: float = 1.0,
+        init_samples: int = 1024,
+        seed: int = 1234,
+        fast_path: bool = True,
+        device: str | None = None,
+        show_progress_bar: bool | None = None,
+    ) -> None:
+        self.n_levels = n_levels
+        self.depth = depth
+        self.hidden_features = hidden_features
+        self.permutation = permutation
+        self.coupling = coupling
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.weight_decay = weight_decay
+        self.clip_grad_norm = clip_grad_norm
+        self.init_samples = init_samples
+        self.seed = seed
+        self.fast_path = fast_path
+        self.device = device
+        self.show_progress_bar = show_progress_bar
+
+    # ------------------------------------------------------------ construction
+    def min_samples(self, n_features: int) -> int:
+        return 2  # ActNorm's data-dependent initialisation needs a standard deviation
+
+    def _check_params(self, n_features: int) -> None:
+        if self.permutation not in PERMUTATIONS:
+            raise InputError(f"permutation must be one of {PERMUTATIONS}, got {self.permutation!r}")
+        if self.coupling not in COUPLINGS:
+            raise InputError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
+        for name in ("n_levels", "depth", "hidden_features", "batch_size", "init_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"FlowCalibrator {name} must be a positive int, got {value!r}")
+        if not self.epochs > 0 or not self.learning_rate > 0:
+            raise InputError("FlowCalibrator epochs and learning_rate must be > 0")
+        smallest_level = n_features // 2 ** (self.n_levels - 1)
+        if smallest_level < 2:
+            raise InputError(
+                f"{n_features}-dimensional embeddings ({n_features} feature(s)) are too small for {self.n_levels} "
+                f"levels: the last level would see {smallest_level} feature(s); use fewer levels"
+            )
+
+    def _build(self, n_features: int) -> Any:
+        """The untrained flow (an nflows ``Flow``), its random start fixed by ``seed``."""
+        import torch
+
+        from flow_plugin.calibration.flow.glow import build_glow
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return build_glow(n_features, n_levels=self.n_levels, depth=self.depth,
+                              hidden_features=self.hidden_features, permutation=self.permutation,
+                              coupling=self.coupling)
+
+    def _settings(self) -> Any:
+        from flow_plugin.calibration.flow.train import TrainingSettings
+
+        return TrainingSettings(epochs=self.epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
+                                weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm,
+                                init_samples=self.init_samples, seed=self.seed)
+
+    # ------------------------------------------------------------ fitting
+    def _fit(self, X: np.ndarray) -> None:
+        n_samples, n_features = X.shape
+        if not np.ptp(X, axis=0).any():
+            raise InputError(f"FlowCalibrator: the {n_samples} samples are all identical; there is nothing to fit")
+        if n_samples < n_features:
+            logger.warning(
+                "fitting a flow on %d sentences for %d-dimensional embeddings: expect a poor fit", n_samples, n_features
+            )
+        import torch
+
+        from flow_plugin.calibration.flow.train import mean_log_likelihood, train_flow
+
+        device = resolve_device(self.device)
+        flow = self._build(n_features).to(device)
+        data = torch.from_numpy(X).to(device)
+        result = train_flow(flow, data, self._settings(), fast_path=self.fast_path,
+                            show_progress_bar=self.show_progress_bar)
+        self.flow_ = flow
+        self.loss_curve_ = result.loss_curve
+        self.n_steps_ = result.n_steps
+        self.fast_path_used_ = result.fast_path
+        self.initial_log_likelihood_ = result.initial_log_likelihood
+        self.fit_log_likelihood_ = mean_log_likelihood(flow, data)
+        self.fit_bits_per_dim_ = -self.fit_log_likelihood_ / (n_features * math.log(2))
+
+    # ------------------------------------------------------------ inference
+    def _device(self) -> torch.device:
+        return next(self.flow_.parameters()).device
+
+    def _apply(self, X: np.ndarray, function: Any) -> np.ndarray:
+        import torch
+
+        device = self._device()
+        chunks = []
+        with torch.inference_mode():
+            for start in range(0, X.shape[0], INFERENCE_CHUNK):
+                chunk = torch.from_numpy(X[start : start + INFERENCE_CHUNK]).to(device)
+                chunks.append(function(chunk).float().cpu().numpy())
+        return np.concatenate(chunks, axis=0)
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return self._apply(X, self.flow_.transform_to_noise)
+
+    def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        from flow_plugin.calibration.flow.glow import glow_of
+
+        glow = glow_of(self.flow_)
+        return self._apply(Z, lambda z: glow.inverse(z)[0])
+
+    def score_samples(self, X: Any) -> np.ndarray:
+        """Log-likelihood of each row under the fitted flow (nats)."""
+        self._check_is_fitted()
+        X = check_embeddings(X, name="X", n_features=self.n_features_in_, owner=type(self).__name__)
+        if X.shape[0] == 0:
+            return np.empty((0,), dtype=np.float64)
+        return self._apply(X, self.flow_.log_prob).astype(np.float64)
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """Mean log-likelihood of ``X`` (nats per sample), as scikit-learn density models do."""
+        return float(self.score_samples(X).mean())
+
+    def bits_per_dim(self, X: Any) -> float:
+        """Negative mean log-likelihood in bits per dimension."""
+        return -self.score(X) / (self.n_features_in_ * math.log(2))
+
+    # ------------------------------------------------------------ persistence
+    def _get_state(self) -> dict[str, np.ndarray]:
+        state = {f"flow/{key}": value.detach().cpu().numpy() for key, value in self.flow_.state_dict().items()}
+        state["loss_curve"] = self.loss_curve_
+        state["fit_log_likelihood"] = np.float64(self.fit_log_likelihood_)
+        state["initial_log_likelihood"] = np.float64(self.initial_log_likelihood_)
+        return state
+
+    def _set_state(self, state: dict[str, np.ndarray]) -> None:
+        import torch
+
+        n_features = self.n_features_in_
+        self._check_params(n_features)
+        flow = self._build(n_features)
+        weights = {key[len("flow/") :]: torch.from_numpy(np.array(value)) for key, value in state.items() if key.startswith("flow/")}
+        flow.load_state_dict(weights, strict=True)
+        self.flow_ = flow.to(resolve_device(self.device)).eval()
+        self.loss_curve_ = state["loss_curve"]
+        self.n_steps_ = int(len(self.loss_curve_))
+        self.fit_log_likelihood_ = float(state["fit_log_likelihood"])
+        self.initial_log_likelihood_ = float(state["initial_log_likelihood"])
+        self.fit_bits_per_dim_ = -self.fit_log_likelihood_ / (n_features * math.log(2))

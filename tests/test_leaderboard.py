@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -377,6 +378,31 @@ def test_a_results_folder_under_another_name_is_a_clear_error(result_dirs: dict[
     with pytest.raises(DataFolderError, match=f"{renamed}: holds MTEB results but is not named 'results'"):
         lb.update_leaderboard([renamed], tmp_path / "board.json")
     assert not (tmp_path / "board.json").exists()
+
+
+# ------------------------------------------------------------------ matplotlib is optional
+def test_without_matplotlib_the_chart_is_skipped_with_one_warning(
+    result_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, without_matplotlib: None,
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "board.json"
+    with caplog.at_level(logging.WARNING):
+        update = lb.update_leaderboard([result_dirs["sts"]], out)
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("flow_plugin") and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert str(tmp_path / "board.png") in warnings[0] and "pip install 'flow-plugin[plots]'" in warnings[0]
+    assert update.paths == (out, tmp_path / "board.md", None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["board.json", "board.md"]
+    lb.print_update(update)
+    assert "no chart" in capsys.readouterr().out
+    written = {name: (tmp_path / name).read_bytes() for name in ("board.json", "board.md")}
+    assert [r["model"] for r in json.loads(written["board.json"])["rows"]] == [RAW, WHITEN]
+
+    monkeypatch.undo()  # matplotlib is back: the same update changes nothing and draws the chart
+    again = lb.update_leaderboard([result_dirs["sts"]], out)
+    assert len(again.report.unchanged) == 2
+    assert {name: (tmp_path / name).read_bytes() for name in written} == written
+    assert (tmp_path / "board.png").read_bytes().startswith(b"\x89PNG")
 
 
 # ------------------------------------------------------------------ atomic writes

@@ -17,7 +17,7 @@ One job per module:
 * :mod:`.read`: result folders -> score entries (mteb's classes, plus run records);
 * :mod:`.describe`: backbone, calibrator and pooling of a model name;
 * :mod:`.merge`: the leaderboard model: load, merge (conflicts, tolerance), finalize;
-* :mod:`.render`: Markdown and the PNG chart (matplotlib);
+* :mod:`.render`: Markdown and the PNG chart (matplotlib, the optional ``plots`` extra);
 * :mod:`.write`: the three files, atomically, under a folder lock;
 * :mod:`.command`: the command line and :func:`update_leaderboard`.
 

@@ -18,9 +18,9 @@ from flow_plugin.errors import LeaderboardError
 
 @dataclass
 class LeaderboardUpdate:
-    """What :func:`update_leaderboard` wrote (JSON, Markdown, PNG) and merged."""
+    """What :func:`update_leaderboard` wrote (JSON, Markdown, PNG or None) and merged."""
 
-    paths: tuple[Path, Path, Path]
+    paths: tuple[Path, Path, Path | None]
     report: MergeReport
     board: dict[str, Any]
 
@@ -63,7 +63,8 @@ def print_update(update: LeaderboardUpdate) -> None:
         f"read {report.files_read} result files: {len(report.rows_added)} new rows, "
         f"{len(report.scores_added)} new scores, {len(report.unchanged)} unchanged, {len(report.replaced)} replaced"
     )
-    print(f"wrote {update.paths[1]} and {update.paths[2]}")
+    markdown, png = update.paths[1], update.paths[2]
+    print(f"wrote {markdown} and {png}" if png is not None else f"wrote {markdown} (no chart: matplotlib is missing)")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,7 @@
 """Rendering a leaderboard: Markdown tables and a PNG bar chart of the deltas.
 
-Pure functions of the leaderboard dict; matplotlib is imported only when a chart is drawn.
+Pure functions of the leaderboard dict. The chart needs matplotlib, an optional extra
+(``pip install 'flow-plugin[plots]'``), imported only when a chart is drawn.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 from typing import Any
 
 from flow_plugin.cli.leaderboard.schema import DECIMALS, NAMESPACE
+from flow_plugin.errors import MissingExtraError
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:
@@ -146,9 +148,15 @@ def render_png(board: dict[str, Any]) -> bytes:
     """A bar chart of the deltas against the raw backbone, as PNG bytes (matplotlib, Agg).
 
     The PNG's "Description" text chunk holds the bar heights as drawn (JSON), so the
-    picture can be checked against the leaderboard."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    picture can be checked against the leaderboard. Without matplotlib (the ``plots``
+    extra) this raises :class:`~flow_plugin.errors.MissingExtraError`."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise MissingExtraError(
+            f"the leaderboard chart needs matplotlib ({error}): pip install 'flow-plugin[plots]'"
+        ) from error
 
     labels, series = delta_series(board)
     short = [label.removeprefix("SentEval") for label in labels]

@@ -49,6 +49,30 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2
     return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, ensure_ascii=False) + "\n")
 
 
+def read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """The parsed content of a JSON file; errors name the file, ``what`` it should be and
+    the problem (unreadable, empty, not valid JSON).
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = Path(folder) / "board.json"
+    ...     _ = path.write_text('{"rows": []}')
+    ...     read_json(path, "leaderboard")
+    {'rows': []}
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
+    if not text.strip():
+        raise DataFolderError(f"{path}: {what} is empty (an interrupted write?)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DataFolderError(f"{path}: {what} is not valid JSON: {error}") from None
+
+
 def read_json_lines(path: str | os.PathLike[str], what: str) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) for every non-blank line of a JSON-lines file; errors name
     the file and the line."""

@@ -1,7 +1,7 @@
 """Exceptions raised by flow-plugin.
 
 Each class also derives from the built-in exception a caller would naturally catch
-(``ValueError``, ``TypeError``, ``FileNotFoundError``, ``LookupError``), so code that
+(``ValueError``, ``TypeError``, ``FileNotFoundError``, ``LookupError``, ``ImportError``), so code that
 does not know flow-plugin still handles them sensibly.
 """
 
@@ -34,6 +34,11 @@ class DataFolderError(FlowPluginError, FileNotFoundError):
 
 class RegistryError(FlowPluginError, LookupError):
     """An unknown backbone or model name, or a malformed ``registry/*.toml`` file."""
+
+
+class MissingExtraError(FlowPluginError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it,
+    e.g. ``pip install 'flow-plugin[plots]'`` for matplotlib."""
 
 
 class LeaderboardError(FlowPluginError, ValueError):

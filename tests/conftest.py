@@ -75,3 +75,18 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+# --------------------------------------------------------------------------- optional extras
+@pytest.fixture
+def without_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``import matplotlib`` (and every ``matplotlib.*``) fail for the test, as it does
+    where the ``plots`` extra is not installed: a ``None`` entry in ``sys.modules`` makes the
+    import system raise ``ModuleNotFoundError``, also for submodules imported before."""
+    import sys
+
+    for name in [name for name in sys.modules if name == "matplotlib" or name.startswith("matplotlib.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError):
+        from matplotlib.figure import Figure  # noqa: F401

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from flow_plugin.errors import InputError, InputTypeError
+from flow_plugin.errors import InputError, InputTypeError, MissingExtraError
 from flow_plugin.evaluation import (
     effective_rank,
     evaluate_sts,
@@ -239,6 +239,14 @@ def test_plot_spectra_writes_png_atomically(tmp_path: Path) -> None:
     assert sorted(p.name for p in target.parent.iterdir()) == ["spectra.png"]
     with pytest.raises(InputError, match=r"\.png"):
         plot_spectra(spectra, tmp_path / "spectra.pdf")
+
+
+def test_plot_spectra_without_matplotlib_says_which_extra_to_install(tmp_path: Path, without_matplotlib: None) -> None:
+    target = tmp_path / "spectra.png"
+    with pytest.raises(ImportError, match=r"pip install 'flow-plugin\[plots\]'") as caught:
+        plot_spectra({"line": np.array([3.0, 2.0, 1.0])}, target)
+    assert isinstance(caught.value, MissingExtraError)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_evaluation_imports_no_torch_or_mteb() -> None:

@@ -1,7 +1,8 @@
 """``flow-plugin leaderboard`` on real MTEB result files from a real (small) run.
 
 The module fixture runs all-MiniLM-L6-v2 raw and whitened on SentEvalSTS13 through
-``evaluate_models`` (what ``flow-plugin eval`` runs), plus the raw model on MTEB's own
+``evaluate_models`` (what ``flow-plugin eval`` runs), the whitened model once more with loader
+kwargs (``fit_corpus="inputs"``: an MTEB experiment folder), plus the raw model on MTEB's own
 ``MockSTSTask`` (a result without flow-plugin's extra keys), once.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -18,9 +20,11 @@ from pathlib import Path
 import pytest
 
 from flow_plugin.cli import leaderboard as lb
+from flow_plugin.cli.leaderboard import write as lb_write
 from flow_plugin.cli.main import main as cli_main
 from flow_plugin.errors import DataFolderError
 
+REPO = Path(__file__).resolve().parents[1]
 RAW = "flow_plugin/minilm-l6"
 WHITEN = "flow_plugin/minilm-l6-whiten"
 TASK = "SentEvalSTS13"
@@ -28,7 +32,8 @@ TASK = "SentEvalSTS13"
 
 @pytest.fixture(scope="module")
 def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, minilm_path: Path) -> dict[str, Path]:
-    """{"sts": output folder of the SentEvalSTS13 run, "mock": output folder of the MockSTSTask run}."""
+    """{"sts": output folder of the SentEvalSTS13 run, "experiment": of the run with loader kwargs,
+    "mock": of the MockSTSTask run}."""
     import mteb
     from mteb.cache import ResultCache
     from mteb.mocks.mock_tasks.sts import MockSTSTask
@@ -37,9 +42,11 @@ def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, mi
 
     sts = tmp_path_factory.mktemp("sts-results")
     evaluate_models([RAW, WHITEN], senteval_dir, [TASK], sts)
+    experiment = tmp_path_factory.mktemp("experiment-results")
+    evaluate_models([WHITEN], senteval_dir, [TASK], experiment, model_kwargs={"fit_corpus": "inputs"})
     mock = tmp_path_factory.mktemp("mteb-own-results")
     mteb.evaluate(mteb.get_model(RAW), MockSTSTask(), cache=ResultCache(mock), co2_tracker=False)
-    return {"sts": sts, "mock": mock}
+    return {"sts": sts, "experiment": experiment, "mock": mock}
 
 
 def result_file(output: Path, model: str, task: str = TASK) -> Path:
@@ -180,6 +187,61 @@ def test_external_model_uses_model_meta(result_dirs: dict[str, Path], tmp_path: 
     assert external["metadata_source"] == "model_meta"
 
 
+def test_experiment_run_gets_its_own_row_with_its_hardware(result_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """A model run with loader kwargs: MTEB's experiments/<name>/ folder is its own row."""
+    board = lb.update_leaderboard([result_dirs["sts"], result_dirs["experiment"]], tmp_path / "board.json").board
+    raw = row(board, RAW)
+    whiten, experiment = (r for r in board["rows"] if r["model"] == WHITEN)  # default run first
+    (path,) = (result_dirs["experiment"] / "results" / WHITEN.replace("/", "__")).glob(f"*/experiments/*/{TASK}.json")
+    assert whiten["experiment"] is None and experiment["experiment"] == path.parent.name == "fit_corpus_inputs"
+    assert experiment["id"] == f"{WHITEN}@{raw['revision']} [fit_corpus_inputs]"
+    assert experiment["experiment_kwargs"] == {"fit_corpus": "inputs"}
+    assert (experiment["calibrator"], experiment["fit_corpus"]) == ("whiten", "inputs")
+    assert experiment["baseline"] == whiten["baseline"] == raw["id"]  # the fit corpus is not part of the baseline
+    entry = experiment["scores"][TASK]
+    data = json.loads(path.read_text())
+    assert entry["score"] == round(data["scores"]["test"][0]["main_score"] * 100, 4)
+    assert entry["hardware"]["device"] == "cpu"  # evaluate_models' run record names the same experiment
+
+
+def test_scores_are_what_mteb_itself_reads(result_dirs: dict[str, Path], tmp_path: Path) -> None:
+    """Every row and score is the model run and main score mteb's own ResultCache and
+    TaskResult make of the same folders, and every result file of them was read."""
+    from mteb.cache import ResultCache
+
+    folders = [result_dirs["sts"], result_dirs["experiment"], result_dirs["mock"]]
+    update = lb.update_leaderboard(folders, tmp_path / "board.json")
+    rows = {r["id"]: r for r in update.board["rows"]}
+    compared = 0
+    for folder in folders:
+        results = ResultCache(folder).load_results(include_remote=False, load_experiments="match_name")
+        for model_result in results.model_results:
+            found = rows[lb.row_id(model_result.model_name, model_result.model_revision, model_result.experiment_name)]
+            for task_result in model_result.task_results:
+                entry = found["scores"][task_result.task_name]
+                assert entry["score"] == round(float(task_result.get_score(splits=["test"])) * 100, 4)
+                assert entry["hf_subsets"] == [s["hf_subset"] for s in task_result.scores["test"]]
+                assert entry["dataset_revision"] == task_result.dataset_revision
+                assert entry["mteb_version"] == task_result.mteb_version
+                assert entry["date"] == task_result.date.isoformat(timespec="seconds")
+                compared += 1
+    assert compared == update.report.files_read == sum(len(r["scores"]) for r in rows.values()) == 4
+
+
+@pytest.mark.parametrize("json_path", sorted((REPO / "leaderboards").glob("*.json")), ids=lambda p: p.stem)
+def test_committed_leaderboards_are_reproduced(json_path: Path) -> None:
+    """The published leaderboards, re-derived and re-rendered by this code, are byte for byte
+    what is committed (JSON and Markdown), and the chart draws the same bars."""
+    from PIL import Image
+
+    board = lb.finalize(lb.load_leaderboard(json_path))
+    assert json.dumps(board, indent=2, ensure_ascii=False, allow_nan=False) + "\n" == json_path.read_text(encoding="utf-8")
+    assert lb.render_markdown(board) == json_path.with_suffix(".md").read_text(encoding="utf-8")
+    with Image.open(json_path.with_suffix(".png")) as committed, Image.open(io.BytesIO(lb.render_png(board))) as drawn:
+        assert json.loads(drawn.text["Description"]) == json.loads(committed.text["Description"])
+        assert drawn.size == committed.size
+
+
 # ------------------------------------------------------------------ merging
 def test_merging_keeps_every_row_and_identical_duplicates_are_quiet(result_dirs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "board.json"
@@ -251,23 +313,43 @@ def test_difference_within_tolerance_is_identical(result_dirs: dict[str, Path], 
 
 
 # ------------------------------------------------------------------ bad input
+def _main_score(value: object):
+    def change(data: dict) -> None:
+        data["scores"]["test"][0]["main_score"] = value
+    return change
+
+
+def _task_name(value: str):
+    def change(data: dict) -> None:
+        data["task_name"] = value
+    return change
+
+
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
         ('{"task_name": "SentEvalSTS13", "scores": {"test": [{"main_', "not valid JSON"),
         ("", "empty"),
         ('{"task_name": "SentEvalSTS13", "dataset_revision": "x"}', "missing 'scores'"),
-        ('{"task_name": "SentEvalSTS13", "dataset_revision": "x", "scores": {"test": [{"main_score": "high"}]}}',
-         "main_score must be a finite number"),
-        ('{"task_name": "SentEvalSTS12", "dataset_revision": "x", "scores": {"test": [{"main_score": 0.5}]}}',
-         "file is named"),
+        # one field of the real result file changed (the rest is what mteb requires of a result)
+        (_main_score("high"), "main_score must be a finite number"),
+        (_task_name("SentEvalSTS12"), "file is named"),
+        (_main_score(1.5), r"main_score 1.5 is outside \[-1, 1\]"),
+        # mteb's TaskResult requires what every MTEB result has
+        ('{"task_name": "SentEvalSTS13", "dataset_revision": "x", "scores": {"test": [{"main_score": 0.5}]}}',
+         "missing 'mteb_version'.*hf_subset should be in scores"),
     ],
 )
-def test_malformed_result_file_error_names_it(result_dirs: dict[str, Path], tmp_path: Path, content: str,
+def test_malformed_result_file_error_names_it(result_dirs: dict[str, Path], tmp_path: Path, content: object,
                                               problem: str, capsys: pytest.CaptureFixture[str]) -> None:
     broken = copy_results(result_dirs["sts"], tmp_path / "broken")
     path = result_file(broken, WHITEN)
-    path.write_text(content)
+    if callable(content):
+        data = json.loads(path.read_text())
+        content(data)
+        path.write_text(json.dumps(data))
+    else:
+        path.write_text(content)
     with pytest.raises(DataFolderError, match=problem) as caught:
         lb.update_leaderboard([broken], tmp_path / "board.json")
     assert str(path) in str(caught.value)
@@ -290,6 +372,39 @@ def test_missing_or_empty_folder_and_bad_leaderboard(tmp_path: Path, result_dirs
         lb.update_leaderboard([result_dirs["sts"]], tmp_path / "board.txt")
 
 
+def test_a_results_folder_under_another_name_is_a_clear_error(result_dirs: dict[str, Path], tmp_path: Path) -> None:
+    renamed = tmp_path / "my-results"
+    shutil.copytree(result_dirs["sts"] / "results", renamed)
+    with pytest.raises(DataFolderError, match=f"{renamed}: holds MTEB results but is not named 'results'"):
+        lb.update_leaderboard([renamed], tmp_path / "board.json")
+    assert not (tmp_path / "board.json").exists()
+
+
+# ------------------------------------------------------------------ matplotlib is optional
+def test_without_matplotlib_the_chart_is_skipped_with_one_warning(
+    result_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, without_matplotlib: None,
+    caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "board.json"
+    with caplog.at_level(logging.WARNING):
+        update = lb.update_leaderboard([result_dirs["sts"]], out)
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("flow_plugin") and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert str(tmp_path / "board.png") in warnings[0] and "pip install 'flow-plugin[plots]'" in warnings[0]
+    assert update.paths == (out, tmp_path / "board.md", None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["board.json", "board.md"]
+    lb.print_update(update)
+    assert "no chart" in capsys.readouterr().out
+    written = {name: (tmp_path / name).read_bytes() for name in ("board.json", "board.md")}
+    assert [r["model"] for r in json.loads(written["board.json"])["rows"]] == [RAW, WHITEN]
+
+    monkeypatch.undo()  # matplotlib is back: the same update changes nothing and draws the chart
+    again = lb.update_leaderboard([result_dirs["sts"]], out)
+    assert len(again.report.unchanged) == 2
+    assert {name: (tmp_path / name).read_bytes() for name in written} == written
+    assert (tmp_path / "board.png").read_bytes().startswith(b"\x89PNG")
+
+
 # ------------------------------------------------------------------ atomic writes
 @pytest.mark.parametrize("failure", ["fsync", "replace", "render"])
 def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp_path: Path,
@@ -307,7 +422,7 @@ def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp
     elif failure == "replace":
         monkeypatch.setattr(os, "replace", boom)
     else:  # the serialiser fails midway (after the JSON and Markdown were rendered)
-        monkeypatch.setattr(lb, "render_png", boom)
+        monkeypatch.setattr(lb_write, "render_png", boom)
     with pytest.raises(OSError, match="simulated failure"):
         lb.update_leaderboard([result_dirs["sts"]], out)  # would add the whiten row
     monkeypatch.undo()

@@ -182,6 +182,27 @@ def test_a_senteval_folder_alone_skips_qnli_and_reuses_the_cache(paper_run: dict
     assert not list(tmp_path.glob("*.png"))
 
 
+def test_without_matplotlib_the_plots_are_skipped_with_a_warning(paper_run: dict, shared_data_dir: Path,
+                                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  without_matplotlib: None) -> None:
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)  # the same shared in-memory encoder as the first run
+    code, stdout, stderr = run_cli([
+        "paper", "-m", "minilm-l6", "--calibrators", "whiten", "--tasks", "STS-B", "--max-pairs", str(MAX_PAIRS),
+        "--skip", "sts,qnli,lexical", "--data", str(shared_data_dir), "--out", str(tmp_path),
+    ])
+    assert code == 0, stderr
+    assert stderr.count("spectra plots skipped") == 1 and "pip install 'flow-plugin[plots]'" in stderr
+    report = json.loads((tmp_path / "paper.json").read_text(encoding="utf-8"))
+    isotropy = report["isotropy"]
+    assert isotropy["plots"] == [] and "flow-plugin[plots]" in isotropy["plots_skipped"]
+    assert any("spectra plots skipped" in note for note in report["notes"])
+    assert "plots: none (matplotlib is not installed" in stdout
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["paper.json"]
+    first = paper_run["report"]["isotropy"]["calibrators"]
+    for name in ("raw", "whiten"):  # the numbers do not need matplotlib
+        assert isotropy["calibrators"][name]["singular_values"] == pytest.approx(first[name]["singular_values"])
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

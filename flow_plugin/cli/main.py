@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("flow_plugin.cli.evaluate", "evaluate registry models on the offline SentEval-format STS tasks (MTEB result JSON)"),
     "paper": ("flow_plugin.cli.paper", "run every evaluation of the BERT-flow paper (STS all/wmean, QNLI AUC, lexical, isotropy)"),
     "bench": ("flow_plugin.cli.bench", "run all six variants of a backbone over the 7 STS sets and update its leaderboard"),
-    "leaderboard": ("flow_plugin.cli.leaderboard", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
+    "leaderboard": ("flow_plugin.cli.leaderboard.command", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
 }
 
 

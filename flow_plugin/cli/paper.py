@@ -380,6 +380,7 @@ def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any],
     import numpy as np
 
     from flow_plugin.calibration import calibrator_class
+    from flow_plugin.errors import MissingExtraError
     from flow_plugin.evaluation import isotropy_report, plot_spectra
 
     progress.set_postfix_str("isotropy")
@@ -398,18 +399,28 @@ def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any],
     labels = {name: calibrator_class(name).label or name for name in fitted}
     spectra = {labels[name]: report["singular_values"] for name, report in reports.items()}
     title = f"{state.spec.name}: singular values, STS-B test ({len(sentences)} sentences)"
-    plots = [plot_spectra(spectra, out / "spectra.png", title=title)]
-    for name in fitted:
-        if name != "raw" and "raw" in fitted:
-            pair = {labels["raw"]: reports["raw"]["singular_values"], labels[name]: reports[name]["singular_values"]}
-            plots.append(plot_spectra(pair, out / f"spectra-raw-vs-{name}.png", title=f"{state.spec.name}: raw vs {labels[name]}"))
+    plots: list[Path] = []
+    skipped = None
+    try:
+        plots.append(plot_spectra(spectra, out / "spectra.png", title=title))
+        for name in fitted:
+            if name != "raw" and "raw" in fitted:
+                pair = {labels["raw"]: reports["raw"]["singular_values"], labels[name]: reports[name]["singular_values"]}
+                plots.append(plot_spectra(pair, out / f"spectra-raw-vs-{name}.png",
+                                          title=f"{state.spec.name}: raw vs {labels[name]}"))
+    except MissingExtraError as error:  # matplotlib is an optional extra: the numbers do not need it
+        skipped = f"spectra plots skipped: {error}"
+        print(f"flow-plugin paper: warning: {skipped}", file=sys.stderr)
     progress.update(1)
-    return {
+    result = {
         "data": f"unique sentences of STSBenchmark test ({len(sentences)})",
         "calibrators": reports,
         "plots": [plot.name for plot in plots],
         "seconds": round(time.perf_counter() - start, 3),
     }
+    if skipped:
+        result["plots_skipped"] = skipped
+    return result
 
 
 def run_paper(
@@ -517,6 +528,8 @@ def run_paper(
             if "isotropy" in sections:
                 begin = time.perf_counter()
                 report["isotropy"] = _section_isotropy(state, test_pairs, stsb_fitted, out, progress)
+                if "plots_skipped" in report["isotropy"]:
+                    notes.append(report["isotropy"]["plots_skipped"])
                 state.timings["isotropy"] = time.perf_counter() - begin
 
     report["summary"] = summarize(report)
@@ -601,7 +614,8 @@ def format_report(report: dict[str, Any]) -> str:
     if "isotropy" in report:
         isotropy = report["isotropy"]
         lines.append("")
-        lines.append(f"Isotropy of {isotropy['data']}; plots: {', '.join(isotropy['plots'])}")
+        plots = ", ".join(isotropy["plots"]) or "none (matplotlib is not installed: pip install 'flow-plugin[plots]')"
+        lines.append(f"Isotropy of {isotropy['data']}; plots: {plots}")
         lines.append(f"{'':<{name_width}}{'mean cos':>10}{'top-1 var':>11}{'eff. rank':>11}{'isotropy':>11}"
                      f"{'iso(unit)':>11}")
         for name, values in isotropy["calibrators"].items():

@@ -30,7 +30,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from flow_plugin._io import atomic_write_bytes
-from flow_plugin.errors import InputError, InputTypeError
+from flow_plugin.errors import InputError, InputTypeError, MissingExtraError
 from flow_plugin.evaluation._checks import float_matrix, float_vector
 from flow_plugin.evaluation.sts import paired_cosine
 
@@ -161,6 +161,8 @@ def plot_spectra(
     One line per label. Zero values cannot be shown on a log scale and are left out.
     The PNG is rendered in memory (matplotlib's Agg backend, no pyplot state) and
     written atomically to ``path`` (which must end in ``.png``). Returns the path.
+    matplotlib is the optional ``plots`` extra: without it this raises
+    :class:`~flow_plugin.errors.MissingExtraError` (an ``ImportError``) and writes nothing.
     """
     if not isinstance(spectra, Mapping) or not spectra:
         raise InputError("spectra must be a non-empty mapping label -> singular values")
@@ -178,8 +180,11 @@ def plot_spectra(
             raise InputError(f"spectra[{label!r}] is all zeros and cannot be normalised")
         curves[label] = s / s[0]
 
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise MissingExtraError(f"plot_spectra needs matplotlib ({error}): pip install 'flow-plugin[plots]'") from error
 
     fig = Figure(figsize=(6.4, 4.2), dpi=120)
     FigureCanvasAgg(fig)

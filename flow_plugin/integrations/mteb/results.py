@@ -1,10 +1,17 @@
-"""MTEB result folders: which result files a run wrote, interrupted writes, and where runs ran.
+"""MTEB result folders: which result files a run wrote, interrupted writes, where runs ran,
+and reading result folders through mteb's own classes.
 
-MTEB writes ``<output>/results/<model>/<revision>/<Task>.json`` non-atomically, so a killed
-run can leave a truncated file that MTEB's own resume then fails to read. Before each run,
-:func:`quarantine_truncated_results` renames such files aside so the task is recomputed.
-After it, :func:`record_run` appends the hardware of every newly written result to
-``<output>/flow-plugin-runs.jsonl``, which the leaderboard reads.
+MTEB writes ``<output>/results/<model>/<revision>/[experiments/<name>/]<Task>.json``
+non-atomically, so a killed run can leave a truncated file that MTEB's own resume then
+fails to read. Before each run, :func:`quarantine_truncated_results` renames such files
+aside so the task is recomputed. After it, :func:`record_run` appends the hardware of every
+newly written result to ``<output>/flow-plugin-runs.jsonl``, which the leaderboard reads.
+
+Reading is mteb's: :func:`open_result_cache` and :func:`task_result_paths` list a folder's
+result files with ``mteb.cache.ResultCache``, :func:`load_task_result` parses one with
+``mteb.results.TaskResult`` and :func:`result_identity` reads its ``model_meta.json`` as an
+``mteb.models.ModelMeta``; on top, every error is a :class:`~flow_plugin.errors.DataFolderError`
+naming the file. This module imports mteb only inside those functions.
 """
 
 from __future__ import annotations
@@ -14,12 +21,17 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flow_plugin._io import atomic_write_text, read_json_lines
+from flow_plugin._io import atomic_write_text, read_json, read_json_lines
 from flow_plugin.errors import DataFolderError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mteb.cache import ResultCache
+    from mteb.models import ModelMeta
+    from mteb.results import TaskResult
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +39,16 @@ logger = logging.getLogger(__name__)
 #: result, with the hardware it ran on (written by ``flow-plugin eval`` and ``bench``).
 RUNS_FILE = "flow-plugin-runs.jsonl"
 RUNS_FORMAT = "flow-plugin-runs"
+RESULTS_FOLDER = "results"  # mteb's ResultCache keeps results in <cache>/results/
 EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded with kwargs
 
 
 def model_folder(output_folder: Path, model: str) -> Path:
+    """Where MTEB keeps the results of ``model`` in an output folder.
+
+    >>> model_folder(Path("out"), "flow_plugin/minilm-l6").as_posix()
+    'out/results/flow_plugin__minilm-l6'
+    """
     return output_folder / "results" / model.replace("/", "__").replace(" ", "_")
 
 
@@ -68,136 +86,168 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
 
 
 def record_run(output: Path, path: Path, hardware: dict[str, Any], settings: dict[str, Any]) -> None:
-    """One ``flow-plugin-runs.jsonl`` line for the result file just written."""
-    location = next((loc for loc in scan_results(output) if loc.path == path), None)
-    if location is None:  # pragma: no cover -- MTEB always writes model_meta.json with results
-        logger.warning("cannot identify the result file %s; its hardware is not recorded", path)
-        return
-    try:
-        date = json.loads(path.read_text(encoding="utf-8")).get("date")
-    except (OSError, ValueError):
-        date = None
+    """One ``flow-plugin-runs.jsonl`` line for the result file just written: the model's
+    identity from its ``model_meta.json`` (mteb's ``ModelMeta``), the result's date from the
+    file (mteb's ``TaskResult``), and the hardware and settings it ran with."""
+    identity = result_identity(path)
+    result = load_task_result(path)
     append_run_records(output, [{
-        "model": location.model,
-        "revision": location.revision,
-        "experiment": location.experiment,
-        "task": location.task,
-        "result_date": date,
+        "model": identity.model,
+        "revision": identity.revision,
+        "experiment": identity.experiment,
+        "task": path.stem,  # the leaderboard's key too (it checks the file's task_name matches)
+        "result_date": result.date.timestamp() if result.date is not None else None,
         "recorded": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
         "hardware": hardware,
         "settings": settings,
     }])
 
 
-# ------------------------------------------------------------------------- reading result folders
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
-    if not text.strip():
-        raise DataFolderError(f"{path}: {what} is empty (an interrupted write?)")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DataFolderError(f"{path}: {what} is not valid JSON: {error}") from None
-
-
-def experiment_name(kwargs: dict[str, Any] | None) -> str | None:
-    """A readable, stable name for loader kwargs (MTEB names its experiment folders itself)."""
-    if not kwargs:
-        return None
-    return ",".join(f"{key}={json.dumps(kwargs[key], sort_keys=True)}" for key in sorted(kwargs))
-
-
-@dataclass(frozen=True)
-class ResultLocation:
-    """One task result file and the model identity its folder gives it."""
-
-    path: Path
-    model: str
-    revision: str
-    experiment: str | None
-    experiment_kwargs: dict[str, Any]
-    model_meta: dict[str, Any]
-    task: str  # the file's stem; the file's own task_name must match it
-
-    @property
-    def row_id(self) -> str:
-        return row_id(self.model, self.revision, self.experiment)
-
-
-def row_id(model: str, revision: str, experiment: str | None) -> str:
-    return f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
-
-
-def results_root(folder: str | os.PathLike[str]) -> Path:
-    """``<folder>/results`` when it exists (an MTEB output folder), else ``<folder>`` itself."""
+# ------------------------------------------------------------------------- reading result folders (mteb)
+def open_result_cache(folder: str | os.PathLike[str]) -> ResultCache:
+    """mteb's ``ResultCache`` for an MTEB output folder (one holding ``results/``) or for
+    that ``results/`` folder itself. The folder must exist (nothing is created)."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise DataFolderError(f"result folder {folder} does not exist")
-    return folder / "results" if (folder / "results").is_dir() else folder
+    if (folder / RESULTS_FOLDER).is_dir():
+        cache_path = folder
+    elif folder.name == RESULTS_FOLDER:
+        cache_path = folder.parent
+    elif any(folder.glob("*/*/model_meta.json")):
+        raise DataFolderError(
+            f"{folder}: holds MTEB results but is not named {RESULTS_FOLDER!r}; mteb reads "
+            f"<output>/{RESULTS_FOLDER}/<model>/<revision>/<Task>.json: give the output folder, or the "
+            f"{RESULTS_FOLDER}/ folder itself"
+        )
+    else:
+        cache_path = folder  # no results here: the caller reports that, naming <folder>/results
+    from mteb.cache import ResultCache
+
+    return ResultCache(cache_path)
+
+
+def task_result_paths(cache: ResultCache) -> list[Path]:
+    """Every task result file of a local ``ResultCache`` (experiments included), in a stable
+    order: by model and revision folder, the default run before its experiments.
+
+    A result directly in ``<model>/<revision>/`` counts when that folder holds
+    ``model_meta.json`` or ``run_settings.jsonl`` (what MTEB writes with every result), so
+    unrelated JSON files there are ignored. Files in ``experiments/<name>/`` always count
+    (:func:`result_identity` then needs their ``model_meta.json``).
+    """
+    paths = cache.get_cache_paths(require_model_meta=False, include_remote=False, load_experiments="match_name")
+    kept = [path for path in paths if _in_experiment(path) or _is_revision_folder(path.parent)]
+    return sorted(kept, key=_path_order)
+
+
+def _in_experiment(path: Path) -> bool:
+    return path.parent.parent.name == EXPERIMENTS_FOLDER
 
 
 def _is_revision_folder(folder: Path) -> bool:
-    # what MTEB (>= 1.12) writes next to every result: model_meta.json (and run_settings.jsonl)
     return (folder / "model_meta.json").is_file() or (folder / "run_settings.jsonl").is_file()
 
 
-def _model_identity(revision_folder: Path, experiment_folder: Path | None) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
-    """(model name, revision, experiment kwargs, model_meta) of a result folder."""
-    meta_folder = experiment_folder or revision_folder
-    meta_path = meta_folder / "model_meta.json"
-    meta: dict[str, Any] = {}
-    if meta_path.is_file():
-        meta = _read_json(meta_path, "model_meta.json")
-        if not isinstance(meta, dict):
-            raise DataFolderError(f"{meta_path}: model_meta.json must hold a JSON object, got {type(meta).__name__}")
-        for key in ("name", "revision"):
-            if meta.get(key) is not None and not isinstance(meta[key], str):
-                raise DataFolderError(f"{meta_path}: key {key!r} must be a string, got {meta[key]!r}")
-        kwargs = meta.get("experiment_kwargs") or {}
-        if not isinstance(kwargs, dict):
-            raise DataFolderError(f"{meta_path}: 'experiment_kwargs' must be an object or null, got {kwargs!r}")
-    elif experiment_folder is not None:
-        raise DataFolderError(f"{meta_path}: missing; an experiment folder needs it to say which kwargs were used")
-    model = meta.get("name") or revision_folder.parent.name.replace("__", "/")
-    revision = meta.get("revision") or revision_folder.name
-    return model, revision, dict(meta.get("experiment_kwargs") or {}), meta
+def _path_order(path: Path) -> tuple[str, str, str]:
+    if _in_experiment(path):
+        return (str(path.parents[2]), path.parent.name, path.name)
+    return (str(path.parent), "", path.name)
 
 
-def scan_results(folder: str | os.PathLike[str]) -> list[ResultLocation]:
-    """Every task result file under an MTEB output or results folder (not yet parsed).
+@dataclass(frozen=True)
+class ResultIdentity:
+    """Which model run a result file belongs to, as its folder's ``model_meta.json`` says."""
 
-    A ``<model>/<revision>`` folder counts when it holds ``model_meta.json`` or
-    ``run_settings.jsonl`` (what MTEB writes with every result), so unrelated JSON files
-    (an embedding cache, say) are ignored.
-    """
-    root = results_root(folder)
-    found: list[ResultLocation] = []
-    for revision_folder in sorted(p for p in root.glob("*/*") if p.is_dir()):
-        candidates: list[tuple[Path, Path | None]] = []
-        if _is_revision_folder(revision_folder):
-            candidates.append((revision_folder, None))
-        experiments = revision_folder / EXPERIMENTS_FOLDER
-        if experiments.is_dir():
-            candidates.extend((folder, folder) for folder in sorted(experiments.iterdir()) if folder.is_dir())
-        for results_folder, experiment_folder in candidates:
-            files = sorted(p for p in results_folder.glob("*.json") if p.name != "model_meta.json")
-            if not files:
-                continue
-            model, revision, kwargs, meta = _model_identity(revision_folder, experiment_folder)
-            experiment = experiment_folder.name if experiment_folder is not None else experiment_name(kwargs)
-            for path in files:
-                found.append(ResultLocation(path, model, revision, experiment, kwargs, meta, path.stem))
-    return found
+    model: str  # MTEB model name, e.g. "flow_plugin/minilm-l6-flow"
+    revision: str
+    experiment: str | None  # MTEB experiment name (its folder under experiments/), None for defaults
+    experiment_kwargs: dict[str, Any] = field(default_factory=dict)
+    model_meta: ModelMeta | None = None  # None when the folder has no model_meta.json
+
+
+def result_identity(path: Path) -> ResultIdentity:
+    """The model run of the result file ``path``, from the ``model_meta.json`` next to it
+    (read as mteb's ``ModelMeta``, unvalidated like mteb's ``ResultCache`` does, so metadata
+    written by other mteb versions still reads). Without that file the folder names say it:
+    ``<model>/<revision>/``; an experiment folder must have one."""
+    folder = path.parent
+    meta_path = folder / "model_meta.json"
+    in_experiment = _in_experiment(path)
+    revision_folder = folder.parent.parent if in_experiment else folder
+    if not meta_path.is_file():
+        if in_experiment:
+            raise DataFolderError(f"{meta_path}: missing; an experiment folder needs it to say which kwargs were used")
+        return ResultIdentity(revision_folder.parent.name.replace("__", "/"), revision_folder.name, None)
+    data = read_json(meta_path, "model_meta.json")
+    if not isinstance(data, dict):
+        raise DataFolderError(f"{meta_path}: model_meta.json must hold a JSON object, got {type(data).__name__}")
+    for key in ("name", "revision"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise DataFolderError(f"{meta_path}: key {key!r} must be a string, got {data[key]!r}")
+    kwargs = data.get("experiment_kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise DataFolderError(f"{meta_path}: 'experiment_kwargs' must be an object or null, got {kwargs!r}")
+    from mteb.models import ModelMeta
+
+    meta = ModelMeta.model_construct(**data)
+    return ResultIdentity(
+        model=meta.name or revision_folder.parent.name.replace("__", "/"),
+        revision=meta.revision or revision_folder.name,
+        # mteb names an experiment's folder after its kwargs; the folder is what is on disk
+        experiment=folder.name if in_experiment else meta.experiment_name,
+        experiment_kwargs=dict(kwargs),
+        model_meta=meta,
+    )
+
+
+def load_task_result(path: Path) -> TaskResult:
+    """mteb's ``TaskResult`` of one result file (the current format, as mteb >= 1.11 writes
+    it). Errors are :class:`DataFolderError` naming the file and what is wrong with it."""
+    from mteb.results import TaskResult
+    from pydantic import ValidationError
+
+    try:
+        return TaskResult.from_disk(path, load_historic_data=False)
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataFolderError(f"{path}: cannot read MTEB task result: {error}") from None
+    except ValueError as error:
+        cause = error.__cause__
+        if not isinstance(cause, ValidationError):
+            raise DataFolderError(f"{path}: malformed MTEB task result: {error}") from None
+        problems = cause.errors(include_url=False)
+        if problems and problems[0]["type"] == "json_invalid":
+            if not str(problems[0].get("input", "")).strip():
+                raise DataFolderError(f"{path}: MTEB task result is empty (an interrupted write?)") from None
+            raise DataFolderError(f"{path}: MTEB task result is not valid JSON: {problems[0]['msg']}") from None
+        raise DataFolderError(
+            f"{path}: malformed MTEB task result: {'; '.join(_describe_problem(p) for p in problems)}"
+        ) from None
+
+
+def _describe_problem(problem: dict[str, Any]) -> str:
+    """One pydantic validation problem as text: "missing 'scores'", "'date': Input should be ..."."""
+    where = ""
+    for part in problem.get("loc", ()):
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    if problem.get("type") == "missing":
+        return f"missing {where!r}"
+    message = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{where!r}: {message}" if where else message
 
 
 def runs_file_for(output_folder: str | os.PathLike[str]) -> Path:
+    """The run-records file of an output folder.
+
+    >>> runs_file_for("out").as_posix()
+    'out/flow-plugin-runs.jsonl'
+    """
     return Path(output_folder).expanduser() / RUNS_FILE
 
 
 def read_run_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a ``flow-plugin-runs.jsonl`` file ([] when there is none); a line that
+    is not a record is an error naming the file and the line."""
     if not path.is_file():
         return []
     records = []

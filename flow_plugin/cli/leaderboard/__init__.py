@@ -1,0 +1,103 @@
+"""``flow-plugin leaderboard``: MTEB result folders -> leaderboard JSON, Markdown and PNG.
+
+Reads the task result files that ``mteb run`` / ``mteb.evaluate`` / ``flow-plugin eval`` /
+``flow-plugin bench`` write, through mteb's own ``ResultCache`` and ``TaskResult``::
+
+    <dir>/results/<model>/<revision>/<Task>.json                       (an output folder)
+    <dir>/results/<model>/<revision>/experiments/<experiment>/<Task>.json  (models run with kwargs)
+
+(``<dir>/results`` itself may be given too), merges them into ``NAME.json`` (schema:
+:data:`SCHEMA`), then renders ``NAME.md`` and ``NAME.png`` next to it. Merging never drops a
+row; a score that disagrees with the one already recorded is an error (or, with
+``replace=True``, is replaced and reported). The files are written atomically.
+
+One job per module:
+
+* :mod:`.schema`: the file format, the schema text, the points scale, the column order;
+* :mod:`.read`: result folders -> score entries (mteb's classes, plus run records);
+* :mod:`.describe`: backbone, calibrator and pooling of a model name;
+* :mod:`.merge`: the leaderboard model: load, merge (conflicts, tolerance), finalize;
+* :mod:`.render`: Markdown and the PNG chart (matplotlib, the optional ``plots`` extra);
+* :mod:`.write`: the three files, atomically, under a folder lock;
+* :mod:`.command`: the command line and :func:`update_leaderboard`.
+
+Importing this package imports only the standard library (mteb when results are read,
+matplotlib when a chart is drawn, the registry when a ``flow_plugin/...`` row is described).
+"""
+
+from __future__ import annotations
+
+from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.cli.leaderboard.command import (
+    LeaderboardUpdate,
+    configure_parser,
+    print_update,
+    run,
+    update_leaderboard,
+)
+from flow_plugin.cli.leaderboard.describe import describe_model
+from flow_plugin.cli.leaderboard.merge import (
+    MergeReport,
+    empty_leaderboard,
+    finalize,
+    load_leaderboard,
+    merge_results,
+    score_difference,
+)
+from flow_plugin.cli.leaderboard.read import (
+    ResultFile,
+    ResultFolder,
+    find_results,
+    hardware_index,
+    read_score,
+    row_id,
+    run_key,
+    score_entry,
+)
+from flow_plugin.cli.leaderboard.render import delta_series, render_markdown, render_png
+from flow_plugin.cli.leaderboard.schema import (
+    DEFAULT_TOLERANCE,
+    FORMAT,
+    FORMAT_VERSION,
+    SCHEMA,
+    task_sort_key,
+)
+from flow_plugin.cli.leaderboard.write import output_paths, write_leaderboard
+from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
+
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "OFFLINE_TASKS",
+    "SCHEMA",
+    "DataFolderError",
+    "LeaderboardConflictError",
+    "LeaderboardError",
+    "LeaderboardUpdate",
+    "MergeReport",
+    "ResultFile",
+    "ResultFolder",
+    "configure_parser",
+    "delta_series",
+    "describe_model",
+    "empty_leaderboard",
+    "finalize",
+    "find_results",
+    "hardware_index",
+    "load_leaderboard",
+    "merge_results",
+    "output_paths",
+    "print_update",
+    "read_score",
+    "render_markdown",
+    "render_png",
+    "row_id",
+    "run",
+    "run_key",
+    "score_difference",
+    "score_entry",
+    "task_sort_key",
+    "update_leaderboard",
+    "write_leaderboard",
+]

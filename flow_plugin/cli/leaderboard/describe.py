@@ -1,0 +1,87 @@
+"""What a leaderboard row says about its model: backbone, calibrator, pooling, fit corpus.
+
+The registry describes ``flow_plugin/...`` models; for any other model (or a
+``flow_plugin/...`` name this registry does not know) the name, the loader kwargs and the
+result folder's ``model_meta.json`` are all there is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flow_plugin.cli.leaderboard.schema import CALIBRATOR_ORDER, NAMESPACE, is_number
+
+
+def describe_model(
+    model: str,
+    experiment_kwargs: dict[str, Any] | None = None,
+    *,
+    adapted_from: str | None = None,
+    max_tokens: Any = None,
+) -> dict[str, Any]:
+    """Backbone, calibrator, pooling and fit corpus of a model name (registry first).
+
+    ``adapted_from`` and ``max_tokens`` come from the result's ``model_meta.json``.
+
+    >>> row = describe_model("flow_plugin/minilm-l6-whiten")
+    >>> row["backbone"], row["calibrator"], row["fit_corpus"], row["metadata_source"]
+    ('minilm-l6', 'whiten', 'target', 'registry')
+    >>> describe_model("acme/encoder", {}, max_tokens=512.0)["max_seq_length"]
+    512
+    """
+    kwargs = dict(experiment_kwargs or {})
+    overrides = kwargs.get("calibrator_params") if isinstance(kwargs.get("calibrator_params"), dict) else {}
+    if model.startswith(NAMESPACE):
+        return _describe_flow_plugin_model(model, kwargs, overrides, adapted_from, max_tokens)
+    calibrator = str(kwargs.get("calibrator", "raw"))
+    return {
+        "backbone": model,
+        "backbone_model": adapted_from or model,
+        "calibrator": calibrator,
+        "calibrator_params": dict(overrides),
+        "pooling": kwargs.get("pooling"),
+        "max_seq_length": int(max_tokens) if is_number(max_tokens) else None,
+        "fit_corpus": None if calibrator == "raw" else (str(kwargs["fit_corpus"]) if "fit_corpus" in kwargs else None),
+        "metadata_source": "model_meta",
+    }
+
+
+def _describe_flow_plugin_model(model: str, kwargs: dict[str, Any], overrides: dict[str, Any],
+                                adapted_from: str | None, max_tokens: Any) -> dict[str, Any]:
+    from flow_plugin.catalog.registry import parse_model_name
+    from flow_plugin.errors import RegistryError
+
+    try:
+        variant = parse_model_name(model)
+    except RegistryError:
+        variant = None
+    if variant is not None:
+        spec = variant.backbone
+        raw = variant.calibrator == "raw"
+        return {
+            "backbone": spec.name,
+            "backbone_model": spec.hub_id,
+            "calibrator": variant.calibrator,
+            "calibrator_params": {} if raw else {**variant.calibrator_params, **overrides},
+            "pooling": kwargs.get("pooling", spec.pooling),
+            "max_seq_length": spec.max_seq_length,
+            "fit_corpus": None if raw else str(kwargs.get("fit_corpus", "target")),
+            "metadata_source": "registry",
+        }
+    # a flow_plugin model this registry does not know: read the suffix
+    short = model[len(NAMESPACE):]
+    calibrator = "raw"
+    for method in sorted(CALIBRATOR_ORDER, key=len, reverse=True):
+        if method != "raw" and short.endswith("-" + method):
+            calibrator, short = method, short[: -len(method) - 1]
+            break
+    return {
+        "backbone": short,
+        "backbone_model": adapted_from or short,
+        "calibrator": calibrator,
+        "calibrator_params": dict(overrides),
+        "pooling": kwargs.get("pooling"),
+        "max_seq_length": max_tokens if isinstance(max_tokens, int) else None,
+        "fit_corpus": None if calibrator == "raw" else str(kwargs.get("fit_corpus", "target")),
+        "metadata_source": "model_meta",
+    }

@@ -1,0 +1,265 @@
+"""The leaderboard JSON model: create, load and check, merge new results, derive the rest.
+
+Merging never drops a row; a score that disagrees with the one already recorded (beyond the
+tolerance, or on other data) is a conflict: an error that leaves the leaderboard as it was,
+or, with ``replace=True``, a replacement that is reported. A merge that changes nothing
+keeps "updated", so the rewritten file is byte for byte the old one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flow_plugin._io import read_json
+from flow_plugin.cli.leaderboard.describe import describe_model
+from flow_plugin.cli.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
+from flow_plugin.cli.leaderboard.schema import (
+    CALIBRATOR_ORDER,
+    DEFAULT_TOLERANCE,
+    FORMAT,
+    FORMAT_VERSION,
+    is_number,
+    round_points,
+    task_sort_key,
+)
+from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
+
+_ROW_KEYS = {"id": str, "model": str, "revision": str, "scores": dict, "backbone": str, "calibrator": str}
+
+
+@dataclass
+class MergeReport:
+    """What one update did: row ids added, and "<row id> / <task>" labels of scores."""
+
+    rows_added: list[str] = field(default_factory=list)
+    scores_added: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    files_read: int = 0
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def empty_leaderboard(name: str, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
+    """A leaderboard without rows.
+
+    >>> board = empty_leaderboard("minilm-l6")
+    >>> board["format"], board["name"], board["tasks"], board["rows"], board["tolerance"]
+    ('flow-plugin-leaderboard', 'minilm-l6', [], [], 0.0001)
+    """
+    from flow_plugin import __version__
+
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "updated": _now_iso(),
+        "generated_by": f"flow-plugin {__version__}",
+        "scale": "points",
+        "tolerance": tolerance,
+        "tasks": [],
+        "rows": [],
+    }
+
+
+def load_leaderboard(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check a leaderboard JSON file (errors name the file and what is wrong)."""
+    path = Path(path)
+    try:
+        board = read_json(path, "leaderboard")
+    except DataFolderError as error:
+        raise LeaderboardError(str(error)) from None
+
+    def bad(problem: str) -> LeaderboardError:
+        return LeaderboardError(f"{path}: not a {FORMAT} file: {problem}")
+
+    if not isinstance(board, dict) or board.get("format") != FORMAT:
+        raise bad(f"'format' must be {FORMAT!r}")
+    if board.get("format_version") != FORMAT_VERSION:
+        raise bad(f"format_version {board.get('format_version')!r} is not {FORMAT_VERSION} (this flow-plugin's)")
+    if not isinstance(board.get("rows"), list) or not isinstance(board.get("tasks"), list):
+        raise bad("'rows' and 'tasks' must be lists")
+    seen = set()
+    for index, row in enumerate(board["rows"]):
+        if not isinstance(row, dict):
+            raise bad(f"rows[{index}] must be an object")
+        for key, kind in _ROW_KEYS.items():
+            if not isinstance(row.get(key), kind):
+                raise bad(f"rows[{index}].{key} must be {kind.__name__}")
+        if row["id"] in seen:
+            raise bad(f"row id {row['id']!r} appears twice")
+        seen.add(row["id"])
+        row.setdefault("experiment", None)
+        row.setdefault("experiment_kwargs", {})
+        for task, entry in row["scores"].items():
+            if not isinstance(entry, dict) or not is_number(entry.get("score")) or not isinstance(
+                entry.get("dataset_revision"), str
+            ):
+                raise bad(f"rows[{index}].scores.{task} needs a numeric 'score' and a 'dataset_revision'")
+    return board
+
+
+def score_difference(old: dict[str, Any], new: dict[str, Any], tolerance: float) -> list[str]:
+    """Why two score entries of the same model and task are not the same result ([] if they are).
+
+    >>> score_difference({"score": 80.0, "dataset_revision": "a"}, {"score": 80.0001, "dataset_revision": "a"}, 1e-4)
+    []
+    >>> score_difference({"score": 80.0, "dataset_revision": "a"}, {"score": 80.5, "dataset_revision": "b"}, 1e-4)
+    ['score 80.0 vs 80.5', 'dataset_revision a vs b']
+    """
+    limit = tolerance + 1e-9  # points; the 1e-9 absorbs float rounding of the 4-decimal values
+    problems = []
+    if abs(old["score"] - new["score"]) > limit:
+        problems.append(f"score {old['score']} vs {new['score']}")
+    if old.get("dataset_revision") != new.get("dataset_revision"):
+        problems.append(f"dataset_revision {old.get('dataset_revision')} vs {new.get('dataset_revision')}")
+    old_w, new_w = old.get("wmean"), new.get("wmean")
+    if old_w is not None and new_w is not None and abs(old_w - new_w) > limit:
+        problems.append(f"wmean {old_w} vs {new_w}")
+    return problems
+
+
+def _new_row(result_file: ResultFile) -> dict[str, Any]:
+    identity = result_file.identity
+    meta = identity.model_meta
+    return {
+        "id": result_file.row_id,
+        "model": identity.model,
+        "revision": identity.revision,
+        "experiment": identity.experiment,
+        "experiment_kwargs": dict(identity.experiment_kwargs),
+        **describe_model(identity.model, identity.experiment_kwargs,
+                         adapted_from=getattr(meta, "adapted_from", None), max_tokens=getattr(meta, "max_tokens", None)),
+        "scores": {},
+    }
+
+
+def merge_results(
+    board: dict[str, Any],
+    folders: Sequence[str | os.PathLike[str]],
+    *,
+    replace: bool = False,
+    models: Iterable[str] | None = None,
+    tasks: Iterable[str] | None = None,
+    tolerance: float | None = None,
+    require_results: bool = True,
+) -> MergeReport:
+    """Merge the result files under ``folders`` into ``board`` (in place) and recompute the
+    derived fields. Raises :class:`LeaderboardConflictError` (and leaves ``board`` as it
+    was) when a new score disagrees with a recorded one and ``replace`` is false."""
+    tolerance = board.get("tolerance", DEFAULT_TOLERANCE) if tolerance is None else tolerance
+    if not is_number(tolerance) or tolerance < 0:
+        raise LeaderboardError(f"tolerance must be a number >= 0, got {tolerance!r}")
+    model_filter = set(models) if models is not None else None
+    task_filter = set(tasks) if tasks is not None else None
+    report = MergeReport()
+    content_before = _content(board)
+    rows = {row["id"]: json.loads(json.dumps(row)) for row in board["rows"]}  # work on a copy
+    origin: dict[tuple[str, str], str] = {}  # (row id, task) -> where the current entry came from
+    conflicts: list[str] = []
+    for folder in folders:
+        found = find_results(folder)
+        if require_results and not found.files:
+            raise DataFolderError(f"{folder}: no MTEB result files found (expected <model>/<revision>/<Task>.json"
+                                  f" next to model_meta.json or run_settings.jsonl, under {found.results})")
+        versions: dict[Path, dict[str, dict[str, Any]]] = {}  # run_settings.jsonl, read once per folder
+        for result_file in found.files:
+            if model_filter is not None and result_file.identity.model not in model_filter:
+                continue
+            if task_filter is not None and result_file.task not in task_filter:
+                continue
+            results_folder = result_file.path.parent
+            if results_folder not in versions:
+                versions[results_folder] = run_settings_versions(results_folder)
+            entry = read_score(result_file, found.hardware, versions[results_folder])
+            report.files_read += 1
+            rid, task = result_file.row_id, result_file.task
+            label = f"{rid} / {task}"
+            row = rows.get(rid)
+            if row is None:
+                row = rows[rid] = _new_row(result_file)
+                report.rows_added.append(rid)
+            old = row["scores"].get(task)
+            if old is None:
+                row["scores"][task] = entry
+                report.scores_added.append(label)
+            else:
+                problems = score_difference(old, entry, tolerance)
+                where = origin.get((rid, task), "the leaderboard")
+                if not problems:
+                    report.unchanged.append(label)
+                elif replace:
+                    row["scores"][task] = entry
+                    report.replaced.append(f"{label}: {'; '.join(problems)} (was from {where}, now {result_file.path})")
+                else:
+                    conflicts.append(f"{label}: {'; '.join(problems)} ({where} vs {result_file.path})")
+                    continue
+            origin[(rid, task)] = str(result_file.path)
+    if (model_filter is not None or task_filter is not None) and require_results and report.files_read == 0:
+        raise LeaderboardError(f"no result files of the selected models/tasks under {', '.join(map(str, folders))}")
+    if conflicts:
+        raise LeaderboardConflictError(
+            f"{len(conflicts)} result(s) disagree with what is already recorded (nothing was written; "
+            "pass --replace to replace them):\n  " + "\n  ".join(conflicts),
+            conflicts,
+        )
+    board["rows"] = list(rows.values())
+    board["tolerance"] = tolerance
+    finalize(board)
+    if _content(board) != content_before:  # a rerun that changes nothing keeps the file byte for byte
+        board["updated"] = _now_iso()
+    return report
+
+
+def _baseline_key(row: dict[str, Any]) -> str:
+    """Rows sharing this key differ only in the calibrator (and its fit corpus)."""
+    kwargs = {k: v for k, v in row["experiment_kwargs"].items() if k not in ("fit_corpus", "calibrator_params", "calibrator")}
+    return json.dumps([row["backbone"], row["revision"], kwargs], sort_keys=True)
+
+
+def finalize(board: dict[str, Any]) -> dict[str, Any]:
+    """Recompute the derived fields: task order, averages, baselines, deltas, row order."""
+    tasks = {task for row in board["rows"] for task in row["scores"]} | set(board.get("tasks", []))
+    board["tasks"] = sorted(tasks, key=task_sort_key)
+    order = {method: index for index, method in enumerate(CALIBRATOR_ORDER)}
+    board["rows"].sort(key=lambda r: (r.get("backbone", ""), r["revision"], r.get("experiment") or "",
+                                      order.get(r.get("calibrator"), len(order)), r.get("calibrator", ""), r["id"]))
+    raw_rows: dict[str, dict[str, Any]] = {}
+    for row in board["rows"]:
+        row.setdefault("experiment_kwargs", {})
+        row["scores"] = {task: row["scores"][task] for task in board["tasks"] if task in row["scores"]}
+        values = [entry["score"] for entry in row["scores"].values()]
+        wmeans = [entry.get("wmean") for entry in row["scores"].values()]
+        row["n_tasks"] = len(values)
+        row["average"] = round_points(sum(values) / len(values)) if values else None
+        row["average_wmean"] = round_points(sum(wmeans) / len(wmeans)) if wmeans and None not in wmeans else None
+        row["complete"] = len(values) == len(board["tasks"])
+        if row.get("calibrator") == "raw":
+            raw_rows.setdefault(_baseline_key(row), row)
+    for row in board["rows"]:
+        baseline = raw_rows.get(_baseline_key(row)) if row.get("calibrator") != "raw" else None
+        if baseline is None:
+            row["baseline"], row["delta"] = None, None
+            continue
+        deltas = {
+            task: round_points(entry["score"] - baseline["scores"][task]["score"])
+            for task, entry in row["scores"].items()
+            if task in baseline["scores"]
+        }
+        if deltas:
+            deltas["average"] = round_points(sum(deltas.values()) / len(deltas))
+        row["baseline"], row["delta"] = (baseline["id"], deltas) if deltas else (None, None)
+    return board
+
+
+def _content(board: dict[str, Any]) -> str:
+    """Everything but the update stamp: what decides whether an update changed anything."""
+    return json.dumps({k: v for k, v in board.items() if k not in ("updated", "generated_by")}, sort_keys=True)

@@ -1,0 +1,219 @@
+"""MTEB result folders -> leaderboard score entries, read with mteb's own classes.
+
+A folder is an MTEB output folder (``<dir>/results/<model>/<revision>/...``) or its
+``results/`` folder; mteb's ``ResultCache`` lists its result files (experiments too),
+``TaskResult`` parses each one and ``ModelMeta`` says whose it is (see
+:mod:`flow_plugin.integrations.mteb.results`). On top of that this module checks what a
+leaderboard needs (the file's task, one evaluated split, main scores in [-1, 1]), converts
+to points, and adds what MTEB does not keep in the result: flow-plugin's "wmean" protocol
+field, the library versions of ``run_settings.jsonl`` and the hardware of
+``flow-plugin-runs.jsonl``. Every error names the file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flow_plugin._io import read_json_lines
+from flow_plugin.cli.leaderboard.schema import is_number, to_points
+from flow_plugin.errors import DataFolderError
+from flow_plugin.integrations.mteb.results import (
+    RESULTS_FOLDER,
+    RUNS_FILE,
+    ResultIdentity,
+    load_task_result,
+    open_result_cache,
+    read_run_records,
+    result_identity,
+    task_result_paths,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mteb.results import TaskResult
+
+#: main scores may exceed [-1, 1] by float noise only
+_SCORE_SLACK = 1e-9
+
+
+def row_id(model: str, revision: str, experiment: str | None) -> str:
+    """The leaderboard row of one model run.
+
+    >>> row_id("flow_plugin/minilm-l6", "8b3219a", None)
+    'flow_plugin/minilm-l6@8b3219a'
+    >>> row_id("flow_plugin/minilm-l6-whiten", "8b3219a", "fit_corpus_inputs")
+    'flow_plugin/minilm-l6-whiten@8b3219a [fit_corpus_inputs]'
+    """
+    return f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """One task result file of a result folder, and the model run it belongs to."""
+
+    path: Path
+    identity: ResultIdentity
+
+    @property
+    def task(self) -> str:
+        """The task, from the file name (the file's own ``task_name`` must match it)."""
+        return self.path.stem
+
+    @property
+    def row_id(self) -> str:
+        return row_id(self.identity.model, self.identity.revision, self.identity.experiment)
+
+
+@dataclass
+class ResultFolder:
+    """The task result files of one MTEB output (or results) folder."""
+
+    folder: Path  # as given
+    results: Path  # <output>/results, where the files are looked for
+    files: list[ResultFile]
+    #: run key (see :func:`run_key`) -> hardware, from flow-plugin-runs.jsonl next to results/
+    hardware: dict[tuple[Any, ...], dict[str, Any]]
+
+
+def find_results(folder: str | os.PathLike[str]) -> ResultFolder:
+    """List the task result files of ``folder`` with mteb's ``ResultCache`` (nothing is parsed
+    yet but each run's ``model_meta.json``), with the hardware records of the folder."""
+    cache = open_result_cache(folder)
+    files = [ResultFile(path, result_identity(path)) for path in task_result_paths(cache)]
+    output = cache.cache_path
+    return ResultFolder(Path(folder), output / RESULTS_FOLDER, files, hardware_index([output, output / RESULTS_FOLDER]))
+
+
+def read_score(result_file: ResultFile, hardware: dict[tuple[Any, ...], dict[str, Any]] | None = None,
+               versions: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The leaderboard score entry (points) of one result file, with its library versions
+    (``versions``: task -> versions of its folder's ``run_settings.jsonl``, read when not
+    given) and hardware (looked up in ``hardware``, see :func:`hardware_index`)."""
+    path = result_file.path
+    result = load_task_result(path)
+    entry = score_entry(result, path)
+    if versions is None:
+        versions = run_settings_versions(path.parent)
+    entry["versions"] = versions.get(result.task_name)
+    identity = result_file.identity
+    key = run_key(identity.model, identity.revision, identity.experiment, result_file.task,
+                  result.date.timestamp() if result.date is not None else None)
+    entry["hardware"] = (hardware or {}).get(key)
+    return entry
+
+
+def score_entry(result: TaskResult, path: Path) -> dict[str, Any]:
+    """Check an mteb ``TaskResult`` read from ``path`` and turn it into a score entry: the
+    main score of its "test" split (or its only split) in points, averaged over subsets as
+    mteb's ``get_score`` does, with the metric, the protocol, the "wmean" field and the
+    result's provenance. ``versions`` and ``hardware`` are left None."""
+
+    def bad(problem: str) -> DataFolderError:
+        return DataFolderError(f"{path}: malformed MTEB task result: {problem}")
+
+    if not result.task_name:
+        raise bad("missing 'task_name'")
+    if result.task_name != path.stem:
+        raise bad(f"'task_name' is {result.task_name!r} but the file is named {path.name!r}")
+    if not result.scores:
+        raise bad("missing 'scores' (an object of split -> list of subset scores)")
+    split = "test" if "test" in result.scores else next(iter(result.scores)) if len(result.scores) == 1 else None
+    if split is None:
+        raise bad(f"no 'test' split and several others ({', '.join(result.scores)}): which one is the result is ambiguous")
+    entries = result.scores[split]
+    if not entries:
+        raise bad(f"'scores.{split}' must be a non-empty list of subset scores")
+    for index, subset in enumerate(entries):
+        main = subset["main_score"]
+        if not is_number(main):
+            raise bad(f"scores.{split}[{index}].main_score must be a finite number, got {main!r}")
+        if not -1.0 - _SCORE_SLACK <= main <= 1.0 + _SCORE_SLACK:
+            raise bad(f"scores.{split}[{index}].main_score {main} is outside [-1, 1]: not an MTEB score")
+    if not result.dataset_revision:
+        raise bad("missing 'dataset_revision'")
+    score = float(result.get_score(splits=[split]))
+    if not is_number(score):
+        raise bad(f"no main score of split {split!r} counts for any of its languages")
+    metric, protocol = _metric_and_protocol(entries[0])
+    wmeans = [float(subset["cosine_spearman_wmean"]) for subset in entries if is_number(subset.get("cosine_spearman_wmean"))]
+    evaluation_time = result.evaluation_time
+    return {
+        "score": to_points(score),
+        "metric": metric,
+        "protocol": protocol,
+        "wmean": to_points(sum(wmeans) / len(wmeans)) if len(wmeans) == len(entries) else None,
+        "split": split,
+        "hf_subsets": [str(subset["hf_subset"]) for subset in entries],
+        "dataset_revision": result.dataset_revision,
+        "mteb_version": result.mteb_version,
+        "date": _iso(result.date),
+        "evaluation_time_s": round(evaluation_time, 3) if is_number(evaluation_time) else None,
+        "versions": None,
+        "hardware": None,
+    }
+
+
+def _metric_and_protocol(subset: dict[str, Any]) -> tuple[str | None, str]:
+    """("cosine_spearman", its protocol) when that is the main score, else (None, "all").
+
+    flow-plugin's tasks name the protocol of each metric in ``protocols`` ("all: ...");
+    MTEB's own tasks have none and are "all" (every test pair pooled)."""
+    main = subset["main_score"]
+    spearman = subset.get("cosine_spearman")
+    if not (is_number(spearman) and abs(spearman - main) <= 1e-12):
+        return None, "all"
+    protocols = subset.get("protocols")
+    if isinstance(protocols, dict) and isinstance(protocols.get("cosine_spearman"), str):
+        return "cosine_spearman", protocols["cosine_spearman"].split(":", 1)[0].strip() or "all"
+    return "cosine_spearman", "all"
+
+
+def _iso(date: datetime.datetime | None) -> str | None:
+    if date is None:
+        return None
+    if date.tzinfo is None:
+        date = date.replace(tzinfo=datetime.timezone.utc)
+    return date.astimezone(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------- run_settings.jsonl (versions)
+def run_settings_versions(folder: Path) -> dict[str, dict[str, Any]]:
+    """task -> the last ``versions`` record of MTEB's run_settings.jsonl in ``folder``."""
+    path = folder / "run_settings.jsonl"
+    if not path.is_file():
+        return {}
+    versions: dict[str, dict[str, Any]] = {}
+    for _, record in read_json_lines(path, "run_settings.jsonl"):
+        if not isinstance(record, dict) or not isinstance(record.get("task"), str):
+            continue
+        found = record.get("version", record.get("versions"))  # MTEB 2 writes "version"
+        if isinstance(found, dict):
+            versions[record["task"]] = found
+    return versions
+
+
+# ------------------------------------------------------------------------- flow-plugin-runs.jsonl (hardware)
+def run_key(model: str | None, revision: str | None, experiment: str | None, task: str | None,
+            date: float | None) -> tuple[Any, ...]:
+    """What ties a run record to a result: model run, task and the result's date (to the ms).
+
+    >>> run_key("m", "r", None, "STS12", 1795368982.195808)
+    ('m', 'r', None, 'STS12', 1795368982.196)
+    """
+    return (model, revision, experiment, task, None if date is None else round(float(date), 3))
+
+
+def hardware_index(folders: Iterable[Path]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """run key -> hardware, from the ``flow-plugin-runs.jsonl`` of each folder (later wins)."""
+    index: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for folder in folders:
+        for record in read_run_records(folder / RUNS_FILE):
+            key = run_key(record.get("model"), record.get("revision"), record.get("experiment"),
+                          record.get("task"), record.get("result_date"))
+            if isinstance(record.get("hardware"), dict):
+                index[key] = record["hardware"]
+    return index

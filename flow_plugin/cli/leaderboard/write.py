@@ -1,0 +1,71 @@
+"""Writing a leaderboard's three files: ``NAME.json``, ``NAME.md`` and ``NAME.png``.
+
+Everything is rendered in memory first, then each file is written atomically (see
+:mod:`flow_plugin._io`), the JSON last since it is the record. Without matplotlib the
+chart is skipped with one warning; the JSON and Markdown are written all the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from flow_plugin._io import atomic_write_bytes, atomic_write_text
+from flow_plugin.cli.leaderboard.render import render_markdown, render_png
+from flow_plugin.errors import LeaderboardError, MissingExtraError
+
+logger = logging.getLogger(__name__)
+
+
+def output_paths(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
+    """The JSON, Markdown and PNG files of a leaderboard.
+
+    >>> [path.name for path in output_paths("leaderboards/minilm-l6.json")]
+    ['minilm-l6.json', 'minilm-l6.md', 'minilm-l6.png']
+    """
+    path = Path(json_path)
+    if path.suffix != ".json":
+        raise LeaderboardError(f"the leaderboard file must end in .json, got {path}")
+    return path, path.with_suffix(".md"), path.with_suffix(".png")
+
+
+def write_leaderboard(board: dict[str, Any], json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None]:
+    """Render all three files in memory, then write each atomically (JSON last: it is the
+    record). Returns their paths; the PNG's is None when matplotlib is missing."""
+    json_file, md_file, png_file = output_paths(json_path)
+    text = json.dumps(board, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    markdown = render_markdown(board)
+    try:
+        png: bytes | None = render_png(board)
+    except MissingExtraError as error:
+        png = None
+        stale = "; the chart already there is left as it was (out of date)" if png_file.exists() else ""
+        logger.warning("%s not drawn: %s%s", png_file, error, stale)
+    if png is not None:
+        atomic_write_bytes(png_file, png)
+    atomic_write_text(md_file, markdown)
+    atomic_write_text(json_file, text)
+    return json_file, md_file, png_file if png is not None else None
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """Serialise read-merge-write of leaderboards in one folder (POSIX advisory lock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover -- Windows: no locking
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        os.close(handle)

@@ -890,13 +890,12 @@ def reference_flow_fit(X: Any, *, seed: int = 1234, device: str = "cpu") -> dict
 # --------------------------------------------------------------------------- job: variants
 def _job_variants(p: dict[str, Any]) -> dict[str, Any]:
     from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.encoding.options import EncoderOptions
 
     with tempfile.TemporaryDirectory(prefix="flow-plugin-perf-variants-") as folder, _Phase() as phase:
-        results = evaluate_models(p["models"], Path(p["data"]), p.get("tasks"), Path(folder),
-                                  batch_size=p["batch_size"], command="flow-plugin perf")
-    scores = {}
-    for model_name, model_results in zip(p["models"], results):
-        scores[model_name] = {task_result.task_name: round(float(task_result.get_score()), 6) for task_result in model_results}
+        evaluations = evaluate_models(p["models"], Path(p["data"]), p.get("tasks"), Path(folder),
+                                      options=EncoderOptions(batch_size=p["batch_size"]), command="benchmarks/perf.py")
+    scores = {evaluation.model: {run.task: round(run.score, 6) for run in evaluation.runs} for evaluation in evaluations}
     return {"models": p["models"], "tasks": p.get("tasks"), "evaluate": phase.result, "scores": scores}
 
 

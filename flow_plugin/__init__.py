@@ -6,8 +6,6 @@ nothing); the public names below load on first use.
 
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -30,7 +28,7 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'flow_plugin' has no attribute {name!r}")

@@ -105,6 +105,13 @@ def resolve_device(device: Any = None) -> Any:
     return resolved
 
 
+def cuda_available() -> bool:
+    """Whether torch sees a usable CUDA device."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def describe_machine(device: Any = None, precision: str | None = None) -> dict[str, Any]:
     """Where a result is computed: CPU (model, cores, bf16 kernel family), torch and its
     threads, the device (GPU name, CUDA version) and the precision.

@@ -30,6 +30,14 @@ def check_sentences(sentences: Iterable[Any], *, name: str = "sentences") -> lis
                 f"{name}[{position}] is {type(item).__name__} ({item!r:.60}), not str; "
                 "every input must be a string"
             )
+        if not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as error:  # a lone surrogate: text no tokenizer or file can hold
+                raise InputError(
+                    f"{name}[{position}] holds {item[error.start]!r} (a lone surrogate, U+{ord(item[error.start]):04X}) "
+                    f"at character {error.start}: not valid Unicode text ({item!r:.60})"
+                ) from None
     return items
 
 

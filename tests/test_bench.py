@@ -21,17 +21,21 @@ import pytest
 from flow_plugin.cli.bench import run_bench
 from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.cli.main import main as cli_main
-from flow_plugin.catalog.registry import VARIANT_SUFFIXES
+from flow_plugin.catalog.registry import VARIANT_SUFFIXES, parse_model_name
 
 BACKBONE = "minilm-l6"
 TASK = "SentEvalSTS13"
 MODELS = [f"flow_plugin/{BACKBONE}{suffix}" for suffix in VARIANT_SUFFIXES.values()]
-REVISION = "8b3219a92973c328a8e22fadcfa821b5dc75636a"
 REPO = Path(__file__).resolve().parents[1]
 
 
+def revision(model: str) -> str:
+    """The folder MTEB files the model's results under: weights commit + configuration digest."""
+    return parse_model_name(model).revision
+
+
 def result_path(output: Path, model: str) -> Path:
-    return output / "results" / model.replace("/", "__") / REVISION / f"{TASK}.json"
+    return output / "results" / model.replace("/", "__") / revision(model) / f"{TASK}.json"
 
 
 def finished(output: Path) -> dict[str, int]:
@@ -140,7 +144,7 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
     again = run_bench(BACKBONE, senteval_dir, output_folder=output, leaderboard=board_path, tasks=[TASK],
                       calibrators=["flow"], overwrite=True, progress=messages.append)
     assert [o.status for o in again.outcomes] == ["computed"] and again.n_encoded == 0
-    assert again.leaderboard.report.unchanged == [f"{MODELS[-1]}@{REVISION} / {TASK}"]
+    assert again.leaderboard.report.unchanged == [f"{MODELS[-1]}@{revision(MODELS[-1])} / {TASK}"]
     assert again.leaderboard.report.replaced == []
 
 

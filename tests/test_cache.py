@@ -88,3 +88,33 @@ def test_shared_encoder_is_one_per_backbone_key(tiny_bert_dir: Path) -> None:
         assert first is same and first is not other
     finally:
         clear_shared_encoders()
+
+
+def test_a_cache_folder_that_cannot_be_written_degrades_to_memory(
+    tiny_bert_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be", encoding="utf-8")  # mkdir fails, even as root
+    encoder = make_encoder(tiny_bert_dir, blocked / "cache")
+    with caplog.at_level(logging.WARNING, logger="flow_plugin.encoding.cache"):
+        first = encoder.encode(SENTENCES)
+        again = encoder.encode(SENTENCES + ["sun tomorrow"])
+    assert "cannot be written" in caplog.text and "memory only" in caplog.text
+    assert caplog.text.count("cannot be written") == 1  # said once, not per call
+    np.testing.assert_array_equal(again[: len(SENTENCES)], first)  # the work is kept, in memory
+    assert encoder.n_encoded == 4 and encoder.n_cache_hits == 1 + 4
+
+
+def test_a_bad_shard_that_cannot_be_removed_is_ignored_with_a_warning(
+    tiny_bert_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = make_encoder(tiny_bert_dir, tmp_path)
+    expected = writer.encode(SENTENCES)
+    shard = next(writer.key_folder.glob("shard-*.npz"))
+    shard.unlink()
+    shard.mkdir()  # a "shard" that is a folder: unreadable, and unlink() fails on it
+    reader = make_encoder(tiny_bert_dir, tmp_path)
+    with caplog.at_level(logging.WARNING, logger="flow_plugin.encoding.cache"):
+        result = reader.encode(SENTENCES)
+    assert "cannot be removed" in caplog.text and reader.n_encoded == 3
+    np.testing.assert_allclose(result, expected, rtol=0, atol=2e-5 * np.abs(expected).max())

@@ -147,11 +147,13 @@ def test_bad_backbone_settings_are_errors(tiny_bert_dir: Path, kwargs: dict, mes
 
 
 def test_key_names_everything_that_shapes_an_embedding(tiny_bert_dir: Path) -> None:
-    key = Backbone(tiny_bert_dir, revision="abc", pooling="cls", max_seq_length=32, precision="float32").key
+    key = Backbone(tiny_bert_dir, revision="abc", pooling="cls", max_seq_length=32, precision="float32", device="cpu").key
     assert key.as_dict() == {
         "model": str(tiny_bert_dir),
         "revision": "abc",
         "pooling": "cls",
         "max_seq_length": 32,
         "precision": "float32",
+        "kernels": "cpu-float32",
+        "batch_plan": "length-exact",
     }

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from flow_plugin.catalog.registry import parse_model_name
 from flow_plugin.cli import leaderboard as lb
 from flow_plugin.cli.leaderboard import write as lb_write
 from flow_plugin.cli.main import main as cli_main
@@ -113,7 +114,9 @@ def test_rows_hold_the_scores_of_the_result_files(result_dirs: dict[str, Path], 
     assert (raw["calibrator"], whiten["calibrator"]) == ("raw", "whiten")
     assert raw["pooling"] == whiten["pooling"] == "last-avg"
     assert (raw["fit_corpus"], whiten["fit_corpus"]) == (None, "target")
-    assert raw["revision"] == "8b3219a92973c328a8e22fadcfa821b5dc75636a" and raw["experiment"] is None
+    # the weights' commit, then the digest of the registry configuration (pooling, length, calibrator, ...)
+    assert raw["revision"] == parse_model_name(RAW).revision and raw["experiment"] is None
+    assert raw["revision"].startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-")
 
     # MTEB's own task: no wmean, protocol "all"
     mock = raw["scores"]["MockSTSTask"]
@@ -194,7 +197,7 @@ def test_experiment_run_gets_its_own_row_with_its_hardware(result_dirs: dict[str
     whiten, experiment = (r for r in board["rows"] if r["model"] == WHITEN)  # default run first
     (path,) = (result_dirs["experiment"] / "results" / WHITEN.replace("/", "__")).glob(f"*/experiments/*/{TASK}.json")
     assert whiten["experiment"] is None and experiment["experiment"] == path.parent.name == "fit_corpus_inputs"
-    assert experiment["id"] == f"{WHITEN}@{raw['revision']} [fit_corpus_inputs]"
+    assert experiment["id"] == f"{WHITEN}@{whiten['revision']} [fit_corpus_inputs]"
     assert experiment["experiment_kwargs"] == {"fit_corpus": "inputs"}
     assert (experiment["calibrator"], experiment["fit_corpus"]) == ("whiten", "inputs")
     assert experiment["baseline"] == whiten["baseline"] == raw["id"]  # the fit corpus is not part of the baseline

@@ -19,7 +19,7 @@ from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.errors import DataFolderError, InputError
 from flow_plugin.integrations.mteb.model import FlowPluginModel, TaskCorpusError
 from flow_plugin.integrations.mteb.tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
-from flow_plugin.catalog.registry import VARIANT_SUFFIXES
+from flow_plugin.catalog.registry import VARIANT_SUFFIXES, parse_model_name
 from flow_plugin.data.senteval import task_sentences
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,9 +65,12 @@ def test_model_meta_without_weights_and_hook_can_be_turned_off() -> None:
     # metadata must not try to load them
     on = run_python(code)
     assert on.returncode == 0, on.stderr
+    # the revision: the weights' pinned commit, then the digest of the registry configuration
     assert on.stdout.split() == [
-        "flow_plugin/bert-base-flow", "86b5e0934494bd15c9632b12f734a8a67f723594", "768", "109482240", "cosine", "True",
+        "flow_plugin/bert-base-flow", parse_model_name("flow_plugin/bert-base-flow").revision, "768", "109482240",
+        "cosine", "True",
     ]
+    assert on.stdout.split()[1].startswith("86b5e0934494bd15c9632b12f734a8a67f723594-")
     off = run_python(code, env={"FLOW_PLUGIN_DISABLE_MTEB_HOOK": "1"})
     assert off.returncode != 0 and "not found in MTEB registry" in off.stderr
     manual = run_python("import mteb, flow_plugin.integrations.mteb.hook as h; h.register(); print(mteb.get_model_meta('flow_plugin/minilm-l6').name)",
@@ -264,3 +267,30 @@ def test_transform_output_matches_library_path(sts13_six_variants, senteval_dir:
 
     via_wrapper = flow_model.encode(sentences, task_metadata=SentEvalSTS13.metadata, hf_split="test", hf_subset="default")
     np.testing.assert_array_equal(via_wrapper, direct)
+
+
+def test_misspelt_loader_arguments_are_errors_with_the_right_name(minilm_path: Path) -> None:
+    with pytest.raises(InputError, match=r"unknown loader argument\(s\) 'fit_corpsu' \(did you mean 'fit_corpus'\?\)"):
+        mteb.get_model("flow_plugin/minilm-l6-sn", fit_corpsu="inputs")
+    with pytest.raises(InputError, match=r"'precison' \(did you mean 'precision'\?\)"):
+        FlowPluginModel("flow_plugin/minilm-l6", precison="float32")
+    with pytest.raises(InputError, match="batch_size must be a positive int, got 0"):
+        FlowPluginModel("flow_plugin/minilm-l6", batch_size=0)
+
+
+def _modules_at_start(env: dict[str, str]) -> set[str]:
+    result = run_python("import sys; print('\\n'.join(sorted(sys.modules)))", env=env)
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+def test_the_startup_hook_costs_nothing_when_disabled_and_four_small_modules_otherwise() -> None:
+    enabled = _modules_at_start({})
+    disabled = _modules_at_start({"FLOW_PLUGIN_DISABLE_MTEB_HOOK": "1"})
+    ours = {"flow_plugin", "flow_plugin.integrations", "flow_plugin.integrations.mteb", "flow_plugin.integrations.mteb.hook"}
+    assert not any(name.startswith("flow_plugin") for name in disabled)  # the .pth line reads the variable first
+    extra = enabled - disabled
+    assert ours <= extra
+    # before: 75 extra standard-library modules (logging, typing, importlib.abc, ...); now ours and at most the
+    # two the import system itself loads for a first source file (marshal, time)
+    assert extra - ours <= {"marshal", "time", "_io", "__future__"}, sorted(extra - ours)

@@ -68,6 +68,7 @@ def senteval_params(senteval_dir: Path, model: object) -> DotDict:
     params = DotDict(task_path=str(senteval_dir), usepytorch=True, kfold=10, batch_size=BATCH_SIZE, flow_plugin=model)
     params.seed = 1111
     params.current_task = "STSBenchmark"
+    params.flow_plugin_cuda_check = False  # driven by hand: SentEval's own STS-B regressor never runs here
     return params
 
 
@@ -229,3 +230,18 @@ def test_importing_the_adapter_imports_neither_senteval_nor_torch() -> None:
             "print(sorted(m for m in ('senteval', 'torch', 'mteb', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.skipif(__import__("flow_plugin._machine", fromlist=["cuda_available"]).cuda_available(),
+                    reason="the check only refuses on machines without CUDA")
+def test_tasks_that_would_assert_cuda_after_the_embedding_pass_are_refused_up_front() -> None:
+    adapter = SentEvalAdapter(MODEL, precision="float32")
+    encoded = adapter.encoder.n_encoded
+    for task in ("STSBenchmark", "SICKRelatedness"):
+        with pytest.raises(InputError, match=f"SentEval's {task} trains its evaluation model on CUDA only"):
+            adapter.prepare(DotDict(current_task=task, usepytorch=False), [["a"], ["b"]])
+    with pytest.raises(InputError, match=r"usepytorch'\] = False"):
+        adapter.prepare(DotDict(current_task="MR", usepytorch=True), [["a"], ["b"]])
+    assert adapter.encoder.n_encoded == encoded  # refused before a single sentence was embedded
+    adapter.prepare(DotDict(current_task="MR", usepytorch=False), [["a", "man"], ["a", "dog"]])  # CPU settings work
+    assert adapter.prepared_task == "MR"

@@ -84,6 +84,13 @@ class Calibrator(TransformerMixin, BaseEstimator):
         """A new, unfitted calibrator with the same hyper-parameters (``sklearn.base.clone``)."""
         return sklearn_clone(self)
 
+    #: hyper-parameters that say where or how visibly a fit runs, not what it computes
+    RUNTIME_PARAMS: ClassVar[tuple[str, ...]] = ("device", "show_progress_bar")
+
+    def result_params(self) -> dict[str, Any]:
+        """The hyper-parameters that shape the result (all but :attr:`RUNTIME_PARAMS`), defaults included."""
+        return {key: value for key, value in self.get_params(deep=False).items() if key not in self.RUNTIME_PARAMS}
+
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:  # noqa: N803 -- sklearn's signature
         # every hyper-parameter, defaults included: a logged repr says exactly what was fitted
         params = ", ".join(f"{key}={value!r}" for key, value in self.get_params(deep=False).items())

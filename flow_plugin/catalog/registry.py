@@ -26,6 +26,8 @@ from __future__ import annotations
 import datetime
 import difflib
 import functools
+import hashlib
+import json
 import logging
 import os
 import re
@@ -51,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 NAMESPACE = "flow_plugin"
 REGISTRY_ENV = "FLOW_PLUGIN_REGISTRY"
+#: Raised whenever flow-plugin changes how a registry model's numbers come about, so results of the
+#: old procedure are filed apart (2: fit corpora in canonical order, the length-exact batch plan).
+PROCEDURE_VERSION = 2
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$")
 
 
@@ -224,7 +229,12 @@ class BackboneSpec:
 
 @dataclass(frozen=True)
 class ModelVariant:
-    """A backbone and a calibrator method: what one model name means."""
+    """A backbone and a calibrator method: what one model name means.
+
+    >>> variant = parse_model_name("flow_plugin/minilm-l6-flow")
+    >>> variant.revision.startswith(variant.backbone.revision + "-"), len(variant.revision) == 40 + 13
+    (True, True)
+    """
 
     backbone: BackboneSpec
     calibrator: str
@@ -236,6 +246,46 @@ class ModelVariant:
     @property
     def calibrator_params(self) -> dict[str, Any]:
         return dict(self.backbone.calibrator_params.get(self.calibrator, {}))
+
+    @property
+    def configuration(self) -> dict[str, Any]:
+        """Everything the registry fixes about this model's numbers: the weights, pooling and
+        truncation, the calibrator with every hyper-parameter (defaults included), and the
+        version of flow-plugin's fitting procedure."""
+        from flow_plugin.calibration import make_calibrator
+
+        spec = self.backbone
+        return {
+            "hub_id": spec.hub_id,
+            "revision": spec.revision,
+            "pooling": spec.pooling,
+            "max_seq_length": spec.max_seq_length,
+            "trust_remote_code": spec.trust_remote_code,
+            "calibrator": self.calibrator,
+            "calibrator_params": make_calibrator(self.calibrator, **self.calibrator_params).result_params(),
+            "procedure": PROCEDURE_VERSION,
+        }
+
+    @property
+    def revision(self) -> str:
+        """The revision results are filed under: the backbone's pinned commit, then 12 hex digits
+        of :attr:`configuration`. Results of two configurations never share a folder."""
+        digest = hashlib.sha256(json.dumps(self.configuration, sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.backbone.revision or 'unpinned'}-{digest}"
+
+
+_RESULT_REVISION = re.compile(r"^(?P<weights>.+)-(?P<configuration>[0-9a-f]{12})$")
+
+
+def weights_revision(result_revision: str) -> str:
+    """The weights' commit inside a result revision (:attr:`ModelVariant.revision`); any other
+    revision is returned as it is.
+
+    >>> weights_revision("8b3219a92973c328a8e22fadcfa821b5dc75636a-62dcf5441270")
+    '8b3219a92973c328a8e22fadcfa821b5dc75636a'
+    """
+    match = _RESULT_REVISION.match(result_revision)
+    return match.group("weights") if match else result_revision
 
 
 # ---------------------------------------------------------------------------- loading

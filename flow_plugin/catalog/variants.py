@@ -2,57 +2,55 @@
 
 This is the library-level meaning of a model name such as ``flow_plugin/bert-base-flow``;
 the MTEB wrapper and the SentEval adapter are thin layers over it.
+
+>>> variant = resolve("flow_plugin/minilm-l6-whiten")
+>>> build_calibrator(variant)
+Whitening(n_components=None, shrinkage=0.0)
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
-from flow_plugin.encoding.cache import CachedEncoder, shared_encoder
 from flow_plugin.calibration import Calibrator, make_calibrator
 from flow_plugin.catalog.registry import ModelVariant, parse_model_name
+from flow_plugin.encoding.cache import CachedEncoder, shared_encoder
+from flow_plugin.encoding.options import EncoderOptions
 
 logger = logging.getLogger(__name__)
 
 
-def build_encoder(
-    variant: ModelVariant,
-    *,
-    device: str | None = None,
-    precision: str = "auto",
-    batch_size: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    show_progress_bar: bool | None = None,
-) -> CachedEncoder:
-    """The process-wide cached encoder of the variant's backbone (shared by all six variants)."""
+def build_encoder(variant: ModelVariant, options: EncoderOptions | None = None) -> CachedEncoder:
+    """The process-wide cached encoder of the variant's backbone (shared by all its variants)."""
+    options = options or EncoderOptions()
     spec = variant.backbone
     location, revision, source = spec.weights_location()
-    kwargs: dict[str, Any] = {
-        "name": f"{spec.hub_id}@{revision}" if revision else spec.hub_id,
-        "revision": revision,
-        "pooling": spec.pooling,
-        "max_seq_length": spec.max_seq_length,
-        "device": device,
-        "precision": precision,
-        "show_progress_bar": show_progress_bar,
-        "trust_remote_code": spec.trust_remote_code,
-    }
-    if batch_size is not None:
-        kwargs["batch_size"] = batch_size
-    encoder = shared_encoder(location, cache_dir=cache_dir, **kwargs)
+    encoder = shared_encoder(
+        location,
+        cache_dir=options.cache_dir,
+        name=f"{spec.hub_id}@{revision}" if revision else spec.hub_id,
+        revision=revision,
+        pooling=spec.pooling,
+        max_seq_length=spec.max_seq_length,
+        trust_remote_code=spec.trust_remote_code,
+        expected_embedding_dim=spec.embedding_dim,
+        source=str(spec.source_file),
+        **options.backbone_kwargs(),
+    )
     logger.debug("backbone %s from %s (%s)", spec.name, location, source)
     return encoder
 
 
 def build_calibrator(variant: ModelVariant, *, device: str | None = None, **overrides: Any) -> Calibrator:
-    """An unfitted calibrator: registry hyper-parameters, then ``overrides``."""
+    """An unfitted calibrator: registry hyper-parameters, then ``overrides``; a flow runs on
+    ``device`` (the backbone's) unless told otherwise."""
     params = {**variant.calibrator_params, **overrides}
     if variant.calibrator == "flow" and "device" not in params:
-        params["device"] = device  # the flow runs where the backbone runs
+        params["device"] = device
     return make_calibrator(variant.calibrator, **params)
 
 
 def resolve(model: str | ModelVariant) -> ModelVariant:
+    """A model name (``flow_plugin/<backbone>[-<calibrator>]``) as a :class:`ModelVariant`."""
     return model if isinstance(model, ModelVariant) else parse_model_name(model)

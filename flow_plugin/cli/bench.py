@@ -41,9 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.catalog.tasks import offline_tasks_help
+from flow_plugin.cli._options import add_encoder_arguments, encoder_options
+from flow_plugin.encoding.options import EncoderOptions
 
 from flow_plugin.errors import RegistryError
-from flow_plugin.integrations.mteb.results import quarantine_truncated_results, result_files
+from flow_plugin.integrations.mteb.results import quarantine_truncated_results
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class BenchReport:
     wall_seconds: float = 0.0
     quarantined: list[Path] = field(default_factory=list)
     leaderboard: Any = None  # flow_plugin.cli.leaderboard.LeaderboardUpdate, when updated
+    #: stopped by Ctrl-C: the finished results are on disk, the leaderboard was not updated
+    interrupted: bool = False
 
     def with_status(self, status: str) -> list[TaskOutcome]:
         return [outcome for outcome in self.outcomes if outcome.status == status]
@@ -134,10 +138,7 @@ def run_bench(
     leaderboard: str | os.PathLike[str] | None = None,
     tasks: Sequence[str] | None = None,
     calibrators: Sequence[str] | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    device: str | None = None,
-    precision: str = "auto",
-    batch_size: int | None = None,
+    options: EncoderOptions | None = None,
     overwrite: bool = False,
     replace: bool = False,
     fail_fast: bool = False,
@@ -169,17 +170,18 @@ def run_bench(
     data_root = resolve_senteval_root(data)
     output = Path(output_folder).expanduser()
     output.mkdir(parents=True, exist_ok=True)
-    cache_folder = default_cache_dir(output, cache_dir)
+    options = options or EncoderOptions()
+    cache_folder = default_cache_dir(output, options.cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
 
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
 
     with _environment(**{CACHE_DIR_ENV: str(cache_folder)}):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        _run_tasks(report, data_root, device=device, precision=precision, batch_size=batch_size,
-                   overwrite=overwrite, fail_fast=fail_fast, progress=progress)
+        _run_tasks(report, data_root, options=options.replace(cache_dir=cache_folder), overwrite=overwrite,
+                   fail_fast=fail_fast, progress=progress)
 
-    if leaderboard is not None:
+    if leaderboard is not None and not report.interrupted:
         have_results = any(outcome.status != "failed" for outcome in report.outcomes)
         if have_results:
             from flow_plugin.cli.leaderboard import update_leaderboard
@@ -192,19 +194,13 @@ def run_bench(
     return report
 
 
-def _run_tasks(report: BenchReport, data_root: Path, *, device: str | None, precision: str, batch_size: int | None,
-               overwrite: bool, fail_fast: bool, progress: Callable[[str], None]) -> None:
-    from flow_plugin.cli.evaluate import evaluate_models
+def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,
+               progress: Callable[[str], None]) -> None:
     from flow_plugin.catalog.variants import build_encoder, resolve
 
     output = report.output_folder
-    model_kwargs: dict[str, Any] = {}
-    if device is not None:
-        model_kwargs["device"] = device
-    if precision != "auto":
-        model_kwargs["precision"] = precision
     # the same shared encoder (same key, device and cache folder) the six models will use
-    encoder = build_encoder(resolve(report.models[0]), device=device, precision=precision)
+    encoder = build_encoder(resolve(report.models[0]), options)
     encoded_before, hits_before = encoder.n_encoded, encoder.n_cache_hits
 
     report.quarantined = quarantine_truncated_results(output, report.models, report.tasks)
@@ -214,19 +210,32 @@ def _run_tasks(report: BenchReport, data_root: Path, *, device: str | None, prec
     total = len(report.models) * len(report.tasks)
     progress(f"bench: {report.backbone}: {len(report.models)} variants × {len(report.tasks)} tasks = {total} "
              f"results in {output / 'results'}; embedding cache {report.cache_dir}")
+    try:
+        _run_each(report, data_root, options=options, overwrite=overwrite, fail_fast=fail_fast, progress=progress)
+    except KeyboardInterrupt:  # Ctrl-C: what finished is on disk; say so in one line (run() does)
+        report.interrupted = True
+    report.n_encoded = encoder.n_encoded - encoded_before
+    report.n_cache_hits = encoder.n_cache_hits - hits_before
+
+
+def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,
+              progress: Callable[[str], None]) -> None:
+    from flow_plugin.cli.evaluate import evaluate_models
+
+    output = report.output_folder
+    total = len(report.models) * len(report.tasks)
     step = 0
     for task in report.tasks:
         for model in report.models:
             step += 1
             prefix = f"bench [{step}/{total}] {model} × {task}"
             progress(f"{prefix} ...")
-            before = result_files(output, model, task)
             start = time.perf_counter()
             try:
-                results = evaluate_models([model], data_root, [task], output, model_kwargs=model_kwargs,
-                                          batch_size=batch_size, overwrite=overwrite, command="flow-plugin bench")
-                task_result = results[0].task_results[0]
-                score = round(task_result.get_score() * 100, 4)
+                (evaluation,) = evaluate_models([model], data_root, [task], output, options=options,
+                                                overwrite=overwrite, command="flow-plugin bench")
+                (run,) = evaluation.runs
+                score = round(run.score * 100, 4)
             except Exception as error:  # noqa: BLE001 -- report, go on with the other tasks
                 seconds = time.perf_counter() - start
                 message = f"{type(error).__name__}: {error}"
@@ -237,15 +246,10 @@ def _run_tasks(report: BenchReport, data_root: Path, *, device: str | None, prec
                     return
                 continue
             seconds = time.perf_counter() - start
-            after = result_files(output, model, task)
-            changed = sorted(path for path, stamp in after.items() if before.get(path) != stamp)
-            status = "computed" if changed else "skipped"
-            path = changed[0] if changed else (sorted(after)[0] if after else None)
-            report.outcomes.append(TaskOutcome(model, task, status, seconds, score=score, path=path))
-            what = "computed" if status == "computed" else "already done, skipped"
+            status = "computed" if run.status == "computed" else "skipped"
+            report.outcomes.append(TaskOutcome(model, task, status, seconds, score=score, path=run.path))
+            what = "computed" if status == "computed" else f"already done ({run.date or 'earlier'}), skipped"
             progress(f"{prefix}: {what} in {seconds:.1f} s, cosine_spearman(all) {score:.2f}")
-    report.n_encoded = encoder.n_encoded - encoded_before
-    report.n_cache_hits = encoder.n_cache_hits - hits_before
 
 
 # ------------------------------------------------------------------------- command line
@@ -261,11 +265,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=offline_tasks_help())
     parser.add_argument("--calibrators", nargs="+", metavar="METHOD",
                         help="raw sn natsv sn-natsv whiten flow (default: all six)")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="embedding cache (default: $FLOW_PLUGIN_CACHE_DIR, else <output-folder>/embedding-cache)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available)")
-    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bf16", "fp16"))
-    parser.add_argument("--batch-size", type=int, default=None, help="sentences per backbone forward pass")
+    add_encoder_arguments(parser)  # --cache-dir defaults to $FLOW_PLUGIN_CACHE_DIR, else <output-folder>/embedding-cache
     parser.add_argument("--overwrite", action="store_true",
                         help="recompute finished results (the leaderboard merge then checks they reproduce)")
     parser.add_argument("--replace", action="store_true",
@@ -277,9 +277,16 @@ def run(args: argparse.Namespace) -> int:
     leaderboard = None if args.no_leaderboard else (args.leaderboard or DEFAULT_LEADERBOARD_DIR / f"{args.backbone}.json")
     report = run_bench(
         args.backbone, args.data, output_folder=args.output_folder, leaderboard=leaderboard, tasks=args.tasks,
-        calibrators=args.calibrators, cache_dir=args.cache_dir, device=args.device, precision=args.precision,
-        batch_size=args.batch_size, overwrite=args.overwrite, replace=args.replace, fail_fast=args.fail_fast,
+        calibrators=args.calibrators, options=encoder_options(args), overwrite=args.overwrite, replace=args.replace,
+        fail_fast=args.fail_fast,
     )
+    if report.interrupted:
+        kept = len(report.computed) + len(report.skipped)
+        print(f"bench {report.backbone}: interrupted; {kept} of {len(report.models) * len(report.tasks)} results are "
+              f"kept in {report.output_folder / 'results'} ({len(report.computed)} computed this run), the one being "
+              "computed was dropped, the leaderboard was not updated; rerun the same command to resume",
+              file=sys.stderr)
+        return 130
     print(
         f"bench {report.backbone}: {len(report.computed)} computed, {len(report.skipped)} already done, "
         f"{len(report.failed)} failed in {report.wall_seconds:.1f} s; backbone encoded {report.n_encoded} "

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flow_plugin.catalog.tasks import offline_tasks_help
-
+from flow_plugin.cli._options import add_encoder_arguments, encoder_options
+from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, EncoderOptions
+from flow_plugin.errors import RegistryError
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -21,12 +24,43 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="MTEB result folder (default: results)")
     parser.add_argument("--fit-corpus", default="target",
                         help="'target' (default), 'inputs', or a text file with one sentence per line")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available)")
-    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bf16", "fp16"))
-    parser.add_argument("--batch-size", type=int, default=None, help="sentences per backbone forward pass")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="on-disk embedding cache (default: $FLOW_PLUGIN_CACHE_DIR, else memory only)")
+    add_encoder_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="recompute results that already exist")
+
+
+@dataclass
+class TaskRun:
+    """One (model, task) of an evaluation: computed now, or an earlier result reused."""
+
+    model: str
+    task: str
+    status: str  # "computed" | "reused"
+    score: float  # the task's main score (0-1 scale)
+    path: Path | None  # the result file
+    date: str | None  # when the result was computed (ISO 8601, UTC)
+
+
+@dataclass
+class ModelEvaluation:
+    """What ``mteb.evaluate`` returned for one model, and where each result came from."""
+
+    model: str
+    result: Any  # mteb's ModelResult
+    runs: list[TaskRun] = field(default_factory=list)
+
+
+def check_model_names(models: list[str]) -> None:
+    """Every name is a registry model written with its ``flow_plugin/`` prefix (MTEB would
+    otherwise look the bare name up on the Hugging Face Hub)."""
+    from flow_plugin.catalog.registry import NAMESPACE, parse_model_name
+
+    for model_name in models:
+        variant = parse_model_name(model_name)  # our registry's error, with close names
+        if not model_name.startswith(f"{NAMESPACE}/"):
+            raise RegistryError(
+                f"model {model_name!r} lacks the '{NAMESPACE}/' prefix that flow-plugin's MTEB models carry; "
+                f"did you mean {variant.name!r}?"
+            )
 
 
 def evaluate_models(
@@ -35,87 +69,104 @@ def evaluate_models(
     tasks: list[str] | None,
     output_folder: Path,
     *,
+    options: EncoderOptions | None = None,
     model_kwargs: dict[str, Any] | None = None,
-    batch_size: int | None = None,
     overwrite: bool = False,
     command: str = "flow-plugin eval",
-) -> list[Any]:
-    """Run ``mteb.evaluate`` for every model over the offline tasks; return MTEB's results.
+) -> list[ModelEvaluation]:
+    """Run ``mteb.evaluate`` for every model over the offline tasks.
 
-    ``model_kwargs`` go to ``mteb.get_model``; MTEB records them as experiment parameters
-    (they name a separate result folder), so pass only settings that change the numbers.
+    ``options`` says how the backbone runs: the device goes to ``mteb.get_model``, an explicit
+    precision becomes a loader argument, the batch size goes to ``encode``, and the cache folder
+    is the process's ``$FLOW_PLUGIN_CACHE_DIR``. ``model_kwargs`` (``fit_corpus``,
+    ``calibrator_params``) go to ``mteb.get_model``; MTEB records loader arguments as experiment
+    parameters (they name a separate result folder), so pass only settings that change the numbers.
 
-    Truncated result files of an interrupted earlier run are set aside first (so MTEB
-    recomputes them), and every result this call writes gets a line with its hardware in
-    ``<output_folder>/flow-plugin-runs.jsonl``.
+    Finished results are reused (MTEB's ``only-missing``), unless ``overwrite``. Before that,
+    results a killed run left truncated, and results computed from other data (another
+    ``dataset_revision``), are set aside so they are recomputed: a score of other data is never
+    reused. Results of another registry configuration live in another folder (the revision
+    names the configuration). Every result this call computes gets a line in
+    ``<output_folder>/flow-plugin-runs.jsonl`` with its hardware and the encoder's key (precision,
+    kernels, batch plan).
     """
     import mteb
     from mteb.cache import ResultCache
 
-    from flow_plugin.integrations.mteb.hook import register
     from flow_plugin._machine import describe_machine
-    from flow_plugin.integrations.mteb.results import quarantine_truncated_results, record_run, result_files
-    from flow_plugin.integrations.mteb.tasks import TASK_NAMES, get_offline_task
     from flow_plugin.data.senteval import resolve_senteval_root
-
-    from flow_plugin.catalog.registry import parse_model_name
+    from flow_plugin.integrations.mteb.hook import register
+    from flow_plugin.integrations.mteb.results import (
+        quarantine_truncated_results,
+        record_run,
+        result_files,
+        set_aside_stale_results,
+    )
+    from flow_plugin.integrations.mteb.tasks import TASK_NAMES, get_offline_task
 
     register()  # idempotent; makes this work with the start-up hook turned off too
-    for model_name in models:  # our registry's error (with close names), not MTEB's hub fallback
-        parse_model_name(model_name)
+    check_model_names(models)
     root = resolve_senteval_root(data)
     unknown = [name for name in tasks or () if name not in TASK_NAMES]
     if unknown:
-        from flow_plugin.errors import RegistryError
-
         raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASK_NAMES)}")
     task_names = list(tasks or TASK_NAMES)
     task_objects = [get_offline_task(name, data_dir=root) for name in task_names]
     output = Path(output_folder)
     quarantine_truncated_results(output, models, task_names)
-    results = []
+    options = options or EncoderOptions()
+    loader_kwargs = dict(model_kwargs or {})
+    if options.precision != "auto":
+        loader_kwargs["precision"] = options.precision
+    batch_size = options.batch_size or DEFAULT_BATCH_SIZE
+    evaluations = []
     for model_name in models:
-        model = mteb.get_model(model_name, **(model_kwargs or {}))
+        model = mteb.get_model(model_name, device=options.device, **loader_kwargs)
+        if not overwrite:
+            set_aside_stale_results(output, model.mteb_model_meta, task_objects)
         before = {task: result_files(output, model_name, task) for task in task_names}
-        results.append(
-            mteb.evaluate(
-                model,
-                task_objects,
-                cache=ResultCache(output),
-                overwrite_strategy="always" if overwrite else "only-missing",
-                encode_kwargs={"batch_size": batch_size or 64},
-                co2_tracker=False,
-                show_progress_bar=True,
-            )
+        result = mteb.evaluate(
+            model,
+            task_objects,
+            cache=ResultCache(output),
+            overwrite_strategy="always" if overwrite else "only-missing",
+            encode_kwargs={"batch_size": batch_size},
+            co2_tracker=False,
+            show_progress_bar=True,
         )
         backbone = model.encoder.backbone
         hardware = describe_machine(backbone.device, backbone.precision)
-        settings = {"batch_size": batch_size or 64, "command": command}
-        for task in task_names:
-            for path, stamp in result_files(output, model_name, task).items():
-                if before[task].get(path) != stamp:
-                    record_run(output, path, hardware, settings)
-    return results
+        settings = {"batch_size": batch_size, "command": command, "encoder": backbone.key.as_dict()}
+        evaluation = ModelEvaluation(model_name, result)
+        for task_result in result.task_results:
+            task = task_result.task_name
+            changed = [path for path, stamp in result_files(output, model_name, task).items()
+                       if before.get(task, {}).get(path) != stamp]
+            for path in changed:
+                record_run(output, path, hardware, settings)
+            path = changed[0] if changed else next(iter(result_files(output, model_name, task)), None)
+            date = task_result.date.isoformat(timespec="seconds") if getattr(task_result, "date", None) else None
+            evaluation.runs.append(TaskRun(model_name, task, "computed" if changed else "reused",
+                                           float(task_result.get_score()), path, date))
+        evaluations.append(evaluation)
+    return evaluations
 
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if args.cache_dir is not None:  # where embeddings are kept does not change results: not a model kwarg
+    options = encoder_options(args)
+    if options.cache_dir is not None:  # where embeddings are kept does not change results: not a model kwarg
         from flow_plugin.encoding.cache import CACHE_DIR_ENV
 
-        os.environ[CACHE_DIR_ENV] = str(args.cache_dir)
+        os.environ[CACHE_DIR_ENV] = str(options.cache_dir)
     kwargs: dict[str, Any] = {}
-    if args.device is not None:
-        kwargs["device"] = args.device
-    if args.precision != "auto":
-        kwargs["precision"] = args.precision
     if args.fit_corpus != "target":
         kwargs["fit_corpus"] = args.fit_corpus
-    results = evaluate_models(args.model, args.data, args.task, args.output_folder,
-                              model_kwargs=kwargs, batch_size=args.batch_size, overwrite=args.overwrite)
-    for model_name, model_results in zip(args.model, results):
-        for task_result in model_results:
-            main = task_result.get_score()
-            print(f"{model_name}\t{task_result.task_name}\tcosine_spearman(all)={main:.4f}")
+    evaluations = evaluate_models(args.model, args.data, args.task, args.output_folder, options=options,
+                                  model_kwargs=kwargs, overwrite=args.overwrite)
+    for evaluation in evaluations:
+        for run in evaluation.runs:
+            origin = "computed now" if run.status == "computed" else f"reused: computed {run.date or 'earlier'}"
+            print(f"{run.model}\t{run.task}\tcosine_spearman(all)={run.score:.4f}\t({origin})")
     print(f"results written under {args.output_folder / 'results'}")
     return 0

@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     except FlowPluginError as error:
         print(f"flow-plugin {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (verbs that keep work say what they kept)
+        print(f"flow-plugin {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

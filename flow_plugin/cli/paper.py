@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.data.tasks import TASK_LABELS
 
 logger = logging.getLogger(__name__)
@@ -88,11 +89,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pairs", type=int, default=None, metavar="N",
                         help="smoke runs only: read just the first N scored pairs of every subset and split "
                         "(fit corpora included) and of QNLI dev; the numbers are then NOT the paper's protocol")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA if available)")
-    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bf16", "fp16"))
-    parser.add_argument("--batch-size", type=int, default=None, help="sentences per backbone forward pass")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="on-disk embedding cache (default: $FLOW_PLUGIN_CACHE_DIR, else memory only)")
+    add_encoder_arguments(parser)
 
 
 def _flatten(values: list[list[str]] | None) -> list[str] | None:
@@ -120,10 +117,7 @@ def run(args: argparse.Namespace) -> int:
         tasks=_flatten(args.tasks),
         skip=_flatten(args.skip) or (),
         max_pairs=args.max_pairs,
-        device=args.device,
-        precision=args.precision,
-        batch_size=args.batch_size,
-        cache_dir=args.cache_dir,
+        options=encoder_options(args),
         arguments={key: _jsonable(value) for key, value in vars(args).items() if key != "run"},
     )
     print(format_report(report))
@@ -176,16 +170,14 @@ def resolve_data(data: Path, glue: Path | None) -> tuple[Path, Path | None, str 
 class _PaperRun:
     """State of one run: the shared encoder, the calibrator templates, the fit log, the timers."""
 
-    def __init__(self, spec: Any, calibrators: list[str], *, device: str | None, precision: str,
-                 batch_size: int | None, cache_dir: Path | None, max_pairs: int | None) -> None:
+    def __init__(self, spec: Any, calibrators: list[str], *, options: Any, max_pairs: int | None) -> None:
         from flow_plugin.catalog.registry import ModelVariant
         from flow_plugin.catalog.variants import build_calibrator, build_encoder
 
         self.spec = spec
         self.calibrators = calibrators
         self.max_pairs = max_pairs
-        self.encoder = build_encoder(ModelVariant(spec, "raw"), device=device, precision=precision,
-                                     batch_size=batch_size, cache_dir=cache_dir)
+        self.encoder = build_encoder(ModelVariant(spec, "raw"), options)
         device_name = str(self.encoder.backbone.device)
         self.templates = {name: build_calibrator(ModelVariant(spec, name), device=device_name) for name in calibrators}
         self.fits: list[dict[str, Any]] = []
@@ -235,41 +227,32 @@ class _PaperRun:
         return sentences
 
     def fit_all(self, corpus_name: str, description: str, sentences: list[str]) -> dict[str, Any]:
-        """Encode ``sentences`` once and fit every calibrator on them; log each fit.
+        """Fit every calibrator on ``sentences`` (one backbone pass: the encoder caches them); log each fit.
 
         A calibrator whose fit raises a flow-plugin error (say, too few sentences for whitening)
         is left out of the returned dict and recorded in ``errors``; the others go on.
         """
+        from flow_plugin.catalog.fitting import fit_calibrator
         from flow_plugin.errors import FlowPluginError
 
-        start = time.perf_counter()
-        embeddings = self.encode(sentences)
-        encode_seconds = time.perf_counter() - start
         fitted: dict[str, Any] = {}
         for name, template in self.templates.items():
-            begin = time.perf_counter()
-            record: dict[str, Any] = {
-                "corpus": corpus_name,
-                "source": description,
-                "calibrator": name,
-                "n_sentences": len(sentences),
-                "n_unique_sentences": len(set(sentences)),
-                "encode_seconds": round(encode_seconds, 3),
-            }
+            model = self.spec.model_name(name)
             try:
-                calibrator = template.clone().fit(embeddings)
+                calibrator, fit = fit_calibrator(self, template, sentences, model=model, source=description,
+                                                 context={"corpus": corpus_name})
             except FlowPluginError as error:  # one calibrator failing must not lose the others' results
-                record["error"] = f"{type(error).__name__}: {error}"
-                self.fits.append(record)
-                self.errors.append(f"{name} on {corpus_name}: {record['error']}")
+                message = f"{type(error).__name__}: {error}"
+                self.fits.append({"corpus": corpus_name, "source": description, "model": model, "calibrator": name,
+                                  "n_sentences": len(sentences), "n_unique_sentences": len(set(sentences)),
+                                  "error": message})
+                self.errors.append(f"{name} on {corpus_name}: {message}")
                 logger.error("%s: fitting %s failed, its numbers are left out: %s", corpus_name, name, error)
                 continue
-            record["fit_seconds"] = round(time.perf_counter() - begin, 3)
+            record = fit.as_dict()
             if hasattr(calibrator, "n_degenerate_"):
                 record["n_degenerate_directions"] = int(calibrator.n_degenerate_)
             if hasattr(calibrator, "fit_log_likelihood_"):
-                record["fit_log_likelihood"] = float(calibrator.fit_log_likelihood_)
-                record["fit_bits_per_dim"] = float(calibrator.fit_bits_per_dim_)
                 record["initial_log_likelihood"] = float(calibrator.initial_log_likelihood_)
                 record["n_steps"] = int(calibrator.n_steps_)
             self.fits.append(record)
@@ -433,13 +416,13 @@ def run_paper(
     tasks: list[str] | None = None,
     skip: list[str] | tuple[str, ...] = (),
     max_pairs: int | None = None,
-    device: str | None = None,
-    precision: str = "auto",
-    batch_size: int | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
+    options: Any = None,
     arguments: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run the paper's evaluations; write ``<out>/paper.json`` and the PNGs; return the report."""
+    """Run the paper's evaluations; write ``<out>/paper.json`` and the PNGs; return the report.
+
+    ``options`` (:class:`flow_plugin.encoding.options.EncoderOptions`) says how the backbone runs.
+    """
     from tqdm.auto import tqdm
 
     from flow_plugin._io import atomic_write_json
@@ -473,8 +456,7 @@ def run_paper(
         notes.append(f"--max-pairs {max_pairs}: only the first {max_pairs} pairs of every subset/split and of QNLI dev "
                      "were read; these numbers are a smoke test, NOT the paper's protocol")
 
-    state = _PaperRun(spec, calibrator_names, device=device, precision=precision, batch_size=batch_size,
-                      cache_dir=Path(cache_dir) if cache_dir is not None else None, max_pairs=max_pairs)
+    state = _PaperRun(spec, calibrator_names, options=options, max_pairs=max_pairs)
     report: dict[str, Any] = {
         "format": RESULT_FORMAT,
         "version": RESULT_VERSION,

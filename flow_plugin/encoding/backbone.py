@@ -29,8 +29,10 @@ import torch
 from tqdm.auto import tqdm
 
 from flow_plugin._validation import check_sentences
-from flow_plugin._machine import resolve_device
+from flow_plugin._machine import bf16_kernel_family, resolve_device
+from flow_plugin.encoding.batching import BATCH_PLAN, length_exact_batches
 from flow_plugin.encoding.device import autocast_dtype, resolve_precision
+from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE
 from flow_plugin.errors import InputError
 from flow_plugin.encoding.pooling import Pooling, parse_pooling
 
@@ -38,8 +40,6 @@ logger = logging.getLogger(__name__)
 
 #: The paper truncates every sentence to 64 word pieces (run_siamese.sh: --max_seq_length=64).
 DEFAULT_MAX_SEQ_LENGTH = 64
-#: Sentences per forward pass. Length-sorted batches of short STS sentences keep this cheap.
-DEFAULT_BATCH_SIZE = 64
 #: Sentences per tokenizer call (the ids are kept as flat arrays between calls).
 TOKENIZE_CHUNK = 4096
 #: Show a progress bar by default once an input spans more batches than this.
@@ -50,13 +50,17 @@ ONEDNN_PACKED_LINEARS = True
 
 @dataclass(frozen=True)
 class BackboneKey:
-    """Everything that determines a pooled embedding, apart from the text itself."""
+    """Everything that determines a pooled embedding, apart from the text itself: the weights,
+    the pooling and truncation, and what can change its last bits: the precision, the kernels
+    that run the forward pass and the batch plan."""
 
     model: str
     revision: str | None
     pooling: str
     max_seq_length: int
     precision: str
+    kernels: str = "torch"
+    batch_plan: str = BATCH_PLAN
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +69,8 @@ class BackboneKey:
             "pooling": self.pooling,
             "max_seq_length": self.max_seq_length,
             "precision": self.precision,
+            "kernels": self.kernels,
+            "batch_plan": self.batch_plan,
         }
 
 
@@ -86,7 +92,7 @@ class Backbone:
     max_seq_length:
         Word pieces kept per sentence (the paper uses 64).
     batch_size:
-        Sentences per forward pass.
+        Sentences per forward pass (``None``: 64).
     device:
         ``None``/``"auto"`` (CUDA if available, else CPU), or any torch device.
     precision:
@@ -95,6 +101,9 @@ class Backbone:
         ``None`` shows a bar for inputs longer than a few batches.
     trust_remote_code:
         Passed to ``from_pretrained`` for backbones that need custom code.
+    expected_embedding_dim, source:
+        The width the weights must have (a registry file's ``embedding_dim``), checked as soon as
+        the model's config is read; ``source`` names where that number came from in the error.
     """
 
     def __init__(
@@ -105,15 +114,18 @@ class Backbone:
         revision: str | None = None,
         pooling: str | list[int] | Pooling = "first-last-avg",
         max_seq_length: int = DEFAULT_MAX_SEQ_LENGTH,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int | None = None,
         device: str | torch.device | None = None,
         precision: str = "auto",
         show_progress_bar: bool | None = None,
         trust_remote_code: bool = False,
+        expected_embedding_dim: int | None = None,
+        source: str | None = None,
     ) -> None:
         if not isinstance(max_seq_length, int) or max_seq_length < 2:
             raise InputError(f"max_seq_length must be an int >= 2, got {max_seq_length!r}")
-        if not isinstance(batch_size, int) or batch_size < 1:
+        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size must be a positive int, got {batch_size!r}")
         self.model_name_or_path = str(model_name_or_path)
         self.name = name or self.model_name_or_path
@@ -125,6 +137,8 @@ class Backbone:
         self.precision = resolve_precision(precision, self.device)
         self.show_progress_bar = show_progress_bar
         self.trust_remote_code = trust_remote_code
+        self.expected_embedding_dim = expected_embedding_dim
+        self.source = source
         self._config: Any = None
         self._tokenizer: Any = None
         self._model: torch.nn.Module | None = None
@@ -140,7 +154,23 @@ class Backbone:
             pooling=self.pooling.name,
             max_seq_length=self.max_seq_length,
             precision=self.precision,
+            kernels=self.kernels,
         )
+
+    @property
+    def kernels(self) -> str:
+        """Which kernels run the forward pass: the device, the precision, for bf16 on a CPU the
+        CPU's bf16 family (AMX, AVX512-BF16, or emulated: each accumulates in its own order),
+        and whether the linear layers run on oneDNN-packed weights. Known without loading."""
+        name = f"{self.device.type}-{self.precision}"
+        if self.device.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(self.device)
+            name += f"-sm{major}{minor}"
+        elif self.precision == "bf16":
+            name += f"-{bf16_kernel_family()}"
+            if ONEDNN_PACKED_LINEARS and onednn_packing_available():
+                name += "+onednn-packed"
+        return name
 
     def __repr__(self) -> str:
         return (
@@ -161,8 +191,19 @@ class Backbone:
         if self._config is None:
             from transformers import AutoConfig
 
-            self._config = AutoConfig.from_pretrained(self.model_name_or_path, **self._pretrained_kwargs())
+            config = AutoConfig.from_pretrained(self.model_name_or_path, **self._pretrained_kwargs())
+            self._check_width(config)
+            self._config = config
         return self._config
+
+    def _check_width(self, config: Any) -> None:
+        width = getattr(config, "hidden_size", None)
+        if self.expected_embedding_dim is not None and width != self.expected_embedding_dim:
+            where = f"{self.source}: " if self.source else ""
+            raise InputError(
+                f"{where}embedding_dim is {self.expected_embedding_dim}, but the weights of {self.model_name_or_path} "
+                f"give {width}-dimensional embeddings (hidden_size); correct embedding_dim"
+            )
 
     @property
     def embedding_dim(self) -> int:
@@ -194,6 +235,7 @@ class Backbone:
                     pack_linear_weights(model, batch_tokens=self.batch_size * 16)
             n_hidden_states = int(model.config.num_hidden_layers) + 1
             self.pooling.validate_depth(n_hidden_states)
+            self._check_width(model.config)
             self._config = model.config
             self._tokenizer = tokenizer
             self._model = model
@@ -250,18 +292,13 @@ class Backbone:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
         batch_size = batch_size or self.batch_size
         lengths, flat_ids = self._token_arrays(sentences)
-        # longest first: the largest batch runs first, so an out-of-memory error shows at once
-        order = np.argsort(-lengths, kind="stable")
-        n_batches = (len(sentences) + batch_size - 1) // batch_size
+        batches = length_exact_batches(lengths, batch_size)  # no padding: see flow_plugin.encoding.batching
         if show_progress_bar is None:
             show_progress_bar = self.show_progress_bar
         if show_progress_bar is None:
-            show_progress_bar = n_batches > PROGRESS_BAR_MIN_BATCHES
+            show_progress_bar = len(batches) > PROGRESS_BAR_MIN_BATCHES
         output = np.empty((len(sentences), self.embedding_dim), dtype=np.float32)
-        pad_id = self.tokenizer.pad_token_id
-        if pad_id is None:
-            pad_id = 0
-        # every id in one flat array, so a batch is padded with two vectorised gathers
+        # every id in one flat array, so a batch is gathered with one vectorised index
         starts = np.zeros(len(sentences), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         model = self.model
@@ -269,22 +306,16 @@ class Backbone:
         with torch.inference_mode(), torch.autocast(
             device_type=self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
         ):
-            for start in tqdm(
-                range(0, len(sentences), batch_size),
-                total=n_batches,
+            for batch_index in tqdm(
+                batches,
                 desc=f"encode {Path(self.model_name_or_path).name}",
                 unit="batch",
                 disable=not show_progress_bar,
             ):
-                batch_index = order[start : start + batch_size]
-                batch_lengths = lengths[batch_index]
-                width = int(batch_lengths[0])
-                positions = np.arange(width, dtype=np.int64)
-                valid = positions < batch_lengths[:, None]
-                ids = np.full((len(batch_index), width), pad_id, dtype=np.int64)
-                ids[valid] = flat_ids[(starts[batch_index, None] + positions)[valid]]
+                width = int(lengths[batch_index[0]])
+                ids = flat_ids[starts[batch_index, None] + np.arange(width, dtype=np.int64)]
                 input_ids = torch.from_numpy(ids).to(self.device, non_blocking=True)
-                attention_mask = torch.from_numpy(valid.astype(np.int64)).to(self.device, non_blocking=True)
+                attention_mask = torch.ones_like(input_ids)
                 outputs = model(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
@@ -350,18 +381,10 @@ def _packed_linear_forward(module: torch.nn.Linear, inputs: torch.Tensor) -> tor
     return torch.ops.mkldnn._linear_pointwise(inputs, packed, module.bias, "none", [], "")
 
 
-def pack_linear_weights(model: torch.nn.Module, *, batch_tokens: int) -> int:
-    """CPU bf16: give every bf16 ``nn.Linear`` a oneDNN-prepacked copy of its weight and run it
-    through oneDNN's linear primitive (bias fused into the matmul; no per-call weight reorder,
-    no bias broadcast copy). ``module.weight`` stays a plain tensor. Returns how many were
-    packed; 0 (and nothing changed) where this torch build lacks the operators or they fail a
-    self-check against ``F.linear``.
-
-    The packed copy is made once and not updated: this is for frozen models. The results
-    equal ``F.linear``'s up to bf16 rounding of the accumulation order (bit-identical for
-    all-MiniLM-L6-v2, within 0.003 for all-mpnet-base-v2 embeddings; STS-B Spearman moved by
-    less than 0.0001). Measured on a 2-core AMX CPU: about 10% more sentences per second.
-    """
+@functools.lru_cache(maxsize=1)
+def onednn_packing_available() -> bool:
+    """Whether this torch build has oneDNN's packed bf16 linear operators and they agree with
+    ``F.linear`` on a small probe (checked once per process, without any model)."""
     try:
         reorder = torch.ops.mkldnn._reorder_linear_weight
         linear = torch.ops.mkldnn._linear_pointwise
@@ -371,10 +394,26 @@ def pack_linear_weights(model: torch.nn.Module, *, batch_tokens: int) -> int:
         probe = torch.randn(3, 5, 40, generator=generator).to(torch.bfloat16)
         got = linear(probe, reorder(probe_weight, 15), probe_bias, "none", [], "").float()
         want = torch.nn.functional.linear(probe, probe_weight, probe_bias).float()
-        if got.shape != want.shape or not torch.allclose(got, want, rtol=2e-2, atol=2e-2):
-            return 0
+        return got.shape == want.shape and torch.allclose(got, want, rtol=2e-2, atol=2e-2)
     except (AttributeError, RuntimeError, TypeError):
+        return False
+
+
+def pack_linear_weights(model: torch.nn.Module, *, batch_tokens: int) -> int:
+    """CPU bf16: give every bf16 ``nn.Linear`` a oneDNN-prepacked copy of its weight and run it
+    through oneDNN's linear primitive (bias fused into the matmul; no per-call weight reorder,
+    no bias broadcast copy). ``module.weight`` stays a plain tensor. Returns how many were
+    packed; 0 (and nothing changed) where :func:`onednn_packing_available` says no.
+
+    The packed copy is made once and not updated: this is for frozen models. The results
+    equal ``F.linear``'s up to bf16 rounding of the accumulation order (bit-identical for
+    all-MiniLM-L6-v2, within 0.003 for all-mpnet-base-v2 embeddings; STS-B Spearman moved by
+    less than 0.0001), which is why the backbone's key names the packed kernels. Measured on a
+    2-core AMX CPU: about 10% more sentences per second.
+    """
+    if not onednn_packing_available():
         return 0
+    reorder = torch.ops.mkldnn._reorder_linear_weight
     packed = 0
     for module in model.modules():
         if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16 and module.weight.device.type == "cpu":

@@ -37,7 +37,7 @@ from flow_plugin.encoding.backbone import Backbone
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = "flow-plugin-embedding-cache"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: the key names the kernels and the batch plan
 #: Environment variable that turns the on-disk cache on for every shared encoder.
 CACHE_DIR_ENV = "FLOW_PLUGIN_CACHE_DIR"
 
@@ -73,6 +73,7 @@ class CachedEncoder:
         self._digests: dict[str, bytes] = {}  # text -> sha256, so a text is hashed once
         self._lock = threading.Lock()
         self._disk_loaded = False
+        self._disk_writable = True
         #: sentences the backbone actually encoded (each unique text counts once)
         self.n_encoded = 0
         #: sentences served from the cache
@@ -125,11 +126,21 @@ class CachedEncoder:
         self._disk_loaded = True
         if folder is None or not folder.is_dir():
             return
-        for shard in sorted(folder.glob("shard-*.npz")):
+        try:
+            shards = sorted(folder.glob("shard-*.npz"))
+        except OSError as error:
+            logger.warning("embedding cache folder %s cannot be read (%s); embeddings are computed anew", folder, error)
+            return
+        for shard in shards:
             problem = self._read_shard(shard)
             if problem:
-                logger.warning("embedding cache file %s ignored and removed (%s); it will be recomputed", shard, problem)
-                shard.unlink(missing_ok=True)
+                try:
+                    shard.unlink(missing_ok=True)
+                except OSError as error:
+                    logger.warning("embedding cache file %s ignored (%s) and cannot be removed (%s); it will be "
+                                   "recomputed", shard, problem, error)
+                else:
+                    logger.warning("embedding cache file %s ignored and removed (%s); it will be recomputed", shard, problem)
 
     def _read_shard(self, shard: Path) -> str | None:
         """Merge one shard into memory; return why it was rejected, or ``None``."""
@@ -155,8 +166,10 @@ class CachedEncoder:
         return None
 
     def _write_shard(self, digests: list[bytes], embeddings: np.ndarray) -> None:
+        """Keep new embeddings on disk too; a folder that cannot be written leaves them in memory
+        (with one warning), so the run's work is never lost."""
         folder = self.key_folder
-        if folder is None or not digests:
+        if folder is None or not digests or not self._disk_writable:
             return
         hashes = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(digests), 32)
         header = {
@@ -168,9 +181,14 @@ class CachedEncoder:
         }
         buffer = io.BytesIO()
         np.savez(buffer, header=np.array(json.dumps(header)), hashes=hashes, embeddings=embeddings)
-        if not (folder / "key.json").exists():
-            atomic_write_json(folder / "key.json", self.key)
-        atomic_write_bytes(folder / f"shard-{uuid.uuid4().hex}.npz", buffer.getvalue())
+        try:
+            if not (folder / "key.json").exists():
+                atomic_write_json(folder / "key.json", self.key)
+            atomic_write_bytes(folder / f"shard-{uuid.uuid4().hex}.npz", buffer.getvalue())
+        except OSError as error:
+            self._disk_writable = False
+            logger.warning("embedding cache folder %s cannot be written (%s); this run keeps its embeddings in "
+                           "memory only", folder, error)
 
     # ------------------------------------------------------------------ encoding
     def encode(self, sentences: list[str], **encode_kwargs: Any) -> np.ndarray:

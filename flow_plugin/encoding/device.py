@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 
 from flow_plugin._machine import cpu_has_native_bf16
+from flow_plugin.encoding.options import PRECISIONS
 from flow_plugin.errors import InputError
 
-PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

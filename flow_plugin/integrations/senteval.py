@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,6 +57,44 @@ PARAMS_KEY = "flow_plugin"
 _ADAPTER_KEY = "_flow_plugin_adapter"
 #: What an empty token list becomes (SentEval's example batchers do the same: ``['.']``).
 EMPTY_SENTENCE = "."
+
+
+#: ``params[CUDA_CHECK_KEY] = False`` turns the check off, for callbacks driven by hand rather than by SentEval
+CUDA_CHECK_KEY = "flow_plugin_cuda_check"
+#: SentEval tasks whose evaluation runs on CUDA whatever ``usepytorch`` says (senteval/tools/relatedness.py
+#: asserts ``torch.cuda.is_available()``; the caption retrieval model is built with ``.cuda()``)
+CUDA_ONLY_TASKS = ("STSBenchmark", "SICKRelatedness", "ImageCaptionRetrieval")
+#: SentEval tasks that train a classifier: on CUDA with ``usepytorch=True``, scikit-learn's otherwise
+CLASSIFIER_TASKS = ("CR", "MR", "MPQA", "SUBJ", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment", "SNLI", "Length",
+                    "WordContent", "Depth", "TopConstituents", "BigramShift", "Tense", "SubjNumber", "ObjNumber",
+                    "OddManOut", "CoordinationInversion")
+
+
+def check_task_runs_here(params: Any, task: str | None) -> None:
+    """Refuse, before the embedding pass, a SentEval task that would assert CUDA after it.
+
+    SentEval's STSBenchmark and SICKRelatedness train a regressor on CUDA only, and its
+    classifier tasks with ``usepytorch=True`` train on CUDA; on a machine without CUDA they fail
+    only after every sentence was embedded.
+    """
+    from flow_plugin._machine import cuda_available
+
+    wanted = params.get(CUDA_CHECK_KEY, True) if isinstance(params, Mapping) else getattr(params, CUDA_CHECK_KEY, True)
+    if task is None or not wanted or cuda_available():
+        return
+    if task in CUDA_ONLY_TASKS:
+        raise InputError(
+            f"SentEval's {task} trains its evaluation model on CUDA only (it asserts torch.cuda after embedding "
+            "every sentence) and this machine has no CUDA device. On a CPU, take the unsupervised STS-B and "
+            "SICK-R numbers of the BERT-flow paper from `flow-plugin eval` or `flow-plugin paper`, and run "
+            "SentEval's STS12-16 (cosine only) or its classifier tasks with params['usepytorch'] = False"
+        )
+    usepytorch = params.get("usepytorch", True) if isinstance(params, Mapping) else getattr(params, "usepytorch", True)
+    if task in CLASSIFIER_TASKS and usepytorch:
+        raise InputError(
+            f"SentEval's {task} with params['usepytorch'] = True trains its classifier on CUDA, and this machine "
+            "has no CUDA device; set params['usepytorch'] = False (scikit-learn's logistic regression runs on a CPU)"
+        )
 
 
 class NotPreparedError(NotFittedError):
@@ -110,10 +147,11 @@ class SentEvalAdapter:
         Instead of ``model``: a registry backbone (name or ``BackboneSpec``) or a
         ``CachedEncoder``, and a calibrator method (``"flow"``, ``"whiten"``, ...) or an
         unfitted ``Calibrator`` whose clone is fitted in each ``prepare``.
-    device, precision, batch_size, cache_dir, show_progress_bar:
-        Backbone settings (see :class:`flow_plugin.encoding.backbone.Backbone`).
     calibrator_params:
         Hyper-parameters overriding the registry's (with a method name only).
+    **encoder_options:
+        ``device``, ``precision``, ``batch_size``, ``cache_dir``, ``show_progress_bar``
+        (:class:`flow_plugin.encoding.options.EncoderOptions`).
     """
 
     def __init__(
@@ -122,17 +160,14 @@ class SentEvalAdapter:
         *,
         backbone: Any = None,
         calibrator: Any = None,
-        device: str | None = None,
-        precision: str = "auto",
-        batch_size: int | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
         calibrator_params: dict[str, Any] | None = None,
-        show_progress_bar: bool | None = None,
+        **encoder_options: Any,
     ) -> None:
         from flow_plugin.encoding.cache import CachedEncoder
         from flow_plugin.calibration import Calibrator
-        from flow_plugin.catalog.registry import VARIANT_SUFFIXES, BackboneSpec, ModelVariant, get_backbone
+        from flow_plugin.catalog.registry import BackboneSpec, ModelVariant, get_backbone, variant_suffixes
         from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+        from flow_plugin.encoding.options import EncoderOptions
 
         if (model is None) == (backbone is None):
             raise InputError("give either a model name, or a backbone and a calibrator, not both or neither")
@@ -142,15 +177,17 @@ class SentEvalAdapter:
             variant = resolve(model)
             backbone, calibrator = variant.backbone, variant.calibrator
         calibrator = "raw" if calibrator is None else calibrator
-        encoder_kwargs = {"device": device, "precision": precision, "batch_size": batch_size,
-                          "cache_dir": cache_dir, "show_progress_bar": show_progress_bar}
+        options, unknown = EncoderOptions.split(encoder_options)
+        if unknown:
+            raise InputError(f"unknown SentEvalAdapter argument(s) {', '.join(map(repr, sorted(unknown)))}; "
+                             f"encoder options are {', '.join(EncoderOptions.names())}")
 
         if isinstance(backbone, CachedEncoder):
             self.encoder = backbone
             spec = None
         else:
             spec = backbone if isinstance(backbone, BackboneSpec) else get_backbone(str(backbone))
-            self.encoder = build_encoder(ModelVariant(spec, "raw"), **encoder_kwargs)
+            self.encoder = build_encoder(ModelVariant(spec, "raw"), options)
         device_name = str(self.encoder.backbone.device)
         if isinstance(calibrator, Calibrator):
             if calibrator_params:
@@ -172,7 +209,7 @@ class SentEvalAdapter:
         else:
             raise InputTypeError(f"calibrator must be a method name or a Calibrator, got {type(calibrator).__name__}")
         self.method = method
-        if spec is not None and method in VARIANT_SUFFIXES:
+        if spec is not None and method in variant_suffixes():
             self.name = spec.model_name(method)
         else:
             self.name = f"{spec.name if spec is not None else self.encoder.backbone.name} + {method}"
@@ -202,37 +239,21 @@ class SentEvalAdapter:
     # ------------------------------------------------------------------ SentEval callbacks
     def prepare(self, params: Any, samples: Any) -> None:
         """Fit a fresh calibrator on ``samples``: every sentence of the task, as token lists."""
+        from flow_plugin.catalog.fitting import fit_calibrator
+
         task = _current_task(params)
+        check_task_runs_here(params, task)
         sentences = _sentences_of(samples, "prepare samples")
         if not sentences:
             raise InputError(f"prepare got no sentences for task {task!r}; nothing to fit {self.name} on")
-        start = time.perf_counter()
-        embeddings = self.encoder.encode(sentences)
-        encoded = time.perf_counter()
-        calibrator = self._template.clone().fit(embeddings)
-        fitted = time.perf_counter()
-        record: dict[str, Any] = {
-            "model": self.name,
-            "task": task,
-            "fit_corpus": "target: the sentences SentEval passed to prepare (all sentences of the task, tokens "
-            "joined by single spaces)",
-            "n_sentences": len(sentences),
-            "n_unique_sentences": len(set(sentences)),
-            "encode_seconds": round(encoded - start, 3),
-            "fit_seconds": round(fitted - encoded, 3),
-        }
-        if hasattr(calibrator, "fit_log_likelihood_"):
-            record["fit_log_likelihood"] = float(calibrator.fit_log_likelihood_)
-            record["fit_bits_per_dim"] = float(calibrator.fit_bits_per_dim_)
-        self.fit_log.append(record)
+        source = ("target: the sentences SentEval passed to prepare (all sentences of the task, tokens joined by "
+                  "single spaces)")
+        calibrator, record = fit_calibrator(self.encoder, self._template, sentences, model=self.name, source=source,
+                                            context={"task": task, "fit_corpus": "target"})
+        self.fit_log.append(record.as_dict())
         self.calibrator = calibrator
         self.prepared_task = task
-        logger.info(
-            "%s: prepare %s: fitted %s on %d sentences (%d unique) from SentEval's prepare samples "
-            "(the task's own sentences, 'target' setting) in %.2fs",
-            self.name, task or "(no current_task)", self.method, record["n_sentences"],
-            record["n_unique_sentences"], record["fit_seconds"],
-        )
+        logger.info("%s", record.summary())
 
     def batcher(self, params: Any, batch: Any) -> np.ndarray:
         """Embeddings of ``batch`` (token lists): float32 (len(batch), d), in the batch's order."""

@@ -220,9 +220,14 @@ def merge_results(
 
 
 def _baseline_key(row: dict[str, Any]) -> str:
-    """Rows sharing this key differ only in the calibrator (and its fit corpus)."""
+    """Rows sharing this key differ only in the calibrator (and its fit corpus): the same backbone,
+    weights commit (a flow-plugin result revision adds a configuration digest, which names the
+    calibrator too), pooling, length and other loader kwargs."""
+    from flow_plugin.catalog.registry import weights_revision
+
     kwargs = {k: v for k, v in row["experiment_kwargs"].items() if k not in ("fit_corpus", "calibrator_params", "calibrator")}
-    return json.dumps([row["backbone"], row["revision"], kwargs], sort_keys=True)
+    revision = weights_revision(row["revision"]) if row["model"].startswith("flow_plugin/") else row["revision"]
+    return json.dumps([row["backbone"], revision, row.get("pooling"), row.get("max_seq_length"), kwargs], sort_keys=True)
 
 
 def finalize(board: dict[str, Any]) -> dict[str, Any]:

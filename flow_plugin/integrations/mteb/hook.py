@@ -20,23 +20,24 @@ This module imports only the standard library.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import logging
+# Only modules every interpreter has already loaded at start-up (``python -X importtime -c
+# pass``): this module is imported at every start of every Python process of the environment.
 import os
 import sys
-from types import ModuleType
-from typing import Any, Callable
 
 DISABLE_ENV = "FLOW_PLUGIN_DISABLE_MTEB_HOOK"
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
-logger = logging.getLogger("flow_plugin.integrations.mteb.hook")
 _registered: set[str] = set()
 
 
-def register_models(module: ModuleType | None = None) -> list[str]:
+def disabled() -> bool:
+    """True when ``FLOW_PLUGIN_DISABLE_MTEB_HOOK`` is set to 1/true/yes/on."""
+    return os.environ.get(DISABLE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def register_models(module: object = None) -> list[str]:
     """Add every registry model's ``ModelMeta`` to MTEB's ``MODEL_REGISTRY``; return the names."""
     module = module or sys.modules.get(MODELS_MODULE) or __import__(MODELS_MODULE, fromlist=["MODEL_REGISTRY"])
     from flow_plugin.integrations.mteb.meta import all_model_metas
@@ -50,7 +51,7 @@ def register_models(module: ModuleType | None = None) -> list[str]:
     return names
 
 
-def register_tasks(module: ModuleType | None = None) -> list[str]:
+def register_tasks(module: object = None) -> list[str]:
     """Add the offline STS tasks to MTEB's task registry; return their names."""
     module = module or sys.modules.get(TASKS_MODULE) or __import__(TASKS_MODULE, fromlist=["_TASKS_REGISTRY"])
     from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
@@ -70,39 +71,46 @@ def register() -> None:
     register_tasks()
 
 
-_CALLBACKS: dict[str, Callable[[ModuleType], Any]] = {MODELS_MODULE: register_models, TASKS_MODULE: register_tasks}
+_CALLBACKS = {MODELS_MODULE: register_models, TASKS_MODULE: register_tasks}
 
 
-def _run_callback(name: str, module: ModuleType) -> None:
+def _run_callback(name: str, module: object) -> None:
     if name in _registered:
         return
     try:
         _CALLBACKS[name](module)
     except Exception as error:  # noqa: BLE001 -- never break MTEB's import; say what failed
-        logger.warning("flow-plugin could not register with %s: %s: %s", name, type(error).__name__, error)
+        import logging
+
+        logging.getLogger(__name__).warning("flow-plugin could not register with %s: %s: %s",
+                                            name, type(error).__name__, error)
         print(f"flow-plugin: could not register with {name}: {type(error).__name__}: {error}", file=sys.stderr)
 
 
-class _LoaderWithCallback(importlib.abc.Loader):
-    def __init__(self, loader: importlib.abc.Loader, name: str) -> None:
+class _LoaderWithCallback:
+    """Wraps the loader of one of MTEB's registry modules: runs our callback after it executes.
+    (Duck-typed like ``importlib.abc.Loader``: importing importlib.abc would cost every start-up.)"""
+
+    def __init__(self, loader: object, name: str) -> None:
         self._loader = loader
         self._name = name
 
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)
+    def create_module(self, spec: object) -> object:
+        return self._loader.create_module(spec)  # type: ignore[attr-defined]
 
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
+    def exec_module(self, module: object) -> None:
+        self._loader.exec_module(module)  # type: ignore[attr-defined]
         _run_callback(self._name, module)
 
-    def __getattr__(self, attribute: str) -> Any:  # get_source, get_code, ... for tools
+    def __getattr__(self, attribute: str) -> object:  # get_source, get_code, ... for tools
         return getattr(self._loader, attribute)
 
 
-class _MtebRegistryFinder(importlib.abc.MetaPathFinder):
-    """Wraps the loader of MTEB's two registry modules; ignores every other import."""
+class _MtebRegistryFinder:
+    """A ``sys.meta_path`` finder that wraps the loader of MTEB's two registry modules and
+    ignores every other import."""
 
-    def find_spec(self, fullname: str, path: Any, target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: object, target: object = None) -> object:
         if fullname not in _CALLBACKS:
             return None
         for finder in sys.meta_path:
@@ -117,8 +125,8 @@ class _MtebRegistryFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Called from ``flow_plugin_mteb.pth`` at start-up: arm the lazy registration."""
-    if os.environ.get(DISABLE_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+    """Called from ``flow_plugin_mteb.pth`` at start-up: arm the lazy registration (unless disabled)."""
+    if disabled():
         return
     if any(isinstance(finder, _MtebRegistryFinder) for finder in sys.meta_path):
         return

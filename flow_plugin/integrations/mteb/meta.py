@@ -42,7 +42,7 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
         loader=load_model,
         loader_kwargs={},
         name=variant.name,
-        revision=spec.revision,
+        revision=variant.revision,
         release_date=spec.release_date,
         languages=list(spec.languages),
         n_parameters=spec.n_parameters,
@@ -65,6 +65,6 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
 
 def all_model_metas(registry: dict[str, BackboneSpec] | None = None) -> list[ModelMeta]:
     registry = registry if registry is not None else default_registry()
-    from flow_plugin.catalog.registry import VARIANT_SUFFIXES
+    from flow_plugin.catalog.registry import variant_suffixes
 
-    return [model_meta(ModelVariant(spec, method)) for spec in registry.values() for method in VARIANT_SUFFIXES]
+    return [model_meta(ModelVariant(spec, method)) for spec in registry.values() for method in variant_suffixes()]

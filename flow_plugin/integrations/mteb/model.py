@@ -9,10 +9,10 @@ subset) reuses that fit. Which sentences are used is the ``fit_corpus`` policy (
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,7 +21,9 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
-from flow_plugin.errors import DataFolderError, FlowPluginError
+from flow_plugin.catalog.fitting import fit_calibrator
+from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.errors import DataFolderError, FlowPluginError, InputError
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
 from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
 
@@ -72,12 +74,14 @@ class FlowPluginModel(AbsEncoder):
         A registry model name such as ``flow_plugin/bert-base-flow``.
     fit_corpus:
         ``"target"`` (default), ``"inputs"``, or a path to a text file with one sentence per line.
-    device, precision, batch_size:
-        Backbone settings (see :class:`flow_plugin.encoding.backbone.Backbone`).
-    cache_dir:
-        Folder of the on-disk embedding cache (default ``$FLOW_PLUGIN_CACHE_DIR``, else memory only).
     calibrator_params:
         Hyper-parameters overriding the registry's for this calibrator.
+    embed_dim:
+        Passed by ``mteb.get_model(..., embed_dim=...)``: checked against the model's width.
+    **encoder_options:
+        ``device``, ``precision``, ``batch_size``, ``cache_dir``, ``show_progress_bar``
+        (:class:`flow_plugin.encoding.options.EncoderOptions`). Any other keyword is an error
+        that names it and suggests the closest accepted one.
     """
 
     def __init__(
@@ -86,39 +90,44 @@ class FlowPluginModel(AbsEncoder):
         revision: str | None = None,
         *,
         fit_corpus: str | os.PathLike[str] = "target",
-        device: str | None = None,
-        precision: str = "auto",
-        batch_size: int | None = None,
-        cache_dir: str | os.PathLike[str] | None = None,
         calibrator_params: dict[str, Any] | None = None,
-        show_progress_bar: bool | None = None,
-        **unused: Any,
+        embed_dim: int | None = None,
+        **encoder_options: Any,
     ) -> None:
-        if unused:
-            logger.debug("ignoring loader arguments %s", sorted(unused))
+        unknown = sorted(set(encoder_options) - set(EncoderOptions.names()))
+        if unknown:
+            accepted = ["fit_corpus", "calibrator_params", "embed_dim", *EncoderOptions.names()]
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, accepted, n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise InputError(
+                f"{model_name}: unknown loader argument(s) {', '.join(hints)}; accepted: {', '.join(accepted)}"
+            )
         self.variant = resolve(model_name)
-        if revision is not None and self.variant.backbone.revision not in (None, revision):
+        if revision is not None and revision not in (self.variant.revision, self.variant.backbone.revision):
             raise FlowPluginError(
-                f"{model_name} pins revision {self.variant.backbone.revision}, not {revision}; edit its registry file"
+                f"{model_name} is revision {self.variant.revision} (weights {self.variant.backbone.revision} and this "
+                f"registry configuration), not {revision}: its registry file or flow-plugin changed since"
             )
         self.fit_corpus = FitCorpus.parse(fit_corpus)
-        self.encoder = build_encoder(
-            self.variant,
-            device=device,
-            precision=precision,
-            batch_size=batch_size,
-            cache_dir=cache_dir,
-            show_progress_bar=show_progress_bar,
-        )
+        self.options = EncoderOptions(**encoder_options)
+        self.encoder = build_encoder(self.variant, self.options)
         self.model = self.encoder  # AbsEncoder convention: the wrapped model
         self._calibrator_template = build_calibrator(
             self.variant, device=str(self.encoder.backbone.device), **(calibrator_params or {})
         )
-        self._fitted: dict[tuple[str, str], Calibrator] = {}
+        if embed_dim is not None and embed_dim != self._expected_width():
+            raise InputError(f"{model_name} gives {self._expected_width()}-dimensional embeddings, not {embed_dim}")
+        self._fitted: dict[tuple[str, ...], Calibrator] = {}
         self._task_corpora: dict[tuple[str, str], list[str]] = {}
         self._lock = threading.Lock()
         #: one record per fit: what was fitted, on which corpus, how many sentences, how long
         self.fit_log: list[dict[str, Any]] = []
+
+    def _expected_width(self) -> int:
+        kept = getattr(self._calibrator_template, "n_components", None) if self.variant.calibrator == "whiten" else None
+        return int(kept) if isinstance(kept, int) else self.variant.backbone.embedding_dim
 
     @property
     def name(self) -> str:
@@ -190,38 +199,12 @@ class FlowPluginModel(AbsEncoder):
             sentences, description = self._fit_sentences(task_name, hf_subset, inputs)
             if not sentences:
                 raise TaskCorpusError(f"no sentences to fit {self.name} for {task_name}/{hf_subset} ({description})")
-            start = time.perf_counter()
-            embeddings = self.encoder.encode(sentences)
-            encoded = time.perf_counter()
-            calibrator = self._calibrator_template.clone().fit(embeddings)
-            fitted = time.perf_counter()
-            record = {
-                "model": self.name,
-                "task": task_name,
-                "hf_subset": hf_subset,
-                "fit_corpus": self.fit_corpus.describe(),
-                "source": description,
-                "n_sentences": len(sentences),
-                "n_unique_sentences": len(set(sentences)),
-                "encode_seconds": round(encoded - start, 3),
-                "fit_seconds": round(fitted - encoded, 3),
-            }
-            if hasattr(calibrator, "fit_log_likelihood_"):
-                record["fit_log_likelihood"] = calibrator.fit_log_likelihood_
-                record["fit_bits_per_dim"] = calibrator.fit_bits_per_dim_
-            self.fit_log.append(record)
+            context = {"task": task_name, "hf_subset": hf_subset, "fit_corpus": self.fit_corpus.describe()}
+            calibrator, record = fit_calibrator(self.encoder, self._calibrator_template, sentences, model=self.name,
+                                                source=description, context=context)
+            self.fit_log.append(record.as_dict())
             if key != ("raw",):
-                logger.info(
-                    "%s: fitted %s for %s/%s on %d sentences (%d unique) from %s in %.2fs",
-                    self.name,
-                    self.variant.calibrator,
-                    task_name,
-                    hf_subset,
-                    record["n_sentences"],
-                    record["n_unique_sentences"],
-                    description,
-                    record["fit_seconds"],
-                )
+                logger.info("%s", record.summary())
             if key is not None:
                 self._fitted[key] = calibrator
             return calibrator

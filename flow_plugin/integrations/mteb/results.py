@@ -85,6 +85,42 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
     return moved
 
 
+def current_data_revision(task: Any) -> str | None:
+    """The ``dataset_revision`` a result of ``task`` computed now would carry: our offline tasks
+    hash their files; MTEB's own tasks name their pinned dataset revision."""
+    if hasattr(task, "data_revision"):
+        return task.data_revision()
+    return getattr(task.metadata, "revision", None)
+
+
+def set_aside_stale_results(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[str]:
+    """Rename each existing result of ``meta``'s model (name, revision, experiment) whose
+    ``dataset_revision`` is not the task's current one to ``<Task>.json.stale-<time>``, so
+    MTEB recomputes it instead of reusing a score of other data. Returns one line per file."""
+    from mteb.cache import ResultCache
+
+    cache = ResultCache(output_folder)
+    stamp = datetime.datetime.now(tz=datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    notes = []
+    for task in tasks:
+        path = cache.get_task_result_path(task.metadata.name, meta)
+        if not path.is_file():
+            continue
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8")).get("dataset_revision")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            continue  # unreadable: quarantine_truncated_results deals with it
+        current = current_data_revision(task)
+        if current is None or recorded == current:
+            continue
+        target = path.with_name(f"{path.name}.stale-{stamp}")
+        path.rename(target)
+        notes.append(f"{path} was computed from other data (dataset_revision {recorded}, now {current}): "
+                     f"kept as {target.name}, recomputing")
+        logger.warning("%s", notes[-1])
+    return notes
+
+
 def record_run(output: Path, path: Path, hardware: dict[str, Any], settings: dict[str, Any]) -> None:
     """One ``flow-plugin-runs.jsonl`` line for the result file just written: the model's
     identity from its ``model_meta.json`` (mteb's ``ModelMeta``), the result's date from the

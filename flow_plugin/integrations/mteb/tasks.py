@@ -93,29 +93,43 @@ class SentEvalSTSTask(AbsTaskSTS):
             )
         return resolve_senteval_root(folder)
 
+    def _read_splits(self) -> tuple[dict[str, list[Any]], str]:
+        """(split -> the STSPairs of each subset, the data revision: sha256 of the files read)."""
+        root = self.resolved_data_dir()
+        splits: dict[str, list[Any]] = {}
+        files: list[Path] = []
+        for split in available_splits(self.senteval_task):
+            splits[split] = load_split(root, self.senteval_task, split)
+            for pairs in splits[split]:
+                files.append(pairs.source)
+                if getattr(pairs, "gold_source", None) is not None:
+                    files.append(pairs.gold_source)
+        return splits, "sha256:" + _files_sha256(files)
+
+    def data_revision(self) -> str:
+        """The ``dataset_revision`` a result computed now would carry (reads the files, loads nothing)."""
+        if self.data_loaded and self.metadata.revision.startswith("sha256:"):
+            return self.metadata.revision
+        return self._read_splits()[1]
+
     def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
         if self.data_loaded:
             return
-        root = self.resolved_data_dir()
+        split_pairs, revision = self._read_splits()
         splits: dict[str, Dataset] = {}
-        files: list[Path] = []
-        for split in available_splits(self.senteval_task):
-            subsets = load_split(root, self.senteval_task, split)
+        for split, subsets in split_pairs.items():
             rows: dict[str, list[Any]] = {"sentence1": [], "sentence2": [], "score": [], "subset": []}
             for pairs in subsets:
                 rows["sentence1"].extend(pairs.sentences1)
                 rows["sentence2"].extend(pairs.sentences2)
                 rows["score"].extend(float(score) for score in pairs.scores)
                 rows["subset"].extend([pairs.subset] * len(pairs))
-                files.append(pairs.source)
-                if getattr(pairs, "gold_source", None) is not None:
-                    files.append(pairs.gold_source)
             splits[_SPLIT_NAMES[split]] = Dataset.from_dict(rows)
             self._pair_subsets[_SPLIT_NAMES[split]] = rows["subset"]
         self.dataset = DatasetDict(splits)
         # record exactly which bytes were evaluated: the result JSON's dataset_revision
         dataset = dict(self.metadata.dataset)
-        dataset["revision"] = "sha256:" + _files_sha256(files)
+        dataset["revision"] = revision
         self.metadata = self.metadata.model_copy(update={"dataset": dataset})
         self.data_loaded = True
         _LOADED[self.metadata.name] = weakref.ref(self)

@@ -1,0 +1,116 @@
+"""The fit-and-record step every entry point shares: sentences -> embeddings -> a fitted clone
+of a calibrator template, with a :class:`FitRecord` of what it saw and did.
+
+The sentences are put in a canonical order (sorted by their text) before they are encoded and
+fitted, so a seeded fit does not depend on the order they arrive in: SentEval hands a task's
+sentences sorted by length, MTEB and our readers in file order, and all three routes fit the
+same calibrator. Every occurrence of a sentence is kept (the official code trains on pairs,
+so a repeated sentence weighs more).
+
+>>> import numpy as np
+>>> from flow_plugin.calibration import make_calibrator
+>>> class Letters:  # any encoder with encode(list[str]) -> (n, d) float32
+...     def encode(self, sentences):
+...         return np.array([[len(s), s.count("a"), s.count("e")] for s in sentences], dtype=np.float32)
+>>> calibrator, record = fit_calibrator(Letters(), make_calibrator("sn"), ["a cat", "the dog", "a cat sat", "eel"],
+...                                     model="demo", source="four sentences")
+>>> record.n_sentences, record.n_unique_sentences, record.calibrator
+(4, 4, 'sn')
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from flow_plugin.calibration import Calibrator
+from flow_plugin.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+class SentenceEncoder(Protocol):
+    def encode(self, sentences: list[str]) -> np.ndarray: ...
+
+
+@dataclass
+class FitRecord:
+    """What one calibrator fit saw and did (``as_dict`` gives the JSON form)."""
+
+    model: str
+    calibrator: str
+    params: dict[str, Any]
+    #: where the sentences came from
+    source: str
+    n_sentences: int
+    n_unique_sentences: int
+    encode_seconds: float
+    fit_seconds: float
+    fit_log_likelihood: float | None = None
+    fit_bits_per_dim: float | None = None
+    #: where the fit belongs (task, subset, fit-corpus policy, ...), set by the caller
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as flat JSON-ready data: the context's keys (task, ...) sit beside the others."""
+        data = asdict(self)
+        for key in ("fit_log_likelihood", "fit_bits_per_dim"):  # only density models (the flow) have them
+            if data[key] is None:
+                del data[key]
+        return {**data.pop("context"), **data}
+
+    def summary(self) -> str:
+        """One line for logs and command lines."""
+        where = "/".join(str(self.context[key]) for key in ("task", "hf_subset", "corpus") if self.context.get(key))
+        likelihood = "" if self.fit_log_likelihood is None else f", log-likelihood {self.fit_log_likelihood:.2f}"
+        return (f"{self.model}: fitted {self.calibrator}{' for ' + where if where else ''} on {self.n_sentences} "
+                f"sentences ({self.n_unique_sentences} unique) from {self.source} in {self.fit_seconds:.2f}s{likelihood}")
+
+
+def canonical_order(sentences: list[str]) -> list[str]:
+    """The sentences sorted by their text with runs of whitespace read as one space (SentEval
+    re-joins tokens with single spaces; our readers keep a file's stray spaces), then by the
+    text itself; duplicates kept. The same list whatever order the sentences came in.
+
+    >>> canonical_order(["b", "a ", "b", " a"])
+    [' a', 'a ', 'b', 'b']
+    """
+    return sorted(sentences, key=lambda text: (" ".join(text.split()), text))
+
+
+def fit_calibrator(
+    encoder: SentenceEncoder,
+    template: Calibrator,
+    sentences: list[str],
+    *,
+    model: str,
+    source: str,
+    context: dict[str, Any] | None = None,
+) -> tuple[Calibrator, FitRecord]:
+    """Encode ``sentences`` in canonical order and fit a clone of ``template`` on them."""
+    if not sentences:
+        raise InputError(f"no sentences to fit {model} on ({source})")
+    ordered = canonical_order(sentences)
+    start = time.perf_counter()
+    embeddings = encoder.encode(ordered)
+    encoded = time.perf_counter()
+    calibrator = template.clone().fit(embeddings)
+    fitted = time.perf_counter()
+    record = FitRecord(
+        model=model,
+        calibrator=calibrator.method,
+        params=calibrator.result_params(),
+        source=source,
+        n_sentences=len(ordered),
+        n_unique_sentences=len(set(ordered)),
+        encode_seconds=round(encoded - start, 3),
+        fit_seconds=round(fitted - encoded, 3),
+        context=dict(context or {}),
+    )
+    if hasattr(calibrator, "fit_log_likelihood_"):
+        record.fit_log_likelihood = float(calibrator.fit_log_likelihood_)
+        record.fit_bits_per_dim = float(calibrator.fit_bits_per_dim_)
+    return calibrator, record

@@ -1,0 +1,74 @@
+"""How a backbone runs, as one value: device, precision, batch size, embedding cache, progress.
+
+Every entry point (the MTEB loader, the SentEval adapter, ``flow-plugin eval``/``bench``/
+``paper``) takes these five options, so they are defined once here, checked once here, and
+turned into command-line flags from here (:func:`flow_plugin.cli._options.add_encoder_arguments`).
+None of them changes what an embedding means; ``precision`` can change its last bits, so it is
+part of the embedding cache's key (:class:`flow_plugin.encoding.backbone.BackboneKey`).
+
+>>> EncoderOptions(precision="float32", batch_size=32).backbone_kwargs()
+{'device': None, 'precision': 'float32', 'batch_size': 32, 'show_progress_bar': None}
+>>> EncoderOptions(batch_size=0)
+Traceback (most recent call last):
+...
+flow_plugin.errors.InputError: batch_size must be a positive int, got 0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from flow_plugin.errors import InputError
+
+#: The numeric precisions of the forward pass (see :mod:`flow_plugin.encoding.device`).
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
+#: Sentences per forward pass when none is given. Length-sorted batches of short STS sentences keep this cheap.
+DEFAULT_BATCH_SIZE = 64
+
+
+@dataclass(frozen=True)
+class EncoderOptions:
+    """How a backbone runs (the ``help`` metadata is the command line's help text)."""
+
+    device: str | None = field(default=None, metadata={
+        "help": "cpu, cuda, cuda:1 ... (default: CUDA if available, else CPU)"})
+    precision: str = field(default="auto", metadata={
+        "help": "forward-pass precision: auto (bf16 on GPUs and on CPUs with bf16 instructions, else float32), "
+                "float32, bf16, fp16", "choices": PRECISIONS})
+    batch_size: int | None = field(default=None, metadata={
+        "help": f"sentences per backbone forward pass (default {DEFAULT_BATCH_SIZE})"})
+    cache_dir: str | os.PathLike[str] | None = field(default=None, metadata={
+        "help": "on-disk embedding cache (default: $FLOW_PLUGIN_CACHE_DIR, else memory only)"})
+    show_progress_bar: bool | None = field(default=None, metadata={"cli": False})
+
+    def __post_init__(self) -> None:
+        if self.device is not None and not isinstance(self.device, str):
+            raise InputError(f"device must be a string such as 'cpu' or 'cuda:0', got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"unknown precision {self.precision!r}; use one of {', '.join(PRECISIONS)}")
+        if self.batch_size is not None and (
+            isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1
+        ):
+            raise InputError(f"batch_size must be a positive int, got {self.batch_size!r}")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(item.name for item in dataclasses.fields(cls))
+
+    @classmethod
+    def split(cls, kwargs: dict[str, Any]) -> tuple[EncoderOptions, dict[str, Any]]:
+        """``(options, the other kwargs)`` from a mapping of keyword arguments."""
+        names = set(cls.names())
+        options = cls(**{key: value for key, value in kwargs.items() if key in names})
+        return options, {key: value for key, value in kwargs.items() if key not in names}
+
+    def backbone_kwargs(self) -> dict[str, Any]:
+        """The arguments :class:`flow_plugin.encoding.backbone.Backbone` takes (all but the cache)."""
+        return {"device": self.device, "precision": self.precision, "batch_size": self.batch_size,
+                "show_progress_bar": self.show_progress_bar}
+
+    def replace(self, **changes: Any) -> EncoderOptions:
+        return dataclasses.replace(self, **changes)

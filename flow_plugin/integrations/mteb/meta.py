@@ -29,11 +29,9 @@ def load_model(model_name: str, revision: str | None = None, **kwargs: Any) -> A
 
 
 def _embed_dim(variant: ModelVariant) -> int:
-    if variant.calibrator == "whiten":
-        kept = variant.calibrator_params.get("n_components")
-        if isinstance(kept, int):
-            return kept
-    return variant.backbone.embedding_dim
+    from flow_plugin.calibration import make_calibrator
+
+    return make_calibrator(variant.calibrator, **variant.calibrator_params).output_width(variant.backbone.embedding_dim)
 
 
 def model_meta(variant: ModelVariant) -> ModelMeta:

@@ -21,7 +21,7 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
-from flow_plugin.catalog.fitting import fit_calibrator
+from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, fit_calibrator
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
@@ -74,6 +74,8 @@ class FlowPluginModel(AbsEncoder):
         A registry model name such as ``flow_plugin/bert-base-flow``.
     fit_corpus:
         ``"target"`` (default), ``"inputs"``, or a path to a text file with one sentence per line.
+    fit_duplicates:
+        ``"keep"`` (default): fit on every occurrence of a sentence; ``"unique"``: on each once.
     calibrator_params:
         Hyper-parameters overriding the registry's for this calibrator.
     embed_dim:
@@ -90,13 +92,14 @@ class FlowPluginModel(AbsEncoder):
         revision: str | None = None,
         *,
         fit_corpus: str | os.PathLike[str] = "target",
+        fit_duplicates: str = "keep",
         calibrator_params: dict[str, Any] | None = None,
         embed_dim: int | None = None,
         **encoder_options: Any,
     ) -> None:
         unknown = sorted(set(encoder_options) - set(EncoderOptions.names()))
         if unknown:
-            accepted = ["fit_corpus", "calibrator_params", "embed_dim", *EncoderOptions.names()]
+            accepted = ["fit_corpus", "fit_duplicates", "calibrator_params", "embed_dim", *EncoderOptions.names()]
             hints = []
             for key in unknown:
                 close = difflib.get_close_matches(key, accepted, n=1)
@@ -111,6 +114,9 @@ class FlowPluginModel(AbsEncoder):
                 f"registry configuration), not {revision}: its registry file or flow-plugin changed since"
             )
         self.fit_corpus = FitCorpus.parse(fit_corpus)
+        if fit_duplicates not in DUPLICATE_POLICIES:
+            raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
+        self.fit_duplicates = fit_duplicates
         self.options = EncoderOptions(**encoder_options)
         self.encoder = build_encoder(self.variant, self.options)
         self.model = self.encoder  # AbsEncoder convention: the wrapped model
@@ -126,8 +132,7 @@ class FlowPluginModel(AbsEncoder):
         self.fit_log: list[dict[str, Any]] = []
 
     def _expected_width(self) -> int:
-        kept = getattr(self._calibrator_template, "n_components", None) if self.variant.calibrator == "whiten" else None
-        return int(kept) if isinstance(kept, int) else self.variant.backbone.embedding_dim
+        return self._calibrator_template.output_width(self.variant.backbone.embedding_dim)
 
     @property
     def name(self) -> str:
@@ -201,7 +206,7 @@ class FlowPluginModel(AbsEncoder):
                 raise TaskCorpusError(f"no sentences to fit {self.name} for {task_name}/{hf_subset} ({description})")
             context = {"task": task_name, "hf_subset": hf_subset, "fit_corpus": self.fit_corpus.describe()}
             calibrator, record = fit_calibrator(self.encoder, self._calibrator_template, sentences, model=self.name,
-                                                source=description, context=context)
+                                                source=description, duplicates=self.fit_duplicates, context=context)
             self.fit_log.append(record.as_dict())
             if key != ("raw",):
                 logger.info("%s", record.summary())

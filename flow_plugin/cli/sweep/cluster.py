@@ -23,6 +23,7 @@ from typing import Any
 from flow_plugin.errors import MissingExtraError, SweepError
 
 ADDRESS_ENV = "RAY_ADDRESS"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
 #: environment variables a worker needs to see what the driver sees
 PASSED_PREFIXES = ("FLOW_PLUGIN_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "MTEB_", "SENTENCE_TRANSFORMERS_")
 PASSED_NAMES = ("PYTHONPATH", "TOKENIZERS_PARALLELISM", "TORCH_HOME", "XDG_CACHE_HOME")
@@ -39,7 +40,8 @@ class Cluster:
     gpus: float
 
     def describe(self) -> str:
-        where = "local Ray instance" if self.local else f"Ray cluster {self.address}"
+        where = ("local Ray instance" if self.local else "running Ray cluster (address auto)" if self.address == "auto"
+                 else f"Ray cluster at {self.address}")
         gpus = f", {self.gpus:g} GPUs" if self.gpus else ""
         return f"{where} ({self.cpus:g} CPUs{gpus})"
 
@@ -116,7 +118,11 @@ def connect(address: str | None, num_cpus: int | None, env: dict[str, str], *, l
         ray.init(**options)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise SweepError(f"cannot connect to Ray at {address or 'a new local instance'}: {first_line}") from None
+        hint = ""
+        if address is not None and not os.environ.get(AUTH_MODE_ENV):
+            hint = (f" (a cluster with token authentication, Ray's default, also needs {AUTH_MODE_ENV}=token here "
+                    "and its token in ~/.ray/auth_token or $RAY_AUTH_TOKEN)")
+        raise SweepError(f"cannot connect to Ray at {address or 'a new local instance'}: {first_line}{hint}") from None
     resources = ray.cluster_resources()
     return Cluster(address or "local", address is None, resources.get("CPU", 0.0), resources.get("GPU", 0.0))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -47,6 +48,36 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, ensure_ascii=False) + "\n")
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if absent) while the block runs.
+
+    A POSIX record lock (``fcntl.lockf``): it excludes other processes, on other machines too
+    where the shared file system supports locks (NFSv4, Lustre, GPFS). Threads of one process
+    do not exclude each other. Where there is no ``fcntl`` (Windows) nothing is locked.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder, file_lock(Path(folder) / "runs.lock"):
+    ...     pass
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover -- Windows
+        yield
+        return
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle = os.open(target, os.O_RDWR | os.O_CREAT, _default_file_mode())
+    try:
+        fcntl.lockf(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.lockf(handle, fcntl.LOCK_UN)
+    finally:
+        os.close(handle)
 
 
 def read_json(path: str | os.PathLike[str], what: str) -> Any:

@@ -41,6 +41,11 @@ class MissingExtraError(FlowPluginError, ImportError):
     e.g. ``pip install 'flow-plugin[plots]'`` for matplotlib."""
 
 
+class SweepError(FlowPluginError, ValueError):
+    """A sweep cannot start or run: a malformed sweep file (the message names the file and the
+    key), an unreachable Ray cluster, resources the cluster cannot give."""
+
+
 class LeaderboardError(FlowPluginError, ValueError):
     """A leaderboard file is malformed, or the inputs cannot make a leaderboard."""
 

@@ -1,9 +1,13 @@
-"""``flow-plugin eval``: registry models × offline STS tasks -> MTEB's standard result JSON."""
+"""``flow-plugin eval``: registry models × tasks -> MTEB's standard result JSON.
+
+Tasks are our offline SentEval-format STS tasks (the default: all seven), MTEB task names or
+MTEB benchmark names (see :mod:`flow_plugin.integrations.mteb.task_lookup`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,9 +21,11 @@ from flow_plugin.errors import RegistryError
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", action="append", required=True, metavar="MODEL",
                         help="registry model name, e.g. flow_plugin/minilm-l6-flow (repeatable)")
-    parser.add_argument("--data", required=True, type=Path,
-                        help="SentEval data folder (the one containing downstream/)")
-    parser.add_argument("-t", "--task", action="append", metavar="TASK", help=offline_tasks_help())
+    parser.add_argument("--data", type=Path, default=None,
+                        help="SentEval data folder (the one containing downstream/), needed by the offline tasks "
+                             "(default: $FLOW_PLUGIN_SENTEVAL_DATA)")
+    parser.add_argument("-t", "--task", action="append", metavar="TASK",
+                        help=f"offline task, MTEB task or MTEB benchmark name (repeatable): {offline_tasks_help()}")
     parser.add_argument("--output-folder", type=Path, default=Path("results"),
                         help="MTEB result folder (default: results)")
     parser.add_argument("--fit-corpus", default="target",
@@ -65,8 +71,8 @@ def check_model_names(models: list[str]) -> None:
 
 def evaluate_models(
     models: list[str],
-    data: Path,
-    tasks: list[str] | None,
+    data: Path | None,
+    tasks: Sequence[Any] | None,
     output_folder: Path,
     *,
     options: EncoderOptions | None = None,
@@ -74,7 +80,11 @@ def evaluate_models(
     overwrite: bool = False,
     command: str = "flow-plugin eval",
 ) -> list[ModelEvaluation]:
-    """Run ``mteb.evaluate`` for every model over the offline tasks.
+    """Run ``mteb.evaluate`` for every model over ``tasks``.
+
+    ``tasks`` are offline task names (default: all seven; they read the SentEval folder
+    ``data``, else ``$FLOW_PLUGIN_SENTEVAL_DATA``), MTEB task names, MTEB benchmark names or
+    MTEB task objects.
 
     ``options`` says how the backbone runs: the device goes to ``mteb.get_model``, an explicit
     precision becomes a loader argument, the batch size goes to ``encode``, and the cache folder
@@ -94,7 +104,7 @@ def evaluate_models(
     from mteb.cache import ResultCache
 
     from flow_plugin._machine import describe_machine
-    from flow_plugin.data.senteval import resolve_senteval_root
+    from flow_plugin.catalog.tasks import OFFLINE_TASKS
     from flow_plugin.integrations.mteb.hook import register
     from flow_plugin.integrations.mteb.results import (
         quarantine_truncated_results,
@@ -103,16 +113,12 @@ def evaluate_models(
         result_files,
         set_aside_stale_results,
     )
-    from flow_plugin.integrations.mteb.tasks import TASK_NAMES, get_offline_task
+    from flow_plugin.integrations.mteb.task_lookup import resolve_tasks
 
     register()  # idempotent; makes this work with the start-up hook turned off too
     check_model_names(models)
-    root = resolve_senteval_root(data)
-    unknown = [name for name in tasks or () if name not in TASK_NAMES]
-    if unknown:
-        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASK_NAMES)}")
-    task_names = list(tasks or TASK_NAMES)
-    task_objects = [get_offline_task(name, data_dir=root) for name in task_names]
+    task_objects = resolve_tasks(list(tasks or OFFLINE_TASKS), data)
+    task_names = [task.metadata.name for task in task_objects]
     output = Path(output_folder)
     quarantine_truncated_results(output, models, task_names)
     options = options or EncoderOptions()
@@ -169,6 +175,6 @@ def run(args: argparse.Namespace) -> int:
     for evaluation in evaluations:
         for run in evaluation.runs:
             origin = "computed now" if run.status == "computed" else f"reused: computed {run.date or 'earlier'}"
-            print(f"{run.model}\t{run.task}\tcosine_spearman(all)={run.score:.4f}\t({origin})")
+            print(f"{run.model}\t{run.task}\tmain_score={run.score:.4f}\t({origin})")
     print(f"results written under {args.output_folder / 'results'}")
     return 0

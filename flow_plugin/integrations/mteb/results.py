@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flow_plugin._io import atomic_write_text, read_json, read_json_lines
+from flow_plugin._io import atomic_write_text, file_lock, read_json, read_json_lines
 from flow_plugin.errors import DataFolderError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 #: result, with the hardware it ran on (written by ``flow-plugin eval`` and ``bench``).
 RUNS_FILE = "flow-plugin-runs.jsonl"
 RUNS_FORMAT = "flow-plugin-runs"
+#: lock file next to the runs file: processes that append to one output folder at once
+#: (``flow-plugin sweep`` jobs of several backbones) take turns
+RUNS_LOCK_FILE = ".flow-plugin-runs.lock"
 RESULTS_FOLDER = "results"  # mteb's ResultCache keeps results in <cache>/results/
 EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded with kwargs
 
@@ -321,11 +324,13 @@ def read_run_records(path: Path) -> list[dict[str, Any]]:
 
 def append_run_records(output_folder: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> Path:
     """Add records (model, revision, experiment, task, result_date, hardware, ...) to the
-    output folder's ``flow-plugin-runs.jsonl``, atomically (the old lines are kept)."""
+    output folder's ``flow-plugin-runs.jsonl``, atomically (the old lines are kept). Writers
+    take turns through a lock file, so concurrent processes never drop each other's lines."""
     path = runs_file_for(output_folder)
-    old = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if old and not old.endswith("\n"):
-        old += "\n"
     new = "".join(json.dumps({"format": RUNS_FORMAT, **record}, sort_keys=True) + "\n" for record in records)
-    atomic_write_text(path, old + new)
+    with file_lock(path.parent / RUNS_LOCK_FILE):
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if old and not old.endswith("\n"):
+            old += "\n"
+        atomic_write_text(path, old + new)
     return path

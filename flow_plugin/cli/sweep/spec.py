@@ -1,0 +1,245 @@
+"""The sweep file: a pydantic model of its keys, and :func:`load_sweep`, which checks it all.
+
+A sweep file is TOML. Unknown keys, wrong types and unknown names (backbones, calibrators,
+fit corpora) are errors that name the file and the key, with the name you probably meant.
+Relative paths in the file are relative to the file's folder. Task names need MTEB and are
+checked when the jobs are planned (:func:`flow_plugin.cli.sweep.plan.resolve_task_refs`).
+
+>>> import tempfile
+>>> with tempfile.TemporaryDirectory() as folder:
+...     path = Path(folder) / "demo.toml"
+...     _ = path.write_text('backbones = ["minilm-l6"]\\ncalibrators = ["raw", "flow"]\\nseeds = [1, 2]\\n')
+...     sweep = load_sweep(path)
+>>> sweep.name, sweep.backbones, sweep.calibrators, sweep.seeds, sweep.resources.max_retries
+('demo', ('minilm-l6',), ('raw', 'flow'), (1, 2), 2)
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.errors import RegistryError, SweepError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: fit corpora that are policies, not files (see :mod:`flow_plugin.data.fit_corpus`)
+FIT_POLICIES = ("target", "inputs")
+_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+# ---------------------------------------------------------------------------- the file schema
+class ResourcesTable(BaseModel):
+    """``[resources]``: what each job asks Ray for, and how it runs."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    cpus_per_job: float = Field(default=1, gt=0)
+    gpus_per_job: float = Field(default=1, gt=0, le=1)
+    precision: Literal["auto", "float32", "bf16", "fp16"] = "auto"
+    batch_size: int | None = Field(default=None, ge=1)
+    max_retries: int = Field(default=2, ge=0, le=20)
+
+
+class SweepFile(BaseModel):
+    """The keys of a sweep file (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str | None = None
+    backbones: list[str] = Field(min_length=1)
+    calibrators: list[str] | None = None
+    tasks: list[str] = Field(default=list(OFFLINE_TASKS), min_length=1)
+    fit_corpora: list[str] = Field(default=["target"], min_length=1)
+    seeds: list[int] = []
+    data: str | None = None
+    output: str | None = None
+    leaderboard: str | None = None
+    resources: ResourcesTable = ResourcesTable()
+
+
+_TYPE_NAMES = {"int_type": "int", "string_type": "str", "bool_type": "bool", "list_type": "a list",
+               "dict_type": "a table", "model_type": "a table", "float_type": "a number", "literal_error": "one of"}
+
+
+def _keys_at(location: tuple[Any, ...]) -> list[str]:
+    return list(ResourcesTable.model_fields if location[:1] == ("resources",) else SweepFile.model_fields)
+
+
+def _key(location: tuple[Any, ...]) -> str:
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _messages(path: Path, error: ValidationError) -> str:
+    """One line naming the file and every bad key, from pydantic's structured errors."""
+    parts: list[str] = []
+    for item in error.errors():
+        location = tuple(item["loc"])
+        key, kind = _key(location), item["type"]
+        if kind == "extra_forbidden":
+            close = difflib.get_close_matches(str(location[-1]), _keys_at(location), n=1)
+            hint = f" (did you mean {_key((*location[:-1], close[0]))!r}?)" if close else ""
+            parts.append(f"unknown key {key!r}{hint}")
+        elif kind == "missing":
+            parts.append(f"missing required key {key!r}")
+        elif kind == "literal_error":
+            parts.append(f"key {key!r} must be one of {item['ctx']['expected']}, got {item.get('input')!r}")
+        elif kind in _TYPE_NAMES:
+            value = item.get("input")
+            parts.append(f"key {key!r} must be {_TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+        else:
+            parts.append(f"key {key!r}: {item['msg']}")
+    return f"{path}: " + "; ".join(dict.fromkeys(parts))
+
+
+# ---------------------------------------------------------------------------- the checked sweep
+@dataclass(frozen=True)
+class Resources:
+    """``[resources]``, checked."""
+
+    device: str = "auto"
+    cpus_per_job: float = 1.0
+    gpus_per_job: float = 1.0
+    precision: str = "auto"
+    batch_size: int | None = None
+    max_retries: int = 2
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A checked sweep file: registry names, fit corpora as "target", "inputs" or absolute
+    sentence-file paths, and absolute paths (``None`` where the file leaves the choice to the
+    command line's defaults)."""
+
+    source: Path
+    name: str
+    backbones: tuple[str, ...]
+    calibrators: tuple[str, ...]
+    tasks: tuple[str, ...]
+    fit_corpora: tuple[str, ...]
+    seeds: tuple[int, ...]
+    data: Path | None = None
+    output: Path | None = None
+    leaderboard: Path | None = None
+    resources: Resources = Resources()
+
+
+def seeded_calibrators() -> tuple[str, ...]:
+    """The calibrators with a ``seed`` hyper-parameter: the only ones a seed changes.
+
+    >>> seeded_calibrators()[:3]
+    ('flow', 'flow-lu', 'flow-affine')
+    """
+    from flow_plugin.calibration import CALIBRATOR_NAMES, calibrator_class
+
+    return tuple(name for name in CALIBRATOR_NAMES if "seed" in calibrator_class(name)._get_param_names())
+
+
+def _unique(values: list[Any]) -> tuple[Any, ...]:
+    return tuple(dict.fromkeys(values))
+
+
+def _check_backbones(path: Path, names: list[str]) -> tuple[str, ...]:
+    from flow_plugin.catalog.registry import get_backbone
+
+    checked = []
+    for name in names:
+        try:
+            checked.append(get_backbone(name).name)
+        except RegistryError as error:
+            raise RegistryError(f"{path}: key 'backbones': {error}") from None
+    return _unique(checked)
+
+
+def _check_calibrators(path: Path, names: list[str] | None) -> tuple[str, ...]:
+    from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES
+
+    if names is None:
+        return tuple(CALIBRATOR_METHODS)  # like bench: the six methods; flow variants by name
+    if not names:
+        raise SweepError(f"{path}: key 'calibrators' is empty; leave it out for the six methods "
+                         f"({', '.join(CALIBRATOR_METHODS)})")
+    for name in names:
+        if name not in CALIBRATOR_NAMES:
+            close = difflib.get_close_matches(name, CALIBRATOR_NAMES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise RegistryError(
+                f"{path}: key 'calibrators': unknown calibrator {name!r}{hint}; choose from {', '.join(CALIBRATOR_NAMES)}"
+            )
+    return _unique(names)
+
+
+def _check_fit_corpora(path: Path, values: list[str]) -> tuple[str, ...]:
+    checked = []
+    for value in values:
+        if value in FIT_POLICIES:
+            checked.append(value)
+            continue
+        file = (path.parent / value).expanduser().resolve()
+        if not file.is_file():
+            close = difflib.get_close_matches(value, FIT_POLICIES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SweepError(
+                f"{path}: key 'fit_corpora': {value!r} is neither 'target' nor 'inputs' nor a sentence file{hint}: "
+                f"{file} does not exist"
+            )
+        checked.append(str(file))
+    return _unique(checked)
+
+
+def _path(path: Path, value: str | None) -> Path | None:
+    return None if value is None else (path.parent / value).expanduser().resolve()
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and check a sweep file; every problem is an error naming the file and the key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SweepError(f"{path}: sweep file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SweepError(f"{path}: cannot read sweep file: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SweepError(f"{path}: not valid TOML: {error}") from None
+    try:
+        parsed = SweepFile.model_validate(data)
+    except ValidationError as error:
+        raise SweepError(_messages(path, error)) from None
+    name = parsed.name if parsed.name is not None else path.stem
+    if not _NAME_PATTERN.match(name):
+        raise SweepError(f"{path}: key 'name' must be letters, digits, '.', '_' and '-', got {name!r}")
+    calibrators = _check_calibrators(path, parsed.calibrators)
+    seeds = _unique(parsed.seeds)
+    if seeds and not set(calibrators) & set(seeded_calibrators()):
+        raise SweepError(
+            f"{path}: key 'seeds': none of the calibrators {', '.join(calibrators)} takes a seed "
+            f"(only {', '.join(seeded_calibrators())} does); remove 'seeds' or add such a calibrator"
+        )
+    return Sweep(
+        source=path,
+        name=name,
+        backbones=_check_backbones(path, parsed.backbones),
+        calibrators=calibrators,
+        tasks=_unique(parsed.tasks),
+        fit_corpora=_check_fit_corpora(path, parsed.fit_corpora),
+        seeds=seeds,
+        data=_path(path, parsed.data),
+        output=_path(path, parsed.output),
+        leaderboard=_path(path, parsed.leaderboard),
+        resources=Resources(**parsed.resources.model_dump()),
+    )

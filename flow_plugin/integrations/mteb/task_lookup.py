@@ -1,0 +1,126 @@
+"""Task names -> MTEB task objects: our offline tasks, MTEB's own tasks and MTEB benchmarks.
+
+``flow-plugin eval`` and ``flow-plugin sweep`` accept any mix of
+
+* the offline SentEval-format tasks (``SentEvalSTS13`` ...), read from a SentEval data folder;
+* MTEB task names (``STSBenchmark``), as ``mteb.get_task`` knows them;
+* MTEB benchmark names (``MTEB(eng, v2)``), which stand for their tasks, with the splits and
+  languages the benchmark selects.
+
+An unknown name is a :class:`~flow_plugin.errors.RegistryError` listing close names from all
+three kinds. A task named twice (say, alone and inside a benchmark) is kept once, first wins.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.errors import DataFolderError, RegistryError
+
+
+def known_task_names() -> list[str]:
+    """Every name :func:`resolve_tasks` accepts: offline tasks, MTEB tasks, benchmark names.
+
+    >>> names = known_task_names()
+    >>> "SentEvalSTS13" in names and "STSBenchmark" in names and "MTEB(eng, v2)" in names
+    True
+    """
+    import mteb
+
+    names = list(OFFLINE_TASKS)
+    with warnings.catch_warnings():  # listing names only: no "task X is in beta" warnings
+        warnings.simplefilter("ignore")
+        every = mteb.get_tasks(exclude_superseded=False, exclude_private=False, exclude_beta=False)
+    names += [task.metadata.name for task in every]
+    names += [benchmark.name for benchmark in mteb.get_benchmarks()]
+    return list(dict.fromkeys(names))
+
+
+def unknown_task_message(name: str, candidates: Iterable[str] | None = None) -> str:
+    """The error text for a name that is no task and no benchmark, with close names.
+
+    >>> unknown_task_message("SentEvalSTS31", ["SentEvalSTS13", "STS13"])
+    "unknown task or benchmark 'SentEvalSTS31'. Close names: SentEvalSTS13."
+    """
+    pool = list(candidates) if candidates is not None else known_task_names()
+    close = difflib.get_close_matches(name, pool, n=4, cutoff=0.6)
+    if not close:  # case slips: "sts13" -> "STS13"
+        close = [candidate for candidate in pool if candidate.lower() == name.lower()]
+    hint = f" Close names: {', '.join(close)}." if close else ""
+    return f"unknown task or benchmark {name!r}.{hint}"
+
+
+def _benchmark_tasks(name: str) -> list[Any] | None:
+    import mteb
+
+    try:
+        benchmark = mteb.get_benchmark(name)
+    except (KeyError, ValueError):
+        return None
+    return list(benchmark.tasks)
+
+
+def _mteb_task(name: str) -> Any | None:
+    import mteb
+
+    try:
+        return mteb.get_task(name)
+    except (KeyError, ValueError):
+        return None
+
+
+def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str]) -> Path:
+    """The SentEval folder the offline tasks ``offline`` read: ``data``, else
+    ``$FLOW_PLUGIN_SENTEVAL_DATA``; an error naming the tasks when neither is given."""
+    from flow_plugin.data.senteval import resolve_senteval_root
+    from flow_plugin.integrations.mteb.tasks import DATA_ENV
+
+    folder = data if data is not None else os.environ.get(DATA_ENV) or None
+    if folder is None:
+        raise DataFolderError(
+            f"the offline task(s) {', '.join(offline)} read a SentEval data folder: give --data DIR "
+            f"(the folder containing downstream/) or set {DATA_ENV}"
+        )
+    return resolve_senteval_root(folder)
+
+
+def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = None) -> list[Any]:
+    """MTEB task objects for ``names`` (names or task objects, kept as given), in order.
+
+    Offline tasks read ``data`` (else ``$FLOW_PLUGIN_SENTEVAL_DATA``); MTEB's tasks load
+    their data when evaluated. Every unknown name is reported, with close names, before
+    anything is loaded.
+    """
+    from flow_plugin.integrations.mteb.hook import register
+
+    register()  # idempotent: the offline tasks are in MTEB's registry even with the hook off
+    offline = [name for name in names if isinstance(name, str) and name in OFFLINE_TASKS]
+    root = offline_data_root(data, offline) if offline else None
+    resolved: list[Any] = []
+    unknown: list[str] = []
+    for name in names:
+        if not isinstance(name, str):
+            resolved.append(name)
+        elif name in OFFLINE_TASKS:
+            from flow_plugin.integrations.mteb.tasks import get_offline_task
+
+            resolved.append(get_offline_task(name, data_dir=root))
+        elif (task := _mteb_task(name)) is not None:
+            resolved.append(task)
+        elif (tasks := _benchmark_tasks(name)) is not None:
+            resolved.extend(tasks)
+        else:
+            unknown.append(name)
+    if unknown:
+        candidates = known_task_names()
+        raise RegistryError(" ".join(unknown_task_message(name, candidates) for name in unknown))
+    unique: dict[str, Any] = {}
+    for task in resolved:
+        unique.setdefault(task.metadata.name, task)
+    return list(unique.values())

@@ -1,23 +1,27 @@
 """A bounded fit corpus: every sentence of a small corpus, a seeded sample of a large one.
 
 A corpus is a list of :class:`CorpusPart` (e.g. "test/queries", "test/corpus"), each able to
-stream its texts in chunks any number of times. :func:`sample_corpus` reads it twice:
+stream its texts in chunks. :func:`sample_corpus` reads it once, keeping an 8-byte keyed BLAKE2b
+hash (seeded) of each sentence only while it matters:
 
-1. it counts the sentences and keeps an 8-byte keyed BLAKE2b hash of each (seeded);
-2. if there are at most ``cap`` sentences it keeps them all, repeats included (the official
-   BERT-flow code trains on every occurrence); otherwise it keeps the ``cap`` *distinct*
-   sentences with the smallest hashes.
+- while at most ``cap`` sentences have arrived it keeps them all, repeats included (the official
+  BERT-flow code trains on every occurrence); a corpus of at most ``cap`` sentences is fitted
+  on all of them;
+- beyond that it keeps the ``cap`` *distinct* sentences with the smallest hashes (a bottom-k
+  sketch: a max-heap of ``cap`` hashes).
 
-The hash ranks distinct sentences in a seeded random order, so step 2 draws a uniform sample
-without replacement that does not depend on the order the sentences arrive in, nor on where
-a sentence repeats. Memory: the ``cap`` kept sentences plus 8 bytes per corpus sentence; the
-corpus itself is never held, only one chunk at a time.
+The hash ranks distinct sentences in a seeded random order, so the sample is a uniform draw
+without replacement that depends neither on the order the sentences arrive in nor on where a
+sentence repeats. Memory is bounded by the sample, not the corpus: the ``cap`` kept
+sentences, their hashes and one chunk; the number of distinct sentences of a sampled corpus is
+therefore estimated from the sketch (``(cap - 1) / (largest kept hash / 2**64)``, the KMV
+estimator), and exact otherwise.
 
 >>> parts = [CorpusPart("test/queries", lambda: iter([["a", "b"], ["c"]])),
 ...          CorpusPart("test/corpus", lambda: iter([["d", "a"]]))]
 >>> small = sample_corpus(parts, cap=10, seed=0)
->>> small.sentences, small.sampled, small.n_corpus_sentences, small.n_corpus_unique
-(['a', 'b', 'c', 'd', 'a'], False, 5, 4)
+>>> small.sentences, small.sampled, small.n_corpus_sentences, small.n_corpus_unique, small.unique_exact
+(['a', 'b', 'c', 'd', 'a'], False, 5, 4, True)
 >>> large = sample_corpus(parts, cap=3, seed=0)
 >>> len(large.sentences), len(set(large.sentences)), large.sampled
 (3, 3, True)
@@ -28,11 +32,10 @@ True
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from flow_plugin.errors import InputError
 
@@ -65,12 +68,15 @@ class CorpusSample:
     seed: int
     #: part name -> sentences it holds
     parts: dict[str, int] = field(default_factory=dict)
+    #: False when ``n_corpus_unique`` is the sketch's estimate (a sampled corpus), True when counted
+    unique_exact: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         """What a fit record keeps about the corpus (not the sentences)."""
         return {
             "corpus_sentences": self.n_corpus_sentences,
             "corpus_unique_sentences": self.n_corpus_unique,
+            "corpus_unique_exact": self.unique_exact,
             "sampled": self.sampled,
             "max_fit_sentences": self.cap,
             "seed": self.seed,
@@ -85,8 +91,9 @@ class CorpusSample:
         """
         if not self.sampled:
             return f"all {self.n_corpus_sentences} sentences"
+        about = "" if self.unique_exact else "about "
         return (f"a seeded sample of {len(self.sentences)} distinct of {self.n_corpus_sentences} sentences "
-                f"({self.n_corpus_unique} distinct; cap {self.cap}, seed {self.seed})")
+                f"({about}{self.n_corpus_unique} distinct; cap {self.cap}, seed {self.seed})")
 
 
 def check_cap(cap: Any, seed: Any) -> tuple[int, int]:
@@ -125,32 +132,39 @@ def _texts(part: CorpusPart) -> Iterable[Sequence[str]]:
 def sample_corpus(parts: Sequence[CorpusPart], *, cap: int = DEFAULT_MAX_FIT_SENTENCES,
                   seed: int = DEFAULT_FIT_SEED) -> CorpusSample:
     """Every sentence of ``parts`` when there are at most ``cap``, else ``cap`` distinct ones
-    drawn at random (seeded, order-independent). See the module's docstring."""
+    drawn at random (seeded, order-independent), in one pass. See the module's docstring."""
     cap, seed = check_cap(cap, seed)
     digest = _hasher(seed)
-    blocks: list[np.ndarray] = []
+    everything: list[str] | None = []  # every sentence while there are at most cap
+    heap: list[int] = []  # negated hashes of the cap smallest distinct hashes (a max-heap)
+    kept: dict[int, str] = {}  # hash -> sentence, for the hashes in the heap
+    total = 0
     counts: dict[str, int] = {}
     for part in parts:
         n = 0
         for chunk in _texts(part):
-            blocks.append(np.fromiter((digest(text) for text in chunk), dtype=np.uint64, count=len(chunk)))
             n += len(chunk)
-        counts[part.name] = counts.get(part.name, 0) + n
-    hashes = np.concatenate(blocks) if blocks else np.empty(0, dtype=np.uint64)
-    del blocks
-    total = int(hashes.size)
-    distinct = np.unique(hashes)  # sorted
-    del hashes
-    if total <= cap:
-        sentences = [text for part in parts for chunk in _texts(part) for text in chunk]
-        return CorpusSample(sentences, total, int(distinct.size), False, cap, seed, counts)
-    threshold = int(distinct[cap - 1]) if distinct.size > cap else int(distinct[-1])
-    kept: dict[int, str] = {}
-    for part in parts:
-        for chunk in _texts(part):
+            if everything is not None:
+                everything.extend(chunk)
+                if len(everything) > cap:
+                    everything = None
             for text in chunk:
                 value = digest(text)
-                if value <= threshold and value not in kept:
+                if value in kept:
+                    continue
+                if len(heap) < cap:
+                    heapq.heappush(heap, -value)
                     kept[value] = text
+                elif value < -heap[0]:
+                    del kept[-heapq.heappushpop(heap, -value)]
+                    kept[value] = text
+        counts[part.name] = counts.get(part.name, 0) + n
+        total += n
+    if everything is not None:
+        return CorpusSample(everything, total, len(kept), False, cap, seed, counts)
+    if len(kept) < cap:  # fewer distinct sentences than the cap: all of them, counted
+        unique, exact = len(kept), True
+    else:  # KMV estimate of the distinct count from the cap-th smallest hash
+        unique, exact = min(total, max(cap, round((cap - 1) / ((-heap[0] + 1) / 2.0**64)))), False
     sentences = [kept[value] for value in sorted(kept)]
-    return CorpusSample(sentences, total, int(distinct.size), True, cap, seed, counts)
+    return CorpusSample(sentences, total, unique, True, cap, seed, counts, unique_exact=exact)

@@ -13,9 +13,9 @@ hash (seeded) of each sentence only while it matters:
 The hash ranks distinct sentences in a seeded random order, so the sample is a uniform draw
 without replacement that depends neither on the order the sentences arrive in nor on where a
 sentence repeats. Memory is bounded by the sample, not the corpus: the ``cap`` kept
-sentences, their hashes and one chunk; the number of distinct sentences of a sampled corpus is
-therefore estimated from the sketch (``(cap - 1) / (largest kept hash / 2**64)``, the KMV
-estimator), and exact otherwise.
+sentences, their hashes, at most ``4 cap`` more hashes and one chunk. So the number of distinct
+sentences is counted up to ``4 cap`` of them and estimated beyond from the sketch
+(``(cap - 1) / (largest kept hash / 2**64)``, the KMV estimator; ``unique_exact`` says which).
 
 >>> parts = [CorpusPart("test/queries", lambda: iter([["a", "b"], ["c"]])),
 ...          CorpusPart("test/corpus", lambda: iter([["d", "a"]]))]
@@ -44,6 +44,9 @@ from flow_plugin.errors import InputError
 #: ~20,000 sentences: SICK all splits) untouched, while a fit's embeddings stay at most 300 MB
 #: for 768 dimensions (float32) whatever the size of a retrieval corpus (millions of passages).
 DEFAULT_MAX_FIT_SENTENCES = 100_000
+#: Distinct sentences are counted exactly up to this many times the cap (their hashes kept), and
+#: estimated beyond (the memory of a count must stay bounded by the sample, not the corpus).
+EXACT_DISTINCT_FACTOR = 4
 #: Default seed of the sample.
 DEFAULT_FIT_SEED = 0
 
@@ -138,6 +141,7 @@ def sample_corpus(parts: Sequence[CorpusPart], *, cap: int = DEFAULT_MAX_FIT_SEN
     everything: list[str] | None = []  # every sentence while there are at most cap
     heap: list[int] = []  # negated hashes of the cap smallest distinct hashes (a max-heap)
     kept: dict[int, str] = {}  # hash -> sentence, for the hashes in the heap
+    seen: set[int] | None = set()  # every distinct hash, while there are at most EXACT_DISTINCT_FACTOR x cap
     total = 0
     counts: dict[str, int] = {}
     for part in parts:
@@ -150,6 +154,10 @@ def sample_corpus(parts: Sequence[CorpusPart], *, cap: int = DEFAULT_MAX_FIT_SEN
                     everything = None
             for text in chunk:
                 value = digest(text)
+                if seen is not None:
+                    seen.add(value)
+                    if len(seen) > EXACT_DISTINCT_FACTOR * cap:
+                        seen = None
                 if value in kept:
                     continue
                 if len(heap) < cap:
@@ -162,8 +170,8 @@ def sample_corpus(parts: Sequence[CorpusPart], *, cap: int = DEFAULT_MAX_FIT_SEN
         total += n
     if everything is not None:
         return CorpusSample(everything, total, len(kept), False, cap, seed, counts)
-    if len(kept) < cap:  # fewer distinct sentences than the cap: all of them, counted
-        unique, exact = len(kept), True
+    if seen is not None:  # few distinct sentences: counted
+        unique, exact = len(seen), True
     else:  # KMV estimate of the distinct count from the cap-th smallest hash
         unique, exact = min(total, max(cap, round((cap - 1) / ((-heap[0] + 1) / 2.0**64)))), False
     sentences = [kept[value] for value in sorted(kept)]

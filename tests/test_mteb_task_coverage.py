@@ -30,36 +30,13 @@ from flow_plugin.errors import InputError
 from flow_plugin.integrations.mteb.fit_records import fits_path, read_fits
 from flow_plugin.integrations.mteb.model import FlowPluginModel
 
+from conftest import tiny_registry
+
 #: the six calibrator methods of the paper's table (flow variants are tested elsewhere)
 CALIBRATOR_METHODS = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
 #: the text tasks of MTEB's mock grid, once each (the grid lists MockMultilingualSTSTask twice)
 TEXT_GRID = list({task.metadata.name: task for task in MOCK_TASK_TEST_GRID if list(task.metadata.modalities) == ["text"]}.values())
 TASK_TYPES = sorted({task.metadata.type for task in TEXT_GRID})
-
-
-def tiny_registry(folder: Path, weights: Path) -> Path:
-    (folder / "tiny.toml").write_text(
-        f'hub_id = "{weights}"\npooling = "last-avg"\nmax_seq_length = 32\nembedding_dim = 32\n'
-        'n_parameters = 1\nlicense = "mit"\nrelease_date = "2024-01-01"\nreference = "https://example.org"\n',
-        encoding="utf-8",
-    )
-    return folder
-
-
-@pytest.fixture(scope="session")
-def tiny_minilm_vocab_bert(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
-    """A tiny random BERT (2 layers, 32 dims) with all-MiniLM-L6-v2's tokenizer, as a folder."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    folder = tmp_path_factory.mktemp("tiny-minilm-vocab-bert")
-    tokenizer = BertTokenizerFast.from_pretrained(minilm_path)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="session")

@@ -186,7 +186,7 @@ def test_fit_on_an_external_sentence_file(tmp_path: Path, minilm_path: Path) -> 
     model = FlowPluginModel("flow_plugin/minilm-l6-sn", fit_corpus=corpus)
     first = model.calibrator_for("AnyTask", "default", ["x"])
     assert model.calibrator_for("OtherTask", "default", ["y"]) is first  # one fit for every task
-    assert model.fit_log[0]["n_sentences"] == 4 and model.fit_log[0]["source"] == f"file {corpus}"
+    assert model.fit_log[0]["n_sentences"] == 4 and model.fit_log[0]["source"] == f"file {corpus}, all 4 sentences"
     blank = tmp_path / "blank.txt"
     blank.write_text("one\n\nthree\n", encoding="utf-8")
     with pytest.raises(DataFolderError, match="blank line"):

@@ -989,10 +989,11 @@ def _section_flow(runner: _Runner, plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def _section_variants(runner: _Runner, plan: dict[str, Any]) -> dict[str, Any]:
+    from flow_plugin.calibration import CALIBRATOR_METHODS
     from flow_plugin.catalog.registry import get_backbone
 
     spec = get_backbone(plan["main_model"])
-    six = spec.model_names
+    six = [spec.model_name(name) for name in CALIBRATOR_METHODS]  # the six methods, not the flow variants
     runs = {"raw": [spec.model_name("raw")], "flow": [spec.model_name("flow")], "all six": six}
     section: dict[str, Any] = {"model": plan["main_model"], "tasks": plan["variant_tasks"] or "all seven", "runs": {}}
     for label, models in runs.items():

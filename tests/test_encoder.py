@@ -157,3 +157,18 @@ def test_key_names_everything_that_shapes_an_embedding(tiny_bert_dir: Path) -> N
         "kernels": "cpu-float32",
         "batch_plan": "length-exact",
     }
+
+
+@pytest.mark.parametrize(("pooling", "kept"), [([0], 0), ([1], 1), ([0, 2], 2), ("first-last-avg", 6)])
+def test_layers_the_pooling_never_reads_are_not_run(minilm_path: Path, pooling: object, kept: int) -> None:
+    full = Backbone(minilm_path, pooling="last-avg", precision="float32")
+    tokens = full.tokenizer(SENTENCES[:3], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = full.model(**tokens, output_hidden_states=True).hidden_states
+    mask = tokens["attention_mask"].unsqueeze(-1).float()
+    layers = parse_pooling(pooling).layers
+    expected = sum(((hidden[i] * mask).sum(1) / mask.sum(1)) for i in layers).numpy() / len(layers)
+    backbone = Backbone(minilm_path, pooling=pooling, precision="float32")
+    got = np.stack([backbone.encode([sentence])[0] for sentence in SENTENCES[:3]])
+    assert len(backbone.model.encoder.layer) == kept
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * np.abs(expected).max())

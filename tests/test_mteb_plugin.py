@@ -20,10 +20,11 @@ from flow_plugin.errors import DataFolderError, InputError
 from flow_plugin.integrations.mteb.model import FlowPluginModel, TaskCorpusError
 from flow_plugin.integrations.mteb.tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
 from flow_plugin.catalog.registry import VARIANT_SUFFIXES, parse_model_name
+from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.data.senteval import task_sentences
 
 REPO = Path(__file__).resolve().parents[1]
-MINILM_VARIANTS = [f"flow_plugin/minilm-l6{suffix}" for suffix in VARIANT_SUFFIXES.values()]
+MINILM_VARIANTS = [f"flow_plugin/minilm-l6{VARIANT_SUFFIXES[name]}" for name in CALIBRATOR_METHODS]  # the six methods
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

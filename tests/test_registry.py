@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from flow_plugin.calibration import CALIBRATOR_VARIANTS
 from flow_plugin.errors import RegistryError
 from flow_plugin.catalog.registry import (
     VARIANT_SUFFIXES,
@@ -19,7 +20,7 @@ from flow_plugin.catalog.registry import (
 )
 
 REPO_REGISTRY = Path(__file__).resolve().parents[1] / "registry"
-SHIPPED = ("bert-base", "bert-large", "roberta-base", "minilm-l6", "mpnet-base")
+SHIPPED = ("bert-base", "bert-large", "roberta-base", "minilm-l6", "minilm-l6-layer0", "minilm-l6-layer1", "mpnet-base")
 
 VALID = """
 hub_id = "org/tiny"
@@ -39,12 +40,12 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_every_shipped_file_parses_and_expands_to_six_names() -> None:
+def test_every_shipped_file_parses_and_expands_to_the_six_names_and_the_flow_variants() -> None:
     registry = load_registry([REPO_REGISTRY])
     assert set(SHIPPED) <= set(registry)
     for name, spec in registry.items():
         assert spec.source_file == REPO_REGISTRY / f"{name}.toml"
-        assert spec.model_names == [
+        assert spec.model_names[:6] == [
             f"flow_plugin/{name}",
             f"flow_plugin/{name}-sn",
             f"flow_plugin/{name}-natsv",
@@ -52,6 +53,7 @@ def test_every_shipped_file_parses_and_expands_to_six_names() -> None:
             f"flow_plugin/{name}-whiten",
             f"flow_plugin/{name}-flow",
         ]
+        assert spec.model_names[6:] == [f"flow_plugin/{name}-{variant}" for variant in CALIBRATOR_VARIANTS]
         for method in VARIANT_SUFFIXES:
             assert parse_model_name(spec.model_name(method), registry).calibrator == method
 

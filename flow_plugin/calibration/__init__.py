@@ -1,44 +1,66 @@
 """Calibrators: estimators that map backbone embeddings to a better-shaped space.
 
-``make_calibrator("flow")`` and friends build one by its short name, the suffix used in
-model names (``flow_plugin/<backbone>-<method>``). The linear calibrators need only numpy
-and scikit-learn; the flow imports torch and nflows when it first builds a flow.
+``make_calibrator("flow")`` and friends build one by its name, the suffix used in model names
+(``flow_plugin/<backbone>-<name>``): a method (:data:`CALIBRATOR_METHODS`) or a variant of one
+(:data:`CALIBRATOR_VARIANTS`). Importing this package loads only the names; the classes load
+with scikit-learn on first use, and the flow imports torch and nflows when it builds a flow.
 
 >>> make_calibrator("whiten", n_components=4)
 Whitening(n_components=4, shrinkage=0.0)
+>>> make_calibrator("flow-lu").permutation
+'lu'
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Any
 
+from flow_plugin.calibration.names import CALIBRATOR_METHODS, CALIBRATOR_NAMES, CALIBRATOR_VARIANTS, resolve_name
 from flow_plugin.errors import RegistryError
-from flow_plugin.calibration.base import Calibrator, calibrator_class
-from flow_plugin.calibration.flow import FlowCalibrator
-from flow_plugin.calibration.linear import NATSV, Identity, StandardNormalization, StandardNormalizationNATSV, Whitening
 
-#: Short names (each class's ``method``), in the order tables list them.
-CALIBRATOR_NAMES: tuple[str, ...] = tuple(
-    cls.method for cls in (Identity, StandardNormalization, NATSV, StandardNormalizationNATSV, Whitening, FlowCalibrator)
-)
+#: public name -> the module that defines it (loaded on first use)
+_LAZY = {
+    "Calibrator": "flow_plugin.calibration.base",
+    "calibrator_class": "flow_plugin.calibration.base",
+    "Identity": "flow_plugin.calibration.linear",
+    "NATSV": "flow_plugin.calibration.linear",
+    "StandardNormalization": "flow_plugin.calibration.linear",
+    "StandardNormalizationNATSV": "flow_plugin.calibration.linear",
+    "Whitening": "flow_plugin.calibration.linear",
+    "FlowCalibrator": "flow_plugin.calibration.flow",
+}
 
 
-def make_calibrator(method: str, **params: Any) -> Calibrator:
-    """Build an unfitted calibrator by short name (``raw``, ``sn``, ``natsv``, ``sn-natsv``,
-    ``whiten``, ``flow``) with optional hyper-parameters."""
-    cls = calibrator_class(method) if isinstance(method, str) else None
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def make_calibrator(name: str, **params: Any) -> Any:
+    """An unfitted calibrator by name (``raw``, ``sn``, ``natsv``, ``sn-natsv``, ``whiten``,
+    ``flow`` or a flow variant such as ``flow-lu``), with optional hyper-parameters on top of the
+    variant's."""
+    from flow_plugin.calibration.base import calibrator_class
+
+    cls = calibrator_class(name) if isinstance(name, str) else None
     if cls is None:
-        close = difflib.get_close_matches(str(method), CALIBRATOR_NAMES, n=3)
+        close = difflib.get_close_matches(str(name), CALIBRATOR_NAMES, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise RegistryError(
-            f"unknown calibrator {method!r}; known: {', '.join(CALIBRATOR_NAMES)}{hint}"
-        ) from None
-    return cls(**params)
+        raise RegistryError(f"unknown calibrator {name!r}; known: {', '.join(CALIBRATOR_NAMES)}{hint}")
+    _, preset = resolve_name(name)
+    return cls(**{**preset, **params})
 
 
 __all__ = [
+    "CALIBRATOR_METHODS",
     "CALIBRATOR_NAMES",
+    "CALIBRATOR_VARIANTS",
     "NATSV",
     "Calibrator",
     "FlowCalibrator",
@@ -46,5 +68,6 @@ __all__ = [
     "StandardNormalization",
     "StandardNormalizationNATSV",
     "Whitening",
+    "calibrator_class",
     "make_calibrator",
 ]

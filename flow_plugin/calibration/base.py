@@ -36,6 +36,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from flow_plugin._io import atomic_write_bytes
 from flow_plugin._validation import check_embeddings
+from flow_plugin.calibration.names import resolve_name
 from flow_plugin.errors import CalibratorFileError, InputError, NotFittedError
 
 FILE_FORMAT = "flow-plugin-calibrator"
@@ -48,14 +49,18 @@ CALIBRATOR_CLASSES: dict[str, type[Calibrator]] = {}
 CalibratorT = TypeVar("CalibratorT", bound="Calibrator")
 
 
-def calibrator_class(method: str) -> type[Calibrator] | None:
-    """The class of a calibrator method, or ``None``.
+def calibrator_class(name: str) -> type[Calibrator] | None:
+    """The class of a calibrator method or variant name, or ``None``.
 
-    >>> calibrator_class("whiten").__name__
-    'Whitening'
+    >>> calibrator_class("whiten").__name__, calibrator_class("flow-lu").__name__
+    ('Whitening', 'FlowCalibrator')
     """
-    import flow_plugin.calibration  # noqa: F401 -- defines (registers) every calibrator class
+    from flow_plugin.calibration import flow, linear  # noqa: F401 -- define (register) every calibrator class
 
+    try:
+        method, _ = resolve_name(name)
+    except KeyError:
+        return None
     return CALIBRATOR_CLASSES.get(method)
 
 
@@ -165,7 +170,11 @@ class Calibrator(TransformerMixin, BaseEstimator):
     @property
     def n_features_out_(self) -> int:
         self._check_is_fitted()
-        return self.n_features_in_
+        return self.output_width(self.n_features_in_)
+
+    def output_width(self, n_features: int) -> int:
+        """Width of the calibrated embeddings for ``n_features``-dimensional inputs (known before ``fit``)."""
+        return n_features
 
     # ------------------------------------------------------------ to implement
     def _check_params(self, n_features: int) -> None:

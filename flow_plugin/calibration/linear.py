@@ -307,10 +307,8 @@ class Whitening(Calibrator):
         self.explained_variance_ = eigenvalues.astype(np.float32)
         self.n_degenerate_ = int(degenerate.sum())
 
-    @property
-    def n_features_out_(self) -> int:
-        self._check_is_fitted()
-        return int(self.components_.shape[1])
+    def output_width(self, n_features: int) -> int:
+        return n_features if self.n_components is None else int(self.n_components)
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
         return (X - self.mean_) @ self.components_

@@ -4,8 +4,11 @@ of a calibrator template, with a :class:`FitRecord` of what it saw and did.
 The sentences are put in a canonical order (sorted by their text) before they are encoded and
 fitted, so a seeded fit does not depend on the order they arrive in: SentEval hands a task's
 sentences sorted by length, MTEB and our readers in file order, and all three routes fit the
-same calibrator. Every occurrence of a sentence is kept (the official code trains on pairs,
-so a repeated sentence weighs more).
+same calibrator.
+
+Duplicates (``duplicates=``): ``"keep"`` (default) fits on every occurrence, as the official
+code, which trains on sentence pairs, does: a sentence that appears in several pairs weighs
+more; ``"unique"`` fits on each distinct sentence once. The record says which.
 
 >>> import numpy as np
 >>> from flow_plugin.calibration import make_calibrator
@@ -45,8 +48,9 @@ class FitRecord:
     params: dict[str, Any]
     #: where the sentences came from
     source: str
-    n_sentences: int
+    n_sentences: int  # the sentences given
     n_unique_sentences: int
+    duplicates: str  # "keep": fitted on every occurrence; "unique": on each distinct sentence once
     encode_seconds: float
     fit_seconds: float
     fit_log_likelihood: float | None = None
@@ -100,6 +104,10 @@ def canonical_order(sentences: list[str]) -> list[str]:
     return sorted(sentences, key=lambda text: (" ".join(text.split()), text))
 
 
+#: the duplicate-sentence policies of :func:`fit_calibrator`
+DUPLICATE_POLICIES = ("keep", "unique")
+
+
 def distinct_rows(embeddings: np.ndarray, n_unique_texts: int) -> int:
     """How many distinct rows ``embeddings`` has. Exact when it can matter to the small-sample
     rule (at most 2 d + 2 distinct texts: two texts may share an embedding, e.g. after
@@ -120,15 +128,19 @@ def fit_calibrator(
     *,
     model: str,
     source: str,
+    duplicates: str = "keep",
     context: dict[str, Any] | None = None,
     sampling: dict[str, Any] | None = None,
 ) -> tuple[Calibrator, FitRecord]:
-    """Encode ``sentences`` in canonical order and fit a clone of ``template`` on them, adapted
-    by the small-sample rule (``Calibrator.for_sample_size``) when the corpus is small."""
+    """Encode ``sentences`` in canonical order and fit a clone of ``template`` on them (every
+    occurrence, or each distinct sentence once: ``duplicates``), adapted by the small-sample rule
+    (``Calibrator.for_sample_size``) when the corpus is small."""
+    if duplicates not in DUPLICATE_POLICIES:
+        raise InputError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
     if not sentences:
         raise InputError(f"no sentences to fit {model} on ({source})")
-    ordered = canonical_order(sentences)
-    n_unique = len(set(ordered))
+    n_unique = len(set(sentences))
+    ordered = canonical_order(list(dict.fromkeys(sentences)) if duplicates == "unique" else sentences)
     start = time.perf_counter()
     embeddings = encoder.encode(ordered)
     encoded = time.perf_counter()
@@ -141,8 +153,9 @@ def fit_calibrator(
         calibrator=calibrator.method,
         params=calibrator.result_params(),
         source=source,
-        n_sentences=len(ordered),
+        n_sentences=len(sentences),
         n_unique_sentences=n_unique,
+        duplicates=duplicates,
         encode_seconds=round(encoded - start, 3),
         fit_seconds=round(fitted - encoded, 3),
         n_distinct_embeddings=distinct,

@@ -39,6 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from flow_plugin.calibration.names import CALIBRATOR_NAMES
 from flow_plugin.catalog.local_weights import KINDS as LOCAL_WEIGHT_KINDS
 from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
@@ -60,20 +61,16 @@ _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$")
 
 
 def variant_suffixes() -> dict[str, str]:
-    """calibrator method -> model-name suffix (``raw`` has none), in table order.
+    """calibrator name -> model-name suffix (``raw`` has none), in table order.
 
     >>> variant_suffixes()["sn-natsv"]
     '-sn-natsv'
     """
-    from flow_plugin.calibration import CALIBRATOR_NAMES  # the one list of calibrator names
-
-    return {method: "" if method == "raw" else f"-{method}" for method in CALIBRATOR_NAMES}
+    return dict(VARIANT_SUFFIXES)
 
 
-def __getattr__(name: str) -> Any:
-    if name == "VARIANT_SUFFIXES":  # computed on use: the calibrators load scikit-learn
-        return variant_suffixes()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: calibrator name -> model-name suffix, from the one list of names
+VARIANT_SUFFIXES: dict[str, str] = {name: "" if name == "raw" else f"-{name}" for name in CALIBRATOR_NAMES}
 
 
 # ---------------------------------------------------------------------------- the file schema

@@ -54,6 +54,52 @@ CACHE_SUBFOLDER = "embedding-cache"
 
 
 # ------------------------------------------------------------------------- report
+@dataclass(frozen=True)
+class BenchRun:
+    """One model to run: a registry model name, with the loader arguments of this run (a seed of
+    a seeded calibrator, the fit corpus, the duplicate policy); ``seed`` is ``None`` for the
+    calibrators that have none."""
+
+    model: str
+    kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
+    seed: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.model + ("" if self.seed is None else f" (seed {self.seed})")
+
+
+def bench_runs(spec: Any, names: Sequence[str], *, seeds: int = 1, fit_corpus: str = "target",
+               fit_duplicates: str = "keep") -> list[BenchRun]:
+    """The runs of ``bench``: each calibrator name once, a seeded one (the flow and its variants)
+    with ``seeds`` seeds: its default seed (the paper's 1234), then the next ones.
+
+    >>> from flow_plugin.catalog.registry import get_backbone
+    >>> [run.label for run in bench_runs(get_backbone("minilm-l6"), ["raw", "flow"], seeds=2)]
+    ['flow_plugin/minilm-l6', 'flow_plugin/minilm-l6-flow (seed 1234)', 'flow_plugin/minilm-l6-flow (seed 1235)']
+    """
+    from flow_plugin.calibration import make_calibrator
+    from flow_plugin.catalog.registry import ModelVariant
+
+    shared: dict[str, Any] = {}
+    if fit_corpus != "target":
+        shared["fit_corpus"] = fit_corpus
+    if fit_duplicates != "keep":
+        shared["fit_duplicates"] = fit_duplicates
+    runs = []
+    for name in names:
+        model = spec.model_name(name)
+        calibrator = make_calibrator(name, **ModelVariant(spec, name).calibrator_params)
+        default_seed = calibrator.get_params().get("seed")
+        if default_seed is None:
+            runs.append(BenchRun(model, dict(shared)))
+            continue
+        for seed in range(default_seed, default_seed + seeds):
+            kwargs = dict(shared) if seed == default_seed else {**shared, "calibrator_params": {"seed": seed}}
+            runs.append(BenchRun(model, kwargs, seed))
+    return runs
+
+
 @dataclass
 class TaskOutcome:
     model: str
@@ -63,6 +109,7 @@ class TaskOutcome:
     score: float | None = None  # main score, points
     error: str | None = None
     path: Path | None = None
+    seed: int | None = None
 
 
 @dataclass
@@ -73,6 +120,7 @@ class BenchReport:
     output_folder: Path
     cache_dir: Path
     outcomes: list[TaskOutcome] = field(default_factory=list)
+    runs: list[BenchRun] = field(default_factory=list)
     #: sentences the backbone encoded in this run / served from the embedding cache
     n_encoded: int = 0
     n_cache_hits: int = 0
@@ -139,13 +187,17 @@ def run_bench(
     tasks: Sequence[str] | None = None,
     calibrators: Sequence[str] | None = None,
     options: EncoderOptions | None = None,
+    seeds: int = 1,
+    fit_corpus: str = "target",
+    fit_duplicates: str = "keep",
     overwrite: bool = False,
     replace: bool = False,
     fail_fast: bool = False,
     progress: Callable[[str], None] = _stderr,
 ) -> BenchReport:
-    """Run every calibrator variant of ``backbone`` over ``tasks`` (default: the seven
-    offline STS tasks) and, when ``leaderboard`` is a path, merge the results into it.
+    """Run the calibrators of ``backbone`` (default: the six methods; ``"all"``: the flow
+    variants too) over ``tasks`` (default: the seven offline STS tasks), the seeded ones with
+    ``seeds`` seeds, and, when ``leaderboard`` is a path, merge the results into it.
 
     A task that fails is reported and the others go on (``fail_fast`` stops at the first);
     the leaderboard then gets what finished. Interrupting (Ctrl-C) loses only the task
@@ -155,12 +207,23 @@ def run_bench(
     from flow_plugin.catalog.registry import VARIANT_SUFFIXES, get_backbone
     from flow_plugin.data.senteval import resolve_senteval_root
 
+    from flow_plugin.calibration import CALIBRATOR_METHODS
+
     started = time.perf_counter()
     spec = get_backbone(backbone)
-    methods = list(calibrators) if calibrators else list(VARIANT_SUFFIXES)
+    methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
+    if methods == ["all"]:
+        methods = list(VARIANT_SUFFIXES)
     unknown = [method for method in methods if method not in VARIANT_SUFFIXES]
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(VARIANT_SUFFIXES)}")
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise RegistryError(f"seeds must be a positive int, got {seeds!r}")
+    from flow_plugin.data.fit_corpus import FitCorpus
+
+    parsed = FitCorpus.parse(fit_corpus)  # a clear error for a missing file or an old name, now
+    if parsed.kind == "file":
+        fit_corpus = str(parsed.path.resolve())  # a clear error for a missing file, now
     task_names = list(tasks) if tasks else list(OFFLINE_TASKS)
     unknown = [task for task in task_names if task not in OFFLINE_TASKS]
     if unknown:
@@ -173,6 +236,8 @@ def run_bench(
     options = options or EncoderOptions()
     cache_folder = default_cache_dir(output, options.cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
+    report.runs = bench_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpus=fit_corpus,
+                             fit_duplicates=fit_duplicates)
 
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
 
@@ -187,7 +252,7 @@ def run_bench(
             from flow_plugin.cli.leaderboard import update_leaderboard
 
             report.leaderboard = update_leaderboard([output], leaderboard, replace=replace, models=models,
-                                                    tasks=task_names)
+                                                    tasks=task_names, seeds=seeds if seeds > 1 else None)
         else:
             progress(f"bench: no results to put in the leaderboard {leaderboard}")
     report.wall_seconds = time.perf_counter() - started
@@ -207,9 +272,9 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
     for path in report.quarantined:
         progress(f"bench: {path.name[: path.name.index('.corrupt-')]} of {path.parent} was truncated "
                  f"(interrupted write): kept as {path.name}, recomputing")
-    total = len(report.models) * len(report.tasks)
-    progress(f"bench: {report.backbone}: {len(report.models)} variants × {len(report.tasks)} tasks = {total} "
-             f"results in {output / 'results'}; embedding cache {report.cache_dir}")
+    total = len(report.runs) * len(report.tasks)
+    progress(f"bench: {report.backbone}: {len(report.runs)} runs ({len(report.models)} models) × {len(report.tasks)} "
+             f"tasks = {total} results in {output / 'results'}; embedding cache {report.cache_dir}")
     try:
         _run_each(report, data_root, options=options, overwrite=overwrite, fail_fast=fail_fast, progress=progress)
     except KeyboardInterrupt:  # Ctrl-C: what finished is on disk; say so in one line (run() does)
@@ -223,31 +288,34 @@ def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, 
     from flow_plugin.cli.evaluate import evaluate_models
 
     output = report.output_folder
-    total = len(report.models) * len(report.tasks)
+    total = len(report.runs) * len(report.tasks)
     step = 0
     for task in report.tasks:
-        for model in report.models:
+        for bench_run in report.runs:
+            model = bench_run.model
             step += 1
-            prefix = f"bench [{step}/{total}] {model} × {task}"
+            prefix = f"bench [{step}/{total}] {bench_run.label} × {task}"
             progress(f"{prefix} ...")
             start = time.perf_counter()
             try:
                 (evaluation,) = evaluate_models([model], data_root, [task], output, options=options,
-                                                overwrite=overwrite, command="flow-plugin bench")
+                                                model_kwargs=bench_run.kwargs, overwrite=overwrite,
+                                                command="flow-plugin bench")
                 (run,) = evaluation.runs
                 score = round(run.score * 100, 4)
             except Exception as error:  # noqa: BLE001 -- report, go on with the other tasks
                 seconds = time.perf_counter() - start
                 message = f"{type(error).__name__}: {error}"
                 logger.debug("bench: %s on %s failed", model, task, exc_info=True)
-                report.outcomes.append(TaskOutcome(model, task, "failed", seconds, error=message))
+                report.outcomes.append(TaskOutcome(model, task, "failed", seconds, error=message, seed=bench_run.seed))
                 progress(f"{prefix}: FAILED after {seconds:.1f} s: {message}")
                 if fail_fast:
                     return
                 continue
             seconds = time.perf_counter() - start
             status = "computed" if run.status == "computed" else "skipped"
-            report.outcomes.append(TaskOutcome(model, task, status, seconds, score=score, path=run.path))
+            report.outcomes.append(TaskOutcome(model, task, status, seconds, score=score, path=run.path,
+                                               seed=bench_run.seed))
             what = "computed" if status == "computed" else f"already done ({run.date or 'earlier'}), skipped"
             progress(f"{prefix}: {what} in {seconds:.1f} s, cosine_spearman(all) {score:.2f}")
 
@@ -263,8 +331,19 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-leaderboard", action="store_true", help="only compute results")
     parser.add_argument("--tasks", nargs="+", metavar="TASK",
                         help=offline_tasks_help())
-    parser.add_argument("--calibrators", nargs="+", metavar="METHOD",
-                        help="raw sn natsv sn-natsv whiten flow (default: all six)")
+    parser.add_argument("--calibrators", nargs="+", metavar="NAME",
+                        help="raw sn natsv sn-natsv whiten flow (the default: these six), or flow variants "
+                        "(flow-lu flow-affine flow-glow flow-white flow-es flow-ens), or 'all'")
+    parser.add_argument("--seeds", type=int, default=1, metavar="N",
+                        help="run each seeded calibrator (the flow and its variants) with N seeds: its default "
+                        "(1234) and the next N-1; the leaderboard shows their mean ± standard deviation")
+    parser.add_argument("--fit-corpus", default="target",
+                        help="what the calibrators are fitted on: 'target' (each task's own sentences, the default), "
+                        "'per-call' (each encode() call on its own; warns), or a text file with one sentence per line (e.g. NLI sentences: the paper's "
+                        "'flow (NLI)')")
+    parser.add_argument("--fit-duplicates", default="keep", choices=("keep", "unique"),
+                        help="fit on every occurrence of a sentence (keep, the official code's way) or on each "
+                        "distinct sentence once (unique)")
     add_encoder_arguments(parser)  # --cache-dir defaults to $FLOW_PLUGIN_CACHE_DIR, else <output-folder>/embedding-cache
     parser.add_argument("--overwrite", action="store_true",
                         help="recompute finished results (the leaderboard merge then checks they reproduce)")
@@ -277,12 +356,12 @@ def run(args: argparse.Namespace) -> int:
     leaderboard = None if args.no_leaderboard else (args.leaderboard or DEFAULT_LEADERBOARD_DIR / f"{args.backbone}.json")
     report = run_bench(
         args.backbone, args.data, output_folder=args.output_folder, leaderboard=leaderboard, tasks=args.tasks,
-        calibrators=args.calibrators, options=encoder_options(args), overwrite=args.overwrite, replace=args.replace,
-        fail_fast=args.fail_fast,
+        calibrators=args.calibrators, options=encoder_options(args), seeds=args.seeds, fit_corpus=args.fit_corpus,
+        fit_duplicates=args.fit_duplicates, overwrite=args.overwrite, replace=args.replace, fail_fast=args.fail_fast,
     )
     if report.interrupted:
         kept = len(report.computed) + len(report.skipped)
-        print(f"bench {report.backbone}: interrupted; {kept} of {len(report.models) * len(report.tasks)} results are "
+        print(f"bench {report.backbone}: interrupted; {kept} of {len(report.runs) * len(report.tasks)} results are "
               f"kept in {report.output_folder / 'results'} ({len(report.computed)} computed this run), the one being "
               "computed was dropped, the leaderboard was not updated; rerun the same command to resume",
               file=sys.stderr)
@@ -304,4 +383,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["BenchReport", "TaskOutcome", "configure_parser", "run", "run_bench"]
+__all__ = ["BenchReport", "BenchRun", "TaskOutcome", "bench_runs", "configure_parser", "run", "run_bench"]

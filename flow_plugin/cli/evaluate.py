@@ -99,6 +99,7 @@ def evaluate_models(
     from flow_plugin.integrations.mteb.results import (
         quarantine_truncated_results,
         record_run,
+        repair_model_meta,
         result_files,
         set_aside_stale_results,
     )
@@ -122,6 +123,7 @@ def evaluate_models(
     evaluations = []
     for model_name in models:
         model = mteb.get_model(model_name, device=options.device, **loader_kwargs)
+        repair_model_meta(output, model.mteb_model_meta, task_objects)
         if not overwrite:
             set_aside_stale_results(output, model.mteb_model_meta, task_objects)
         before = {task: result_files(output, model_name, task) for task in task_names}

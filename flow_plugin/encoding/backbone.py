@@ -236,6 +236,7 @@ class Backbone:
             n_hidden_states = int(model.config.num_hidden_layers) + 1
             self.pooling.validate_depth(n_hidden_states)
             self._check_width(model.config)
+            drop_unused_layers(model, self.pooling.deepest_layer(n_hidden_states))
             self._config = model.config
             self._tokenizer = tokenizer
             self._model = model
@@ -322,9 +323,9 @@ class Backbone:
                     output_hidden_states=self.pooling.needs_all_hidden_states,
                     return_dict=True,
                 )
-                hidden_states = (
-                    outputs.hidden_states if self.pooling.needs_all_hidden_states else (outputs.last_hidden_state,)
-                )
+                hidden_states = outputs.hidden_states if self.pooling.needs_all_hidden_states else None
+                if not hidden_states:  # last layer only, or no transformer layer kept (pooling [0])
+                    hidden_states = (outputs.last_hidden_state,)
                 pooled = self.pooling(hidden_states, attention_mask)
                 output[batch_index] = pooled.cpu().numpy()
         if not np.isfinite(output).all():
@@ -334,6 +335,21 @@ class Backbone:
                 f"e.g. index {int(bad[0])}: {sentences[int(bad[0])]!r:.80}; try precision='float32'"
             )
         return output
+
+
+def drop_unused_layers(model: torch.nn.Module, deepest: int) -> int:
+    """Run only the transformer layers the pooling reads: keep the first ``deepest`` layers of an
+    encoder whose layers sit in ``model.encoder.layer`` (BERT, RoBERTa, MPNet, ...); return how
+    many were dropped. The kept layers compute exactly what they computed before (each layer
+    sees only the layers below it), so ``hidden_states[0..deepest]`` are unchanged; pooling the
+    embedding layer (``[0]``) then costs no transformer layer at all."""
+    layers = getattr(getattr(model, "encoder", None), "layer", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not 0 <= deepest < len(layers):
+        return 0
+    dropped = len(layers) - deepest
+    model.encoder.layer = torch.nn.ModuleList(list(layers)[:deepest])
+    model.config.num_hidden_layers = deepest
+    return dropped
 
 
 def _cast_input_to_weight_dtype(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:

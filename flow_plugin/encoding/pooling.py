@@ -49,6 +49,11 @@ class Pooling:
     def needs_all_hidden_states(self) -> bool:
         return self.layers != (-1,)
 
+    def deepest_layer(self, n_hidden_states: int) -> int:
+        """The deepest ``hidden_states`` index this pooling reads, for a model with
+        ``n_hidden_states`` entries (layers + 1)."""
+        return max(index % n_hidden_states for index in self.layers)
+
     def validate_depth(self, n_hidden_states: int) -> None:
         """Check every layer index against a model with ``n_hidden_states`` entries (layers + 1)."""
         for index in self.layers:

@@ -62,6 +62,18 @@ class FlowCalibrator(Calibrator):
     seed:
         1234, the official ``--seed`` default; fixes initial weights, permutations and
         shuffling so a refit gives identical results on the same device.
+    whiten_first:
+        Whiten the embeddings (a fixed linear map, fitted on the same rows) before the flow, so
+        the flow only models what whitening leaves. ``False``: the paper's flow.
+    validation_fraction, patience:
+        Early stopping: hold out this fraction of the rows (seeded), check their mean
+        log-likelihood four times an epoch, stop after ``patience`` checks without a rise and
+        keep the best parameters; ``epochs`` is then the most it may train. ``0``: no hold-out,
+        exactly ``epochs`` epochs (the paper).
+    ensemble:
+        Fit this many flows, seeds ``seed``, ``seed + 1``, ...; the calibrated embedding
+        concatenates their latents, each scaled to unit length and by ``1/sqrt(ensemble)``,
+        so a cosine in it is the mean of the flows' cosines. ``1``: one flow (the paper).
     fast_path:
         Train the paper's flow (fixed permutation, additive couplings) through the fused
         trainer of :mod:`._fast` (same arithmetic, about twice as fast). A warning says so
@@ -95,6 +107,10 @@ class FlowCalibrator(Calibrator):
         clip_grad_norm: float = 1.0,
         init_samples: int = 1024,
         seed: int = 1234,
+        whiten_first: bool = False,
+        validation_fraction: float = 0.0,
+        patience: int = 2,
+        ensemble: int = 1,
         fast_path: bool = True,
         device: str | None = None,
         show_progress_bar: bool | None = None,
@@ -111,6 +127,10 @@ class FlowCalibrator(Calibrator):
         self.clip_grad_norm = clip_grad_norm
         self.init_samples = init_samples
         self.seed = seed
+        self.whiten_first = whiten_first
+        self.validation_fraction = validation_fraction
+        self.patience = patience
+        self.ensemble = ensemble
         self.fast_path = fast_path
         self.device = device
         self.show_progress_bar = show_progress_bar
@@ -124,7 +144,13 @@ class FlowCalibrator(Calibrator):
             raise InputError(f"permutation must be one of {PERMUTATIONS}, got {self.permutation!r}")
         if self.coupling not in COUPLINGS:
             raise InputError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
-        for name in ("n_levels", "depth", "hidden_features", "batch_size", "init_samples"):
+        if not isinstance(self.whiten_first, bool):
+            raise InputError(f"FlowCalibrator whiten_first must be True or False, got {self.whiten_first!r}")
+        if isinstance(self.validation_fraction, bool) or not isinstance(self.validation_fraction, (int, float)) or not (
+            0 <= self.validation_fraction < 0.5
+        ):
+            raise InputError(f"FlowCalibrator validation_fraction must be in [0, 0.5), got {self.validation_fraction!r}")
+        for name in ("n_levels", "depth", "hidden_features", "batch_size", "init_samples", "patience", "ensemble"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"FlowCalibrator {name} must be a positive int, got {value!r}")
@@ -137,24 +163,24 @@ class FlowCalibrator(Calibrator):
                 f"levels: the last level would see {smallest_level} feature(s); use fewer levels"
             )
 
-    def _build(self, n_features: int) -> Any:
+    def _build(self, n_features: int, seed: int | None = None) -> Any:
         """The untrained flow (an nflows ``Flow``), its random start fixed by ``seed``."""
         import torch
 
         from flow_plugin.calibration.flow.glow import build_glow
 
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
+            torch.manual_seed(self.seed if seed is None else seed)
             return build_glow(n_features, n_levels=self.n_levels, depth=self.depth,
                               hidden_features=self.hidden_features, permutation=self.permutation,
                               coupling=self.coupling)
 
-    def _settings(self) -> Any:
+    def _settings(self, seed: int) -> Any:
         from flow_plugin.calibration.flow.train import TrainingSettings
 
         return TrainingSettings(epochs=self.epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
                                 weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm,
-                                init_samples=self.init_samples, seed=self.seed)
+                                init_samples=self.init_samples, seed=seed)
 
     # ------------------------------------------------------------ fitting
     def _fit(self, X: np.ndarray) -> None:
@@ -165,22 +191,59 @@ class FlowCalibrator(Calibrator):
             logger.warning(
                 "fitting a flow on %d sentences for %d-dimensional embeddings: expect a poor fit", n_samples, n_features
             )
+        if self.whiten_first:
+            from flow_plugin.calibration.linear import Whitening
+
+            # the sample covariance where it has full rank; Ledoit-Wolf shrinkage where it does not
+            # (too few rows, or directions the backbone never uses: all-MiniLM-L6-v2 has 3 of 384),
+            # since a null direction would reach the flow as a constant dimension
+            self.whitening_ = Whitening(shrinkage="auto" if n_samples <= n_features else 0.0).fit(X)
+            spectrum = self.whitening_.explained_variance_
+            if spectrum.min() <= 1e-10 * spectrum.max():
+                self.whitening_ = Whitening(shrinkage="auto").fit(X)
+            X = self.whitening_.transform(X)
+        results = [self._fit_member(X, self.seed + member) for member in range(self.ensemble)]
+        self.flows_ = [flow for flow, _, _ in results]
+        self.flow_ = self.flows_[0]
+        first = results[0][1]
+        self.loss_curve_ = first.loss_curve
+        self.n_steps_ = first.n_steps
+        self.fast_path_used_ = first.fast_path
+        self.validation_curve_ = first.validation_curve
+        self.best_step_ = first.best_step
+        self.initial_log_likelihood_ = float(np.mean([result.initial_log_likelihood for _, result, _ in results]))
+        self.initial_log_likelihood_ += self._log_det()  # both likelihoods in the input space
+        self.fit_log_likelihood_ = float(np.mean([likelihood for _, _, likelihood in results])) + self._log_det()
+        self.fit_bits_per_dim_ = -self.fit_log_likelihood_ / (n_features * math.log(2))
+
+    def _fit_member(self, X: np.ndarray, seed: int) -> tuple[Any, Any, float]:
+        """One flow, seeded ``seed``: (flow, training result, mean log-likelihood of the rows it trained on)."""
         import torch
 
-        from flow_plugin.calibration.flow.train import mean_log_likelihood, train_flow
+        from flow_plugin.calibration.flow.train import EarlyStopping, mean_log_likelihood, train_flow
 
         device = resolve_device(self.device)
-        flow = self._build(n_features).to(device)
         data = torch.from_numpy(X).to(device)
-        result = train_flow(flow, data, self._settings(), fast_path=self.fast_path,
-                            show_progress_bar=self.show_progress_bar)
-        self.flow_ = flow
-        self.loss_curve_ = result.loss_curve
-        self.n_steps_ = result.n_steps
-        self.fast_path_used_ = result.fast_path
-        self.initial_log_likelihood_ = result.initial_log_likelihood
-        self.fit_log_likelihood_ = mean_log_likelihood(flow, data)
-        self.fit_bits_per_dim_ = -self.fit_log_likelihood_ / (n_features * math.log(2))
+        stopping = None
+        if self.validation_fraction > 0:
+            order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed + 10_000))
+            n_held = max(1, int(round(self.validation_fraction * len(X))))
+            stopping = EarlyStopping(data[order[:n_held].to(device)], self.patience)
+            data = data[order[n_held:].to(device)]
+        flow = self._build(X.shape[1], seed).to(device)
+        result = train_flow(flow, data, self._settings(seed), fast_path=self.fast_path,
+                            show_progress_bar=self.show_progress_bar, early_stopping=stopping)
+        return flow, result, mean_log_likelihood(flow, data)
+
+    def _log_det(self) -> float:
+        """log|det| of the fixed whitening (0 without it): likelihoods in the input space."""
+        if not self.whiten_first:
+            return 0.0
+        kept = self.whitening_.explained_variance_[self.whitening_.explained_variance_ > 0]
+        return float(-0.5 * np.log(kept.astype(np.float64)).sum())
+
+    def output_width(self, n_features: int) -> int:
+        return n_features * self.ensemble  # whitening first keeps every direction (n_components=None)
 
     # ------------------------------------------------------------ inference
     def _device(self) -> torch.device:
@@ -197,14 +260,25 @@ class FlowCalibrator(Calibrator):
                 chunks.append(function(chunk).float().cpu().numpy())
         return np.concatenate(chunks, axis=0)
 
+    def _inputs(self, X: np.ndarray) -> np.ndarray:
+        return self.whitening_.transform(X) if self.whiten_first else X
+
     def _transform(self, X: np.ndarray) -> np.ndarray:
-        return self._apply(X, self.flow_.transform_to_noise)
+        X = self._inputs(X)
+        latents = [self._apply(X, flow.transform_to_noise) for flow in self.flows_]
+        if len(latents) == 1:
+            return latents[0]
+        scaled = [z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12) for z in latents]
+        return np.concatenate(scaled, axis=1) / math.sqrt(len(latents))
 
     def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
         from flow_plugin.calibration.flow.glow import glow_of
 
+        if self.ensemble > 1:
+            raise NotImplementedError("an ensemble of flows is not invertible (its latents are normalised)")
         glow = glow_of(self.flow_)
-        return self._apply(Z, lambda z: glow.inverse(z)[0])
+        X = self._apply(Z, lambda z: glow.inverse(z)[0])
+        return self.whitening_.inverse_transform(X) if self.whiten_first else X
 
     def score_samples(self, X: Any) -> np.ndarray:
         """Log-likelihood of each row under the fitted flow (nats)."""
@@ -212,7 +286,12 @@ class FlowCalibrator(Calibrator):
         X = check_embeddings(X, name="X", n_features=self.n_features_in_, owner=type(self).__name__)
         if X.shape[0] == 0:
             return np.empty((0,), dtype=np.float64)
-        return self._apply(X, self.flow_.log_prob).astype(np.float64)
+        inputs = self._inputs(X)
+        members = np.stack([self._apply(inputs, flow.log_prob).astype(np.float64) for flow in self.flows_])
+        # an ensemble is the equal mixture of its flows: log of the mean density
+        peak = members.max(axis=0)
+        mixture = peak + np.log(np.exp(members - peak).mean(axis=0))
+        return mixture + self._log_det()
 
     def score(self, X: Any, y: Any = None) -> float:
         """Mean log-likelihood of ``X`` (nats per sample), as scikit-learn density models do."""
@@ -224,7 +303,12 @@ class FlowCalibrator(Calibrator):
 
     # ------------------------------------------------------------ persistence
     def _get_state(self) -> dict[str, np.ndarray]:
-        state = {f"flow/{key}": value.detach().cpu().numpy() for key, value in self.flow_.state_dict().items()}
+        state: dict[str, np.ndarray] = {}
+        for member, flow in enumerate(self.flows_):
+            prefix = "flow/" if member == 0 else f"flow{member}/"
+            state.update({prefix + key: value.detach().cpu().numpy() for key, value in flow.state_dict().items()})
+        if self.whiten_first:
+            state.update({f"whitening/{key}": value for key, value in self.whitening_._get_state().items()})
         state["loss_curve"] = self.loss_curve_
         state["fit_log_likelihood"] = np.float64(self.fit_log_likelihood_)
         state["initial_log_likelihood"] = np.float64(self.initial_log_likelihood_)
@@ -235,10 +319,22 @@ class FlowCalibrator(Calibrator):
 
         n_features = self.n_features_in_
         self._check_params(n_features)
-        flow = self._build(n_features)
-        weights = {key[len("flow/") :]: torch.from_numpy(np.array(value)) for key, value in state.items() if key.startswith("flow/")}
-        flow.load_state_dict(weights, strict=True)
-        self.flow_ = flow.to(resolve_device(self.device)).eval()
+        if self.whiten_first:
+            from flow_plugin.calibration.linear import Whitening
+
+            self.whitening_ = Whitening()
+            self.whitening_._set_state({key[len("whitening/"):]: value for key, value in state.items()
+                                        if key.startswith("whitening/")})
+            self.whitening_.n_features_in_, self.whitening_.n_samples_fit_ = n_features, self.n_samples_fit_
+        self.flows_ = []
+        for member in range(self.ensemble):
+            prefix = "flow/" if member == 0 else f"flow{member}/"
+            flow = self._build(n_features, self.seed + member)
+            weights = {key[len(prefix):]: torch.from_numpy(np.array(value)) for key, value in state.items()
+                       if key.startswith(prefix)}
+            flow.load_state_dict(weights, strict=True)
+            self.flows_.append(flow.to(resolve_device(self.device)).eval())
+        self.flow_ = self.flows_[0]
         self.loss_curve_ = state["loss_curve"]
         self.n_steps_ = int(len(self.loss_curve_))
         self.fit_log_likelihood_ = float(state["fit_log_likelihood"])

@@ -55,6 +55,19 @@ class TrainingResult:
     initial_log_likelihood: float  # mean over the data, after the ActNorm initialisation
     n_steps: int
     fast_path: bool  # whether the fused trainer ran
+    #: with early stopping: (step, mean held-out log-likelihood) of every check, and the step kept
+    validation_curve: np.ndarray | None = None
+    best_step: int | None = None
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Stop when the mean log-likelihood of held-out rows has not risen for ``patience`` checks
+    (``checks_per_epoch`` of them per epoch), and keep the parameters of the best check."""
+
+    validation: torch.Tensor
+    patience: int
+    checks_per_epoch: int = 4
 
 
 def mean_log_likelihood(flow: Flow, data: torch.Tensor) -> float:
@@ -121,8 +134,10 @@ def train_flow(
     *,
     fast_path: bool = True,
     show_progress_bar: bool | None = None,
+    early_stopping: EarlyStopping | None = None,
 ) -> TrainingResult:
-    """Fit ``flow`` to the rows of ``data`` by maximum likelihood (in place)."""
+    """Fit ``flow`` to the rows of ``data`` by maximum likelihood (in place); with
+    ``early_stopping``, for at most ``settings.epochs`` epochs."""
     n_samples = data.shape[0]
     device = data.device
     generator = torch.Generator().manual_seed(settings.seed)
@@ -144,12 +159,51 @@ def train_flow(
         logger.warning("flow fast path not used (%s); training through autograd, about twice as slow", reason)
     with small_op_threads(device), trainer or contextlib.nullcontext():
         if trainer is not None:
-            losses = _run(trainer.parameters, trainer.log_prob, data, settings, generator, n_steps, show)
+            parameters, log_prob = trainer.parameters, trainer.log_prob
         else:
-            parameters = [p for p in flow.parameters() if p.requires_grad]
-            losses = _run(parameters, flow.log_prob, data, settings, generator, n_steps, show)
+            parameters, log_prob = [p for p in flow.parameters() if p.requires_grad], flow.log_prob
+        monitor = _Monitor(flow, parameters, early_stopping, n_samples, settings.batch_size) if early_stopping else None
+        losses = _run(parameters, log_prob, data, settings, generator, n_steps, show, monitor)
+        if monitor is not None:
+            monitor.restore_best()
     flow.eval()
-    return TrainingResult(losses, initial, n_steps, trainer is not None)
+    result = TrainingResult(losses, initial, len(losses), trainer is not None)
+    if monitor is not None:
+        result.validation_curve = np.array(monitor.curve, dtype=np.float64)
+        result.best_step = monitor.best_step
+    return result
+
+
+class _Monitor:
+    """Early stopping: the held-out log-likelihood every few steps, the best parameters so far."""
+
+    def __init__(self, flow: Flow, parameters: list[torch.nn.Parameter], rule: EarlyStopping, n_samples: int,
+                 batch_size: int) -> None:
+        self.flow, self.parameters, self.rule = flow, parameters, rule
+        self.every = max(1, math.ceil(n_samples / batch_size / rule.checks_per_epoch))
+        self.curve: list[tuple[int, float]] = []
+        self.best = -math.inf
+        self.best_step = 0
+        self.best_values = [p.detach().clone() for p in parameters]
+        self.since_best = 0
+
+    def check(self, step: int) -> bool:
+        """Score the held-out rows after ``step`` steps; ``True`` when training should stop."""
+        if step % self.every:
+            return False
+        value = mean_log_likelihood(self.flow, self.rule.validation)
+        self.curve.append((step, value))
+        if value > self.best:
+            self.best, self.best_step, self.since_best = value, step, 0
+            self.best_values = [p.detach().clone() for p in self.parameters]
+            return False
+        self.since_best += 1
+        return self.since_best >= self.rule.patience
+
+    def restore_best(self) -> None:
+        with torch.no_grad():
+            for parameter, value in zip(self.parameters, self.best_values):
+                parameter.copy_(value)
 
 
 def _run(
@@ -160,8 +214,10 @@ def _run(
     generator: torch.Generator,
     n_steps: int,
     show_progress_bar: bool,
+    monitor: _Monitor | None = None,
 ) -> np.ndarray:
-    """The minibatch loop: shuffle, loss, backward, clip, AdamW step; a reshuffle every epoch."""
+    """The minibatch loop: shuffle, loss, backward, clip, AdamW step; a reshuffle every epoch;
+    with a ``monitor``, a held-out check every few steps that may stop it early."""
     device = data.device
     n_samples = data.shape[0]
     optimizer = _adamw(parameters, settings)
@@ -186,4 +242,7 @@ def _run(
         if settings.clip_grad_norm:
             torch.nn.utils.clip_grad_norm_(parameters, settings.clip_grad_norm, foreach=True)
         optimizer.step()
+        if monitor is not None and monitor.check(step + 1):
+            losses = losses[: step + 1]
+            break
     return losses.cpu().numpy()

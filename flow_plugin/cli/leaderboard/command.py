@@ -34,9 +34,13 @@ def update_leaderboard(
     tasks: Iterable[str] | None = None,
     name: str | None = None,
     tolerance: float | None = None,
+    seeds: int | None = None,
 ) -> LeaderboardUpdate:
     """Merge the results under ``folders`` into the leaderboard at ``output`` (created if
-    absent) and rewrite its JSON, Markdown and PNG. Nothing is written on a conflict."""
+    absent) and rewrite its JSON, Markdown and PNG. Nothing is written on a conflict.
+    ``seeds`` keeps at most that many seeds (the lowest) in each seed group's mean ± std."""
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise LeaderboardError(f"seeds must be a positive int, got {seeds!r}")
     json_file, _, _ = output_paths(output)
     with folder_lock(json_file.parent.resolve()):
         if json_file.exists():
@@ -45,6 +49,8 @@ def update_leaderboard(
                 board["name"] = name
         else:
             board = empty_leaderboard(name or json_file.stem)
+        if seeds is not None:
+            board["max_seeds"] = seeds
         report = merge_results(board, folders, replace=replace, models=models, tasks=tasks, tolerance=tolerance)
         from flow_plugin import __version__
 
@@ -80,6 +86,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None, help="leaderboard title (default: the file's stem)")
     parser.add_argument("--tolerance", type=float, default=None,
                         help=f"largest score difference in points still counted as identical (default {DEFAULT_TOLERANCE})")
+    parser.add_argument("--seeds", type=int, default=None, metavar="N",
+                        help="show seeded calibrators (run with several seeds) as mean ± standard deviation over "
+                        "their first N seeds (default: every seed found)")
     parser.add_argument("--schema", action="store_true", help="print the JSON schema and exit")
 
 
@@ -91,6 +100,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.results or args.output is None:
         raise LeaderboardError("give one or more RESULTS_DIR and -o NAME.json (or --schema)")
     update = update_leaderboard(args.results, args.output, replace=args.replace, models=args.model, tasks=args.task,
-                                name=args.name, tolerance=args.tolerance)
+                                name=args.name, tolerance=args.tolerance, seeds=args.seeds)
     print_update(update)
     return 0

@@ -65,7 +65,7 @@ def _describe_flow_plugin_model(model: str, kwargs: dict[str, Any], overrides: d
             "calibrator_params": {} if raw else {**variant.calibrator_params, **overrides},
             "pooling": kwargs.get("pooling", spec.pooling),
             "max_seq_length": spec.max_seq_length,
-            "fit_corpus": None if raw else str(kwargs.get("fit_corpus", "target")),
+            "fit_corpus": None if raw else _fit_corpus(kwargs),
             "metadata_source": "registry",
         }
     # a flow_plugin model this registry does not know: read the suffix
@@ -82,6 +82,16 @@ def _describe_flow_plugin_model(model: str, kwargs: dict[str, Any], overrides: d
         "calibrator_params": dict(overrides),
         "pooling": kwargs.get("pooling"),
         "max_seq_length": max_tokens if isinstance(max_tokens, int) else None,
-        "fit_corpus": None if calibrator == "raw" else str(kwargs.get("fit_corpus", "target")),
+        "fit_corpus": None if calibrator == "raw" else _fit_corpus(kwargs),
         "metadata_source": "model_meta",
     }
+
+
+def _fit_corpus(kwargs: dict[str, Any]) -> str:
+    """What a flow-plugin model was fitted on: the policy, and "unique sentences" when duplicates were dropped.
+
+    >>> _fit_corpus({}), _fit_corpus({"fit_corpus": "per-call", "fit_duplicates": "unique"})
+    ('target', 'per-call, unique sentences')
+    """
+    corpus = str(kwargs.get("fit_corpus", "target"))
+    return corpus + (", unique sentences" if kwargs.get("fit_duplicates") == "unique" else "")

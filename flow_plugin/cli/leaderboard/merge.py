@@ -19,6 +19,7 @@ from typing import Any
 from flow_plugin._io import read_json
 from flow_plugin.cli.leaderboard.describe import describe_model
 from flow_plugin.cli.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
+from flow_plugin.cli.leaderboard.seeds import annotate as annotate_seed_groups
 from flow_plugin.cli.leaderboard.schema import (
     CALIBRATOR_ORDER,
     DEFAULT_TOLERANCE,
@@ -223,11 +224,15 @@ def _baseline_key(row: dict[str, Any]) -> str:
     """Rows sharing this key differ only in the calibrator (and its fit corpus): the same backbone,
     weights commit (a flow-plugin result revision adds a configuration digest, which names the
     calibrator too), pooling, length and other loader kwargs."""
+    kwargs = {k: v for k, v in row["experiment_kwargs"].items() if k not in ("fit_corpus", "calibrator_params", "calibrator")}
+    return json.dumps([row["backbone"], _weights(row), row.get("pooling"), row.get("max_seq_length"), kwargs], sort_keys=True)
+
+
+def _weights(row: dict[str, Any]) -> str:
+    """The weights commit of a row's revision (without flow-plugin's configuration digest)."""
     from flow_plugin.catalog.registry import weights_revision
 
-    kwargs = {k: v for k, v in row["experiment_kwargs"].items() if k not in ("fit_corpus", "calibrator_params", "calibrator")}
-    revision = weights_revision(row["revision"]) if row["model"].startswith("flow_plugin/") else row["revision"]
-    return json.dumps([row["backbone"], revision, row.get("pooling"), row.get("max_seq_length"), kwargs], sort_keys=True)
+    return weights_revision(row["revision"]) if row["model"].startswith("flow_plugin/") else row["revision"]
 
 
 def finalize(board: dict[str, Any]) -> dict[str, Any]:
@@ -235,7 +240,7 @@ def finalize(board: dict[str, Any]) -> dict[str, Any]:
     tasks = {task for row in board["rows"] for task in row["scores"]} | set(board.get("tasks", []))
     board["tasks"] = sorted(tasks, key=task_sort_key)
     order = {method: index for index, method in enumerate(CALIBRATOR_ORDER)}
-    board["rows"].sort(key=lambda r: (r.get("backbone", ""), r["revision"], r.get("experiment") or "",
+    board["rows"].sort(key=lambda r: (r.get("backbone", ""), _weights(r), r.get("experiment") or "",
                                       order.get(r.get("calibrator"), len(order)), r.get("calibrator", ""), r["id"]))
     raw_rows: dict[str, dict[str, Any]] = {}
     for row in board["rows"]:
@@ -262,6 +267,7 @@ def finalize(board: dict[str, Any]) -> dict[str, Any]:
         if deltas:
             deltas["average"] = round_points(sum(deltas.values()) / len(deltas))
         row["baseline"], row["delta"] = (baseline["id"], deltas) if deltas else (None, None)
+    annotate_seed_groups(board, board.get("max_seeds"))
     return board
 
 

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from flow_plugin.cli.leaderboard.schema import DECIMALS, NAMESPACE
+from flow_plugin.cli.leaderboard.seeds import display_rows
 from flow_plugin.errors import MissingExtraError
 
 
@@ -26,9 +27,19 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return "0.00" if text in ("+0.00", "-0.00") and signed else text
 
 
-def _best(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
+def _best_entry(rows: list[dict[str, Any]], value: Any, std: Any) -> tuple[float, float] | None:
+    """(best value of a column, the standard deviation of the row that has it; 0 without seeds)."""
+    present = [(value(row), std(row) or 0.0) for row in rows if value(row) is not None]
     return max(present) if present else None
+
+
+def _mark(text: str, value: float | None, best: tuple[float, float] | None) -> str:
+    """Bold for the column's best; ≈ for a value within the best's spread over seeds."""
+    if value is None or best is None:
+        return text
+    if value == best[0]:
+        return f"**{text}**"
+    return f"{text} ≈" if best[1] > 0 and best[0] - value <= best[1] else text
 
 
 def _hardware_text(hardware: dict[str, Any]) -> str:
@@ -45,16 +56,35 @@ def _hardware_text(hardware: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _with_spread(text: str, std: float | None) -> str:
+    """A cell of a seed group: the mean, then ± the standard deviation over its seeds."""
+    return text if std is None else f"{text} ± {std:.2f}"
+
+
+def _label(row: dict[str, Any]) -> str:
+    return row.get("label") or (row["id"] if row.get("experiment") else row["model"])
+
+
 def render_markdown(board: dict[str, Any]) -> str:
-    """The leaderboard as Markdown: scores (best per column in bold), deltas, wmean, provenance."""
+    """The leaderboard as Markdown: scores (best per column in bold), deltas, wmean, provenance.
+    A calibrator run with several seeds is one row: mean ± standard deviation over its seeds."""
     tasks = board["tasks"]
-    rows = board["rows"]
+    all_rows = board["rows"]
+    rows = display_rows(board)
+    seeded = bool(board.get("seed_groups"))
     lines = [f"# Leaderboard: {board['name']}", ""]
     lines.append(
         "Scores are Spearman correlations × 100 between cosine similarity and the gold scores, protocol "
         "\"all\" (all test pairs pooled, as MTEB and SimCSE report), unless a column says otherwise. "
         "**Bold**: best in the column. Avg: mean over the row's tasks (a partial average shows how many)."
     )
+    if seeded:
+        lines.append("")
+        lines.append(
+            "Rows run with several seeds show the mean ± the standard deviation over the seeds. A difference "
+            "counts only when it exceeds that spread: ≈ marks a score within the standard deviation of the "
+            "column's best, and in the Δ table * marks a mean change larger than its standard deviation."
+        )
     lines.append("")
     if not rows:
         lines.append("_No results yet._")
@@ -63,22 +93,23 @@ def render_markdown(board: dict[str, Any]) -> str:
     header = ["Model", "Calibrator", "Pooling", "Fit corpus", *tasks, "Avg"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(tasks) + 1)) + "|")
-    best = {task: _best([row["scores"].get(task, {}).get("score") for row in rows]) for task in tasks}
-    best_avg = _best([row["average"] for row in rows if row["complete"]])
+    best = {task: _best_entry(rows, lambda row, t=task: row["scores"].get(t, {}).get("score"),
+                              lambda row, t=task: row["scores"].get(t, {}).get("std")) for task in tasks}
+    best_avg = _best_entry([row for row in rows if row["complete"]], lambda row: row["average"],
+                           lambda row: row.get("average_std"))
     for row in rows:
-        cells = [row["id"] if row.get("experiment") else row["model"], row["calibrator"], row.get("pooling") or "—",
-                 row.get("fit_corpus") or "—"]
+        cells = [_label(row), row["calibrator"], row.get("pooling") or "—", row.get("fit_corpus") or "—"]
         for task in tasks:
             entry = row["scores"].get(task)
             value = entry["score"] if entry else None
-            text = _fmt(value)
+            text = _with_spread(_fmt(value), entry.get("std") if entry else None)
             if entry and entry.get("protocol", "all") != "all":
                 text += f" ({entry['protocol']})"
-            cells.append(f"**{text}**" if value is not None and value == best[task] else text)
-        average = _fmt(row["average"])
+            cells.append(_mark(text, value, best[task]))
+        average = _with_spread(_fmt(row["average"]), row.get("average_std"))
         if row["average"] is not None and not row["complete"]:
             average += f" ({row['n_tasks']}/{len(tasks)})"
-        cells.append(f"**{average}**" if row["complete"] and row["average"] == best_avg else average)
+        cells.append(_mark(average, row["average"], best_avg) if row["complete"] else average)
         lines.append("| " + " | ".join(cells) + " |")
 
     with_delta = [row for row in rows if row.get("delta")]
@@ -89,10 +120,13 @@ def render_markdown(board: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(["Model", "Calibrator", "Raw baseline", *tasks, "Avg"]) + " |")
         lines.append("|" + "|".join(["---"] * 3 + ["---:"] * (len(tasks) + 1)) + "|")
         for row in with_delta:
-            baseline = next(r for r in rows if r["id"] == row["baseline"])
-            cells = [row["id"] if row.get("experiment") else row["model"], row["calibrator"], baseline["model"]]
-            cells += [_fmt(row["delta"].get(task), signed=True) for task in tasks]
-            cells.append(_fmt(row["delta"].get("average"), signed=True))
+            baseline = next(r for r in all_rows if r["id"] == row["baseline"])
+            cells = [_label(row), row["calibrator"], baseline["model"]]
+            for task in [*tasks, "average"]:
+                text = _fmt(row["delta"].get(task), signed=True)
+                if row.get("delta_std") and task in row["delta_std"]:
+                    text = _with_spread(text, row["delta_std"][task]) + ("*" if row["delta_significant"][task] else "")
+                cells.append(text)
             lines.append("| " + " | ".join(cells) + " |")
     else:
         lines.append("_No calibrated row has its raw backbone in this leaderboard._")
@@ -108,20 +142,21 @@ def render_markdown(board: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(["Model", *tasks, "Avg"]) + " |")
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(tasks) + 1)) + "|")
         for row in wmean_rows:
-            cells = [row["id"] if row.get("experiment") else row["model"]]
-            cells += [_fmt(row["scores"].get(task, {}).get("wmean")) for task in tasks]
-            cells.append(_fmt(row.get("average_wmean")))
+            cells = [_label(row)]
+            cells += [_with_spread(_fmt(row["scores"].get(task, {}).get("wmean")),
+                                   row["scores"].get(task, {}).get("wmean_std")) for task in tasks]
+            cells.append(_with_spread(_fmt(row.get("average_wmean")), row.get("average_wmean_std")))
             lines.append("| " + " | ".join(cells) + " |")
 
     lines += ["", "## Provenance", ""]
-    entries = [entry for row in rows for entry in row["scores"].values()]
+    entries = [entry for row in all_rows for entry in row["scores"].values()]
     versions = sorted({e.get("mteb_version") or "unknown" for e in entries})
     dates = sorted(e["date"] for e in entries if e.get("date"))
     lines.append(f"- mteb: {', '.join(versions)}")
     if dates:
         lines.append(f"- computed: {dates[0]} to {dates[-1]}" if dates[0] != dates[-1] else f"- computed: {dates[0]}")
     for task in tasks:
-        revisions = sorted({row["scores"][task]["dataset_revision"] for row in rows if task in row["scores"]})
+        revisions = sorted({row["scores"][task]["dataset_revision"] for row in all_rows if task in row["scores"]})
         lines.append(f"- {task} data: {', '.join(f'`{r}`' for r in revisions)}")
     hardware = sorted({_hardware_text(e["hardware"]) for e in entries if e.get("hardware")})
     unknown = sum(1 for e in entries if not e.get("hardware"))
@@ -137,10 +172,12 @@ def delta_series(board: dict[str, Any]) -> tuple[list[str], list[tuple[str, list
     """(x labels, [(series label, delta per label)]) of the delta chart: tasks then "Avg"."""
     labels = [*board["tasks"], "Avg"]
     series = []
-    for row in board["rows"]:
+    for row in display_rows(board):
         if row.get("delta"):
             values = [row["delta"].get(task) for task in board["tasks"]] + [row["delta"].get("average")]
-            series.append((row["id"] if row.get("experiment") else row["model"].removeprefix(NAMESPACE), values))
+            label = row.get("label") or (row["id"] if row.get("experiment") else row["model"])
+            series.append((label if row.get("experiment") and not row.get("label") else label.removeprefix(NAMESPACE),
+                           values))
     return labels, series
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from flow_plugin.calibration.names import CALIBRATOR_NAMES
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
 
 FORMAT = "flow-plugin-leaderboard"
@@ -15,7 +16,7 @@ FORMAT_VERSION = 1
 #: many points: 1e-4 points = 1e-6 on MTEB's 0-1 scale, one unit of the last decimal it stores.
 DEFAULT_TOLERANCE = 1e-4
 #: Row order within a backbone, and the calibrators a model name's suffix can name.
-CALIBRATOR_ORDER = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
+CALIBRATOR_ORDER = CALIBRATOR_NAMES  # table order: the methods, then the flow variants
 NAMESPACE = "flow_plugin/"  # MTEB names of the registry's models start with this
 DECIMALS = 4  # points with 4 decimals = MTEB's 6 decimals on the 0-1 scale
 
@@ -95,14 +96,32 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
       "average": float | null,   mean "score" over the row's tasks (of "tasks")
       "average_wmean": float | null, mean "wmean" when every task of the row has one
       "complete": bool,          true when the row has every task in "tasks"
-      "baseline": str | null,    id of the raw row of the same backbone, revision and
-                                 loader kwargs (null for raw rows, or when there is no such
-                                 row or it shares no task with this one)
+      "baseline": str | null,    id of the raw row of the same backbone, weights commit,
+                                 pooling, length and loader kwargs (null for raw rows, or when
+                                 there is no such row or it shares no task with this one)
       "delta": {"<Task>": float, ..., "average": float} | null
                                  score - baseline score, per task both rows have;
                                  "average" is the mean of those per-task deltas
     }
-  ]
+  ],
+  "seed_groups": [               only when a seeded calibrator (the flow and its variants) ran
+                                 with several seeds (`flow-plugin bench --seeds N`): the rows
+                                 that differ only in the seed, one entry per group
+    {
+      "id": str,                 "<first row id> (seeds <first>-<last>)"
+      "model": str, "calibrator": str,
+      "seeds": [int, ...],       the seeds, lowest first (at most "max_seeds")
+      "rows": [str, ...],        the ids of the rows, in seed order
+      "scores": {"<Task>": {"mean": float, "std": float, "n": int, "values": [float, ...]}},
+                                 over the seeds: mean and sample standard deviation
+      "wmean": {"<Task>": {...}}, the same for the "wmean" protocol
+      "average": {...}, "average_wmean": {...}, over the tasks every seed has
+      "baseline": str,           the raw row the deltas are against
+      "delta": {"<Task>"|"average": {"mean", "std", "n", "values", "significant": bool}}
+                                 significant: |mean| > std, the change exceeds the spread
+    }
+  ],
+  "max_seeds": int               only with `--seeds N`: at most N seeds per group
 }
 """
 

@@ -54,11 +54,9 @@ def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[st
 
 
 def _embed_dim(variant: ModelVariant) -> int:
-    if variant.calibrator == "whiten":
-        kept = variant.calibrator_params.get("n_components")
-        if isinstance(kept, int):
-            return kept
-    return variant.backbone.embedding_dim
+    from flow_plugin.calibration import make_calibrator
+
+    return make_calibrator(variant.calibrator, **variant.calibrator_params).output_width(variant.backbone.embedding_dim)
 
 
 def model_meta(variant: ModelVariant) -> ModelMeta:

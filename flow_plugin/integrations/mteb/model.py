@@ -33,7 +33,7 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
-from flow_plugin.catalog.fitting import FitRecord, fit_calibrator
+from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, FitRecord, fit_calibrator
 from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
 from flow_plugin.data.sampling import (
@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["FlowPluginModel", "TaskCorpusError", "load_model"]
 
 #: every loader argument besides the encoder options
-_MODEL_ARGUMENTS = ("fit_corpus", "max_fit_sentences", "fit_seed", "calibrator_params", "embed_dim")
+_MODEL_ARGUMENTS = ("fit_corpus", "fit_duplicates", "max_fit_sentences", "fit_seed", "calibrator_params", "embed_dim")
 
 
 @dataclass
@@ -77,6 +77,8 @@ class FlowPluginModel(AbsEncoder):
         distinct sentences drawn at random (seeded, see :mod:`flow_plugin.data.sampling`).
     fit_seed:
         Seed of that sample (default 0).
+    fit_duplicates:
+        ``"keep"`` (default): fit on every occurrence of a sentence; ``"unique"``: on each once.
     calibrator_params:
         Hyper-parameters overriding the registry's for this calibrator.
     embed_dim:
@@ -95,6 +97,7 @@ class FlowPluginModel(AbsEncoder):
         fit_corpus: str | os.PathLike[str] = "target",
         max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
         fit_seed: int = DEFAULT_FIT_SEED,
+        fit_duplicates: str = "keep",
         calibrator_params: dict[str, Any] | None = None,
         embed_dim: int | None = None,
         **encoder_options: Any,
@@ -117,6 +120,9 @@ class FlowPluginModel(AbsEncoder):
             )
         self.fit_corpus = FitCorpus.parse(fit_corpus)
         self.max_fit_sentences, self.fit_seed = check_cap(max_fit_sentences, fit_seed)
+        if fit_duplicates not in DUPLICATE_POLICIES:
+            raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
+        self.fit_duplicates = fit_duplicates
         self.options = EncoderOptions(**encoder_options)
         self.encoder = build_encoder(self.variant, self.options)
         self.model = self.encoder  # AbsEncoder convention: the wrapped model
@@ -140,8 +146,7 @@ class FlowPluginModel(AbsEncoder):
             logger.warning("%s", message)
 
     def _expected_width(self) -> int:
-        kept = getattr(self._calibrator_template, "n_components", None) if self.variant.calibrator == "whiten" else None
-        return int(kept) if isinstance(kept, int) else self.variant.backbone.embedding_dim
+        return self._calibrator_template.output_width(self.variant.backbone.embedding_dim)
 
     @property
     def _is_raw(self) -> bool:
@@ -243,6 +248,7 @@ class FlowPluginModel(AbsEncoder):
         try:
             calibrator, record = fit_calibrator(self.encoder, self._calibrator_template, sample.sentences,
                                                 model=self.name, source=f"{source}, {sample.describe()}",
+                                                duplicates=self.fit_duplicates,
                                                 context=context, sampling=sample.as_dict())
         except InputError as error:
             raise InputError(f"{self.name}: cannot fit {self.variant.calibrator} for {where} ({sample.describe()}): "

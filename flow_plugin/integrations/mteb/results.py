@@ -85,6 +85,31 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
     return moved
 
 
+def repair_model_meta(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[Path]:
+    """Rewrite (atomically) the ``model_meta.json`` of ``meta``'s result folder when a run was
+    killed while MTEB wrote it in place (MTEB writes it after each task result, and does not
+    rewrite it for results it reuses): an empty or damaged file would hide the finished results.
+    Returns the files rewritten."""
+    from mteb.cache import ResultCache
+
+    cache = ResultCache(output_folder)
+    folders = {cache.get_task_result_path(task.metadata.name, meta).parent for task in tasks}
+    repaired = []
+    for folder in sorted(folders):
+        path = folder / "model_meta.json"
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+            continue
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            pass
+        atomic_write_text(path, json.dumps(meta.to_dict(), default=str, indent=4))
+        logger.warning("%s was damaged (a run killed while MTEB wrote it): rewritten", path)
+        repaired.append(path)
+    return repaired
+
+
 def current_data_revision(task: Any) -> str | None:
     """The ``dataset_revision`` a result of ``task`` computed now would carry: our offline tasks
     hash their files; MTEB's own tasks name their pinned dataset revision."""

@@ -1,0 +1,47 @@
+"""The calibrators' names, in one place (standard library only, so tables, the registry and the
+command lines can list them without loading scikit-learn or torch).
+
+A name is a *method* (a calibrator class) or a *variant*: a method with hyper-parameters of
+its own. Model names end in it: ``flow_plugin/<backbone>-<name>`` (``raw`` has no suffix).
+
+>>> CALIBRATOR_METHODS
+('raw', 'sn', 'natsv', 'sn-natsv', 'whiten', 'flow')
+>>> resolve_name("flow-glow")
+('flow', {'permutation': 'lu', 'coupling': 'affine', 'fast_path': False})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the methods, in the order tables list them: the raw embeddings, the paper's baselines (section 5),
+#: whitening (Su et al., 2021) and BERT-flow
+CALIBRATOR_METHODS: tuple[str, ...] = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
+
+#: flow variants beyond the paper's configuration (which stays ``flow``, the reference), to study what
+#: makes the flow better; each is a registry calibrator name, so ``bench`` and MTEB can run it
+CALIBRATOR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # the official code's alternative to the fixed permutation: Glow's invertible 1x1 convolution (LU form)
+    "flow-lu": ("flow", {"permutation": "lu", "fast_path": False}),
+    # Glow's affine coupling instead of the paper's additive one
+    "flow-affine": ("flow", {"coupling": "affine", "fast_path": False}),
+    # both: the full Glow step
+    "flow-glow": ("flow", {"permutation": "lu", "coupling": "affine", "fast_path": False}),
+    # a fixed whitening as the first layer: the flow only has to model what whitening leaves
+    "flow-white": ("flow", {"whiten_first": True}),
+    # up to 10 epochs, stopped when the likelihood of a held-out 10% stops rising
+    "flow-es": ("flow", {"epochs": 10.0, "validation_fraction": 0.1, "patience": 2}),
+    # five flows of different seeds; cosine in the joint space is the mean of their cosines
+    "flow-ens": ("flow", {"ensemble": 5}),
+}
+
+#: every name, methods first
+CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *CALIBRATOR_VARIANTS)
+
+
+def resolve_name(name: str) -> tuple[str, dict[str, Any]]:
+    """``(method, the variant's hyper-parameters)`` of a calibrator name; ``KeyError`` if unknown."""
+    if name in CALIBRATOR_METHODS:
+        return name, {}
+    method, params = CALIBRATOR_VARIANTS[name]
+    return method, dict(params)

@@ -231,7 +231,8 @@ class FlowPluginModel(AbsEncoder):
         calibrator.n_features_in_ = self.variant.backbone.embedding_dim
         calibrator.n_samples_fit_ = 0
         record = FitRecord(model=self.name, calibrator="raw", params={}, source="none: raw embeddings need no fit",
-                           n_sentences=0, n_unique_sentences=0, encode_seconds=0.0, fit_seconds=0.0,
+                           n_sentences=0, n_unique_sentences=0, duplicates=self.fit_duplicates, encode_seconds=0.0,
+                           fit_seconds=0.0,
                            context={"task": task_name, "hf_subset": subset, "fit_corpus": None})
         self._records.append(record)
         return _Fit(calibrator, record)

@@ -77,6 +77,32 @@ def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def tiny_registry(folder: Path, weights: Path) -> Path:
+    """A registry folder with one backbone, ``tiny``, whose weights are the folder ``weights``."""
+    (folder / "tiny.toml").write_text(
+        f'hub_id = "{weights}"\npooling = "last-avg"\nmax_seq_length = 32\nembedding_dim = 32\n'
+        'n_parameters = 1\nlicense = "mit"\nrelease_date = "2024-01-01"\nreference = "https://example.org"\n',
+        encoding="utf-8",
+    )
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_minilm_vocab_bert(tmp_path_factory: pytest.TempPathFactory, minilm_path: Path) -> Path:
+    """A tiny random BERT (2 layers, 32 dims) with all-MiniLM-L6-v2's tokenizer, as a folder."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-minilm-vocab-bert")
+    tokenizer = BertTokenizerFast.from_pretrained(minilm_path)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 # --------------------------------------------------------------------------- optional extras
 @pytest.fixture
 def without_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:

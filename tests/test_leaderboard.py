@@ -2,7 +2,7 @@
 
 The module fixture runs all-MiniLM-L6-v2 raw and whitened on SentEvalSTS13 through
 ``evaluate_models`` (what ``flow-plugin eval`` runs), the whitened model once more with loader
-kwargs (``fit_corpus="inputs"``: an MTEB experiment folder), plus the raw model on MTEB's own
+kwargs (``fit_corpus="per-call"``: an MTEB experiment folder), plus the raw model on MTEB's own
 ``MockSTSTask`` (a result without flow-plugin's extra keys), once.
 """
 
@@ -44,7 +44,7 @@ def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, mi
     sts = tmp_path_factory.mktemp("sts-results")
     evaluate_models([RAW, WHITEN], senteval_dir, [TASK], sts)
     experiment = tmp_path_factory.mktemp("experiment-results")
-    evaluate_models([WHITEN], senteval_dir, [TASK], experiment, model_kwargs={"fit_corpus": "inputs"})
+    evaluate_models([WHITEN], senteval_dir, [TASK], experiment, model_kwargs={"fit_corpus": "per-call"})
     mock = tmp_path_factory.mktemp("mteb-own-results")
     mteb.evaluate(mteb.get_model(RAW), MockSTSTask(), cache=ResultCache(mock), co2_tracker=False)
     return {"sts": sts, "experiment": experiment, "mock": mock}
@@ -196,10 +196,10 @@ def test_experiment_run_gets_its_own_row_with_its_hardware(result_dirs: dict[str
     raw = row(board, RAW)
     whiten, experiment = (r for r in board["rows"] if r["model"] == WHITEN)  # default run first
     (path,) = (result_dirs["experiment"] / "results" / WHITEN.replace("/", "__")).glob(f"*/experiments/*/{TASK}.json")
-    assert whiten["experiment"] is None and experiment["experiment"] == path.parent.name == "fit_corpus_inputs"
-    assert experiment["id"] == f"{WHITEN}@{whiten['revision']} [fit_corpus_inputs]"
-    assert experiment["experiment_kwargs"] == {"fit_corpus": "inputs"}
-    assert (experiment["calibrator"], experiment["fit_corpus"]) == ("whiten", "inputs")
+    assert whiten["experiment"] is None and experiment["experiment"] == path.parent.name == "fit_corpus_per-call"
+    assert experiment["id"] == f"{WHITEN}@{whiten['revision']} [fit_corpus_per-call]"
+    assert experiment["experiment_kwargs"] == {"fit_corpus": "per-call"}
+    assert (experiment["calibrator"], experiment["fit_corpus"]) == ("whiten", "per-call")
     assert experiment["baseline"] == whiten["baseline"] == raw["id"]  # the fit corpus is not part of the baseline
     entry = experiment["scores"][TASK]
     data = json.loads(path.read_text())

@@ -112,16 +112,17 @@ def test_mteb_evaluate_on_mtebs_mock_sts_task(minilm_path: Path, tmp_path: Path)
     clear_shared_encoders()  # an earlier test may have loaded the shared MiniLM backbone
     model = mteb.get_model("flow_plugin/minilm-l6-sn")
     assert isinstance(model, FlowPluginModel) and not model.encoder.backbone.is_loaded  # weights load lazily
-    with pytest.raises(TaskCorpusError, match="not in MTEB's registry: call model.prepare_task"):
-        mteb.evaluate(model, task, cache=None, co2_tracker=False)
-    model.prepare_task(task)
+    # a task object outside MTEB's registry: the model finds the task being evaluated, no prepare_task needed
     result = mteb.evaluate(model, task, cache=ResultCache(tmp_path), co2_tracker=False)
     scores = result.task_results[0].scores["test"][0]
     assert scores["main_score"] == scores["cosine_spearman"] == pytest.approx(1.0)  # 2 pairs, right order
     assert [record["n_sentences"] for record in model.fit_log] == [4]  # both sentence columns of the split
-    inputs_model = mteb.get_model("flow_plugin/minilm-l6-sn", fit_corpus="inputs")
-    mteb.evaluate(inputs_model, MockSTSTask(), cache=None, co2_tracker=False)
-    assert [record["n_sentences"] for record in inputs_model.fit_log] == [2, 2]  # sentence1, then sentence2
+    with pytest.warns(UserWarning, match="different spaces"):
+        per_call = mteb.get_model("flow_plugin/minilm-l6-sn", fit_corpus="per-call")
+    mteb.evaluate(per_call, MockSTSTask(), cache=None, co2_tracker=False)
+    assert [record["n_sentences"] for record in per_call.fit_log] == [2, 2]  # sentence1, then sentence2
+    with pytest.raises(InputError, match="fit_corpus='inputs' is now named 'per-call'"):
+        mteb.get_model("flow_plugin/minilm-l6-sn", fit_corpus="inputs")
 
 
 def test_target_corpus_is_per_subset_on_a_multilingual_task(minilm_path: Path) -> None:
@@ -186,7 +187,7 @@ def test_fit_on_an_external_sentence_file(tmp_path: Path, minilm_path: Path) -> 
     model = FlowPluginModel("flow_plugin/minilm-l6-sn", fit_corpus=corpus)
     first = model.calibrator_for("AnyTask", "default", ["x"])
     assert model.calibrator_for("OtherTask", "default", ["y"]) is first  # one fit for every task
-    assert model.fit_log[0]["n_sentences"] == 4 and model.fit_log[0]["source"] == f"file {corpus}"
+    assert model.fit_log[0]["n_sentences"] == 4 and model.fit_log[0]["source"] == f"file {corpus}, all 4 sentences"
     blank = tmp_path / "blank.txt"
     blank.write_text("one\n\nthree\n", encoding="utf-8")
     with pytest.raises(DataFolderError, match="blank line"):
@@ -198,14 +199,13 @@ def test_fit_on_an_external_sentence_file(tmp_path: Path, minilm_path: Path) -> 
 def test_fit_is_logged(minilm_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from mteb.mocks.mock_tasks.sts import MockSTSTask
 
-    model = mteb.get_model("flow_plugin/minilm-l6-whiten", fit_corpus="inputs")
-    with caplog.at_level(logging.INFO, logger="flow_plugin.integrations.mteb.model"):
-        with pytest.raises(InputError, match="Whitening needs at least 385 samples"):
-            mteb.evaluate(model, MockSTSTask(), cache=None, co2_tracker=False)
-    model = mteb.get_model("flow_plugin/minilm-l6-natsv", fit_corpus="inputs", calibrator_params={"n_components": 1})
+    with pytest.warns(UserWarning, match="different spaces"):
+        model = mteb.get_model("flow_plugin/minilm-l6-natsv", fit_corpus="per-call",
+                               calibrator_params={"n_components": 1})
     with caplog.at_level(logging.INFO, logger="flow_plugin.integrations.mteb.model"):
         mteb.evaluate(model, MockSTSTask(), cache=None, co2_tracker=False)
-    assert "fitted natsv for MockSTSTask/default on 2 sentences (2 unique) from inputs" in caplog.text
+    assert "fitted natsv for MockSTSTask/default on 2 sentences (2 unique)" in caplog.text
+    assert "from per-call: the sentences of this encode() call" in caplog.text
 
 
 # ------------------------------------------------------------------ offline tasks

@@ -106,6 +106,23 @@ class Calibrator(TransformerMixin, BaseEstimator):
         """Fewest rows ``fit`` accepts for ``n_features`` dimensions."""
         return 1
 
+    def for_sample_size(self: CalibratorT, n_distinct: int, n_features: int) -> tuple[CalibratorT, str | None]:
+        """The small-sample rule: this calibrator, or a copy adapted to a fit corpus of only
+        ``n_distinct`` distinct samples, and the reason for the change (``None``: unchanged).
+
+        Calibrators whose size outgrows a small corpus shrink to what it supports instead of
+        failing or degenerating: whitening falls back to Ledoit-Wolf shrinkage when it has no more
+        distinct samples than directions, NATSV nulls at most half of the directions the samples
+        span. Every other calibrator is unchanged (fewer than 2 distinct samples stay an error).
+
+        >>> from flow_plugin.calibration import make_calibrator
+        >>> make_calibrator("whiten").for_sample_size(10, 384)
+        (Whitening(n_components=None, shrinkage='auto'), 'whitening 384 directions needs more than 384 distinct sentences, got 10: Ledoit-Wolf shrinkage (shrinkage=auto) instead')
+        >>> make_calibrator("sn").for_sample_size(10, 384)
+        (StandardNormalization(), None)
+        """
+        return self, None
+
     @property
     def is_fitted(self) -> bool:
         return hasattr(self, "n_features_in_")

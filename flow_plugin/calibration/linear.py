@@ -109,6 +109,19 @@ class StandardNormalization(Calibrator):
         self.mean_, self.scale_ = state["mean"], state["scale"]
 
 
+def _natsv_for_sample_size(calibrator: Calibrator, n_distinct: int) -> tuple[Calibrator, str | None]:
+    """NATSV and SN+NATSV on few samples: ``n`` distinct rows span at most ``n - 1`` directions;
+    nulling more than half of them would leave (almost) nothing to compare, so k shrinks to
+    ``(n - 1) // 2``."""
+    limit = max(0, (n_distinct - 1) // 2)
+    if calibrator.n_components <= limit:  # type: ignore[attr-defined]
+        return calibrator, None
+    adapted = calibrator.clone().set_params(n_components=limit)
+    return adapted, (f"nulling {calibrator.n_components} directions of the at most {max(n_distinct - 1, 0)} that "  # type: ignore[attr-defined]
+                     f"{n_distinct} distinct sentences span would leave too little: n_components={limit} "
+                     "(at most half of them)")
+
+
 class NATSV(Calibrator):
     """Remove the mean and the ``n_components`` top principal directions.
 
@@ -130,6 +143,9 @@ class NATSV(Calibrator):
 
     def min_samples(self, n_features: int) -> int:
         return self.n_components + 1  # k directions of a centred matrix need k + 1 rows
+
+    def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[NATSV, str | None]:
+        return _natsv_for_sample_size(self, n_distinct)  # type: ignore[return-value]
 
     def _fit(self, X: np.ndarray) -> None:
         X64 = X.astype(np.float64)
@@ -169,6 +185,9 @@ class StandardNormalizationNATSV(Calibrator):
 
     def min_samples(self, n_features: int) -> int:
         return max(2, self.n_components + 1)
+
+    def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[StandardNormalizationNATSV, str | None]:
+        return _natsv_for_sample_size(self, n_distinct)  # type: ignore[return-value]
 
     def _pipeline(self) -> Pipeline:
         return Pipeline([("sn", StandardNormalization()), ("natsv", NATSV(self.n_components))])
@@ -248,12 +267,21 @@ class Whitening(Calibrator):
         kept = n_features if self.n_components is None else self.n_components
         return kept + 1  # a centred n-row matrix has rank <= n - 1
 
+    def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[Whitening, str | None]:
+        kept = n_features if self.n_components is None else int(self.n_components)
+        if self.shrinkage != 0 or n_distinct > kept:
+            return self, None
+        return self.clone().set_params(shrinkage="auto"), (
+            f"whitening {kept} directions needs more than {kept} distinct sentences, got {n_distinct}: "
+            "Ledoit-Wolf shrinkage (shrinkage=auto) instead")
+
     def _spectrum(self, X64: np.ndarray, kept: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean, eigenvalues in decreasing order, eigenvectors as columns) of the covariance used."""
         if self.shrinkage == 0:
             pca = PCA(n_components=kept, svd_solver="covariance_eigh").fit(X64)
             return pca.mean_, pca.explained_variance_, pca.components_.T
-        estimator = LedoitWolf() if self.shrinkage == "auto" else ShrunkCovariance(shrinkage=float(self.shrinkage))
+        estimator = (LedoitWolf(store_precision=False) if self.shrinkage == "auto"
+                     else ShrunkCovariance(store_precision=False, shrinkage=float(self.shrinkage)))
         estimator.fit(X64)
         eigenvalues, eigenvectors = np.linalg.eigh(estimator.covariance_)
         order = np.argsort(eigenvalues)[::-1][:kept]

@@ -55,8 +55,20 @@ class FitRecord:
     fit_seconds: float
     fit_log_likelihood: float | None = None
     fit_bits_per_dim: float | None = None
+    #: distinct embeddings the fit saw (the small-sample rule's n)
+    n_distinct_embeddings: int | None = None
+    #: why the calibrator was changed for a small corpus (see ``Calibrator.for_sample_size``), or None
+    adapted: str | None = None
+    #: the corpus a sample was drawn from (:meth:`flow_plugin.data.sampling.CorpusSample.as_dict`), or None
+    sampling: dict[str, Any] | None = None
     #: where the fit belongs (task, subset, fit-corpus policy, ...), set by the caller
     context: dict[str, Any] = field(default_factory=dict)
+    #: the calls this fit served, in order (split, subset, side ...), added by the caller with :meth:`served_call`
+    served: list[dict[str, Any]] = field(default_factory=list)
+
+    def served_call(self, **where: Any) -> None:
+        """Note one use of the fitted calibrator (e.g. ``split="test", prompt_type="query", n_inputs=2``)."""
+        self.served.append(where)
 
     def as_dict(self) -> dict[str, Any]:
         """The record as flat JSON-ready data: the context's keys (task, ...) sit beside the others."""
@@ -64,14 +76,21 @@ class FitRecord:
         for key in ("fit_log_likelihood", "fit_bits_per_dim"):  # only density models (the flow) have them
             if data[key] is None:
                 del data[key]
+        data["calls"] = len(self.served)
         return {**data.pop("context"), **data}
 
     def summary(self) -> str:
         """One line for logs and command lines."""
         where = "/".join(str(self.context[key]) for key in ("task", "hf_subset", "corpus") if self.context.get(key))
         likelihood = "" if self.fit_log_likelihood is None else f", log-likelihood {self.fit_log_likelihood:.2f}"
+        sampled = ""
+        if self.sampling and self.sampling.get("sampled"):
+            sampled = (f" (sampled from {self.sampling['corpus_sentences']}, cap {self.sampling['max_fit_sentences']}, "
+                       f"seed {self.sampling['seed']})")
+        adapted = f"; {self.adapted}" if self.adapted else ""
         return (f"{self.model}: fitted {self.calibrator}{' for ' + where if where else ''} on {self.n_sentences} "
-                f"sentences ({self.n_unique_sentences} unique) from {self.source} in {self.fit_seconds:.2f}s{likelihood}")
+                f"sentences ({self.n_unique_sentences} unique){sampled} from {self.source} in "
+                f"{self.fit_seconds:.2f}s{likelihood}{adapted}")
 
 
 def canonical_order(sentences: list[str]) -> list[str]:
@@ -89,6 +108,19 @@ def canonical_order(sentences: list[str]) -> list[str]:
 DUPLICATE_POLICIES = ("keep", "unique")
 
 
+def distinct_rows(embeddings: np.ndarray, n_unique_texts: int) -> int:
+    """How many distinct rows ``embeddings`` has. Exact when it can matter to the small-sample
+    rule (at most 2 d + 2 distinct texts: two texts may share an embedding, e.g. after
+    truncation); otherwise the distinct texts are counted.
+
+    >>> distinct_rows(np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 1.0]], dtype=np.float32), 3)
+    2
+    """
+    if n_unique_texts > 2 * embeddings.shape[1] + 2:
+        return n_unique_texts
+    return int(np.unique(embeddings, axis=0).shape[0])
+
+
 def fit_calibrator(
     encoder: SentenceEncoder,
     template: Calibrator,
@@ -98,9 +130,11 @@ def fit_calibrator(
     source: str,
     duplicates: str = "keep",
     context: dict[str, Any] | None = None,
+    sampling: dict[str, Any] | None = None,
 ) -> tuple[Calibrator, FitRecord]:
     """Encode ``sentences`` in canonical order and fit a clone of ``template`` on them (every
-    occurrence, or each distinct sentence once: ``duplicates``)."""
+    occurrence, or each distinct sentence once: ``duplicates``), adapted by the small-sample rule
+    (``Calibrator.for_sample_size``) when the corpus is small."""
     if duplicates not in DUPLICATE_POLICIES:
         raise InputError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
     if not sentences:
@@ -110,7 +144,9 @@ def fit_calibrator(
     start = time.perf_counter()
     embeddings = encoder.encode(ordered)
     encoded = time.perf_counter()
-    calibrator = template.clone().fit(embeddings)
+    distinct = distinct_rows(embeddings, n_unique)
+    calibrator, adapted = template.clone().for_sample_size(distinct, embeddings.shape[1])
+    calibrator.fit(embeddings)
     fitted = time.perf_counter()
     record = FitRecord(
         model=model,
@@ -122,6 +158,9 @@ def fit_calibrator(
         duplicates=duplicates,
         encode_seconds=round(encoded - start, 3),
         fit_seconds=round(fitted - encoded, 3),
+        n_distinct_embeddings=distinct,
+        adapted=adapted,
+        sampling=sampling,
         context=dict(context or {}),
     )
     if hasattr(calibrator, "fit_log_likelihood_"):

@@ -97,6 +97,8 @@ class BackboneFile(BaseModel):
     max_seq_length: int = Field(ge=2)
     embedding_dim: int = Field(ge=1)
     n_parameters: int = Field(ge=1)
+    #: the input embedding matrix (vocabulary x width), MTEB's ``n_embedding_parameters``
+    n_embedding_parameters: int | None = Field(default=None, ge=1)
     license: str
     release_date: str
     reference: str
@@ -204,6 +206,8 @@ class BackboneSpec:
     local_weights: LocalWeights | None = None
     #: per-method hyper-parameters, e.g. {"whiten": {"n_components": 256}}
     calibrator_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: vocabulary x width of the input embeddings (MTEB's ``n_embedding_parameters``), when known
+    n_embedding_parameters: int | None = None
 
     def model_name(self, calibrator: str = "raw") -> str:
         return f"{NAMESPACE}/{self.name}{variant_suffixes()[calibrator]}"
@@ -376,6 +380,7 @@ def parse_backbone_file(path: Path) -> BackboneSpec:
         citation=parsed.citation,
         local_weights=LocalWeights(local.kind, tuple(local.packages), local.folder, local.install) if local else None,
         calibrator_params={method: dict(params) for method, params in parsed.calibrators.items()},
+        n_embedding_parameters=parsed.n_embedding_parameters,
     )
 
 

@@ -219,10 +219,11 @@ def run_bench(
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(VARIANT_SUFFIXES)}")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise RegistryError(f"seeds must be a positive int, got {seeds!r}")
-    if fit_corpus not in ("target", "inputs"):
-        from flow_plugin.data.fit_corpus import FitCorpus
+    from flow_plugin.data.fit_corpus import FitCorpus
 
-        fit_corpus = str(FitCorpus.parse(fit_corpus).path.resolve())  # a clear error for a missing file, now
+    parsed = FitCorpus.parse(fit_corpus)  # a clear error for a missing file or an old name, now
+    if parsed.kind == "file":
+        fit_corpus = str(parsed.path.resolve())  # a clear error for a missing file, now
     task_names = list(tasks) if tasks else list(OFFLINE_TASKS)
     unknown = [task for task in task_names if task not in OFFLINE_TASKS]
     if unknown:
@@ -338,7 +339,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         "(1234) and the next N-1; the leaderboard shows their mean ± standard deviation")
     parser.add_argument("--fit-corpus", default="target",
                         help="what the calibrators are fitted on: 'target' (each task's own sentences, the default), "
-                        "'inputs', or a text file with one sentence per line (e.g. NLI sentences: the paper's "
+                        "'per-call' (each encode() call on its own; warns), or a text file with one sentence per line (e.g. NLI sentences: the paper's "
                         "'flow (NLI)')")
     parser.add_argument("--fit-duplicates", default="keep", choices=("keep", "unique"),
                         help="fit on every occurrence of a sentence (keep, the official code's way) or on each "

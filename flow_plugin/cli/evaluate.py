@@ -29,7 +29,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-folder", type=Path, default=Path("results"),
                         help="MTEB result folder (default: results)")
     parser.add_argument("--fit-corpus", default="target",
-                        help="'target' (default), 'inputs', or a text file with one sentence per line")
+                        help="'target' (default), 'per-call', or a text file with one sentence per line")
     add_encoder_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="recompute results that already exist")
 

@@ -1,12 +1,23 @@
 """Which unlabeled sentences a calibrator is fitted on.
 
-Three policies, matching the paper's settings:
+Three policies:
 
-- ``"target"`` (default): the sentences of every split of the evaluated task's dataset,
-  never its labels (the paper's "target" setting, section 4: "flow (target)");
+- ``"target"`` (default): the text of every split of the evaluated task, never its labels
+  (the paper's "target" setting, section 4: "flow (target)"), fitted once per (task, subset)
+  and shared by every call of it (both sides of every pair, queries and documents, train
+  and test);
 - a path to a text file, one sentence per line: an external corpus fitted once and used
   for every task, such as NLI sentences (the paper's "flow (NLI)");
-- ``"inputs"``: exactly the sentences of the ``encode`` call being served.
+- ``"per-call"``: exactly the sentences of each ``encode`` call, a fresh fit per call, so
+  the two sides of a pair land in different spaces: only to reproduce that ablation (it
+  warns). It was called ``"inputs"``; that name is an error pointing here.
+
+>>> FitCorpus.parse("per-call").describe()
+'per-call'
+>>> FitCorpus.parse("inputs")
+Traceback (most recent call last):
+...
+flow_plugin.errors.InputError: fit_corpus='inputs' is now named 'per-call': it fits a new calibrator for every encode() call, so the two sides of a pair land in different spaces; the default 'target' fits once per (task, subset) on all of its text
 """
 
 from __future__ import annotations
@@ -18,24 +29,32 @@ from pathlib import Path
 from flow_plugin.errors import DataFolderError, InputError
 
 TARGET = "target"
-INPUTS = "inputs"
+PER_CALL = "per-call"
+#: the old name of "per-call", refused with a pointer to it
+_RENAMED = {"inputs": PER_CALL}
 
 
 @dataclass(frozen=True)
 class FitCorpus:
-    kind: str  # "target" | "inputs" | "file"
+    kind: str  # "target" | "per-call" | "file"
     path: Path | None = None
 
     @classmethod
     def parse(cls, value: str | os.PathLike[str] | FitCorpus) -> FitCorpus:
         if isinstance(value, FitCorpus):
             return value
-        if isinstance(value, str) and value in (TARGET, INPUTS):
+        if isinstance(value, str) and value in (TARGET, PER_CALL):
             return cls(value)
+        if isinstance(value, str) and value in _RENAMED:
+            raise InputError(
+                f"fit_corpus={value!r} is now named {_RENAMED[value]!r}: it fits a new calibrator for every encode() "
+                "call, so the two sides of a pair land in different spaces; the default 'target' fits once per "
+                "(task, subset) on all of its text"
+            )
         path = Path(value).expanduser()
         if not path.is_file():
             raise InputError(
-                f"fit_corpus must be 'target', 'inputs' or a text file of sentences; {str(value)!r} is neither "
+                f"fit_corpus must be 'target', 'per-call' or a text file of sentences; {str(value)!r} is neither "
                 "a known policy nor an existing file"
             )
         return cls("file", path)

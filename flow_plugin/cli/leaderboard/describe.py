@@ -90,8 +90,8 @@ def _describe_flow_plugin_model(model: str, kwargs: dict[str, Any], overrides: d
 def _fit_corpus(kwargs: dict[str, Any]) -> str:
     """What a flow-plugin model was fitted on: the policy, and "unique sentences" when duplicates were dropped.
 
-    >>> _fit_corpus({}), _fit_corpus({"fit_corpus": "inputs", "fit_duplicates": "unique"})
-    ('target', 'inputs, unique sentences')
+    >>> _fit_corpus({}), _fit_corpus({"fit_corpus": "per-call", "fit_duplicates": "unique"})
+    ('target', 'per-call, unique sentences')
     """
     corpus = str(kwargs.get("fit_corpus", "target"))
     return corpus + (", unique sentences" if kwargs.get("fit_duplicates") == "unique" else "")

@@ -7,7 +7,8 @@ A folder is an MTEB output folder (``<dir>/results/<model>/<revision>/...``) or 
 leaderboard needs (the file's task, one evaluated split, main scores in [-1, 1]), converts
 to points, and adds what MTEB does not keep in the result: flow-plugin's "wmean" protocol
 field, the library versions of ``run_settings.jsonl`` and the hardware of
-``flow-plugin-runs.jsonl``. Every error names the file.
+``flow-plugin-runs.jsonl`` and what each calibrator was fitted on (the fit records written
+next to the result, :mod:`flow_plugin.integrations.mteb.fit_records`). Every error names the file.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from flow_plugin._io import read_json_lines
 from flow_plugin.cli.leaderboard.schema import is_number, to_points
 from flow_plugin.errors import DataFolderError
+from flow_plugin.integrations.mteb.fit_records import fits_of_result, summarize_fit
 from flow_plugin.integrations.mteb.results import (
     RESULTS_FOLDER,
     RUNS_FILE,
@@ -103,6 +105,8 @@ def read_score(result_file: ResultFile, hardware: dict[tuple[Any, ...], dict[str
     key = run_key(identity.model, identity.revision, identity.experiment, result_file.task,
                   result.date.timestamp() if result.date is not None else None)
     entry["hardware"] = (hardware or {}).get(key)
+    fits = fits_of_result(path)
+    entry["fits"] = None if fits is None else [summarize_fit(record) for record in fits]
     return entry
 
 

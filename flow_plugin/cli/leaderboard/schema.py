@@ -55,9 +55,10 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
       "calibrator_params": {..}, hyper-parameters beyond the calibrator's defaults
       "pooling": str | null,     e.g. "last-avg", "first-last-avg" (null when unknown)
       "max_seq_length": int | null,
-      "fit_corpus": str | null,  sentences the calibrator was fitted on: "target" (all
-                                 splits of the evaluated task, no labels), "inputs", or
-                                 "file <path>"; null for raw / models outside flow-plugin
+      "fit_corpus": str | null,  sentences the calibrator was fitted on: "target" (the text
+                                 MTEB encodes for the task, all splits, no labels; see
+                                 "fits" per task), "per-call", or "file <path>"; null for
+                                 raw / models outside flow-plugin
       "metadata_source": str,    "registry" (flow-plugin registry when the leaderboard was
                                  built) or "model_meta" (the result folder's model_meta.json)
       "scores": {                one entry per task the row has
@@ -82,6 +83,13 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
                                  torch_threads, device, gpu, cuda, precision, platform,
                                  python; recorded by `flow-plugin bench`
                                  (flow-plugin-runs.jsonl), null when not recorded
+          "fits": [{..}] | null  what each calibrator serving the task was fitted on, from
+                                 flow-plugin-fits/<Task>.fits.json next to the result: hf_subset,
+                                 calibrator, fit_corpus, source, n_sentences,
+                                 n_unique_sentences, sampled, corpus_sentences,
+                                 max_fit_sentences, seed, adapted (small-sample rule),
+                                 fit_seconds, fit_log_likelihood (flow), calls; null when
+                                 none were written (raw models, models outside flow-plugin)
         }
       },
       "n_tasks": int,            tasks with a score in this row

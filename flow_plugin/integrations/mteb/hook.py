@@ -9,8 +9,9 @@ modules finish executing, the finder's callbacks add:
 
 - a ``ModelMeta`` for every registry model name (``mteb.get_model_meta`` /
   ``mteb.get_model`` / ``mteb run -m flow_plugin/...``);
-- the offline SentEval-format STS tasks to ``_TASKS_REGISTRY`` (found by name with
-  ``mteb run -t``), and to the full task list when ``FLOW_PLUGIN_SENTEVAL_DATA`` is set.
+- the offline SentEval-format STS tasks and the offline GLUE QNLI retrieval task to
+  ``_TASKS_REGISTRY`` (found by name with ``mteb run -t``), and to the full task list when
+  their data is configured (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``).
 
 Turn the hook off with ``FLOW_PLUGIN_DISABLE_MTEB_HOOK=1``; :func:`register` does the
 same work by hand (e.g. after ``import mteb`` in a process started with the hook off).
@@ -52,17 +53,21 @@ def register_models(module: object = None) -> list[str]:
 
 
 def register_tasks(module: object = None) -> list[str]:
-    """Add the offline STS tasks to MTEB's task registry; return their names."""
+    """Add the offline STS and retrieval tasks to MTEB's task registry; return their names."""
     module = module or sys.modules.get(TASKS_MODULE) or __import__(TASKS_MODULE, fromlist=["_TASKS_REGISTRY"])
+    from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
     from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
 
-    for cls in TASK_CLASSES:
+    classes = (*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES)
+    for cls in classes:
         module._TASKS_REGISTRY[cls.metadata.name] = cls
-    if os.environ.get(DATA_ENV):
+    listed = (TASK_CLASSES if os.environ.get(DATA_ENV) else ()) + (
+        RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ())
+    if listed:
         known = set(module.TASK_LIST)
-        module.TASK_LIST = tuple(module.TASK_LIST) + tuple(cls for cls in TASK_CLASSES if cls not in known)
+        module.TASK_LIST = tuple(module.TASK_LIST) + tuple(cls for cls in listed if cls not in known)
     _registered.add(TASKS_MODULE)
-    return [cls.metadata.name for cls in TASK_CLASSES]
+    return [cls.metadata.name for cls in classes]
 
 
 def register() -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from mteb.models.model_meta import ModelMeta, ScoringFunction
@@ -28,6 +29,30 @@ def load_model(model_name: str, revision: str | None = None, **kwargs: Any) -> A
     return FlowPluginModel(model_name, revision, **kwargs)
 
 
+#: the official BERT-flow code (TensorFlow): the flow's training code
+BERT_FLOW_CODE = "https://github.com/bohanli/BERT-flow"
+MODELS_MODULE = "mteb.models.model_implementations"
+
+
+def mteb_entry(hub_id: str) -> ModelMeta | None:
+    """MTEB's own ``ModelMeta`` of a backbone (e.g. ``sentence-transformers/all-MiniLM-L6-v2``),
+    or ``None`` where MTEB has none. Reads the registry MTEB has built (never imports it: this
+    runs while MTEB builds it)."""
+    module = sys.modules.get(MODELS_MODULE)
+    registry = getattr(module, "MODEL_REGISTRY", None) or {}
+    entry = registry.get(hub_id)
+    return entry if isinstance(entry, ModelMeta) and not entry.name.startswith("flow_plugin/") else None
+
+
+def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[str]:
+    """The backbone's MTEB training data: MTEB's own entry's (a sentence-transformers model
+    trained on MS MARCO, NQ, ... is not zero-shot there), else none: a pre-trained encoder
+    (BERT, RoBERTa) saw no MTEB task's labels. Calibrators use no labels."""
+    if entry is not None and entry.training_datasets is not None:
+        return entry.training_datasets
+    return set()
+
+
 def _embed_dim(variant: ModelVariant) -> int:
     from flow_plugin.calibration import make_calibrator
 
@@ -36,6 +61,8 @@ def _embed_dim(variant: ModelVariant) -> int:
 
 def model_meta(variant: ModelVariant) -> ModelMeta:
     spec: BackboneSpec = variant.backbone
+    entry = mteb_entry(spec.hub_id)
+    embedding_parameters = spec.n_embedding_parameters or (entry.n_embedding_parameters if entry else None)
     return ModelMeta(
         loader=load_model,
         loader_kwargs={},
@@ -45,18 +72,20 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
         languages=list(spec.languages),
         n_parameters=spec.n_parameters,
         memory_usage_mb=round(spec.n_parameters * 4 / 2**20, 1),
+        n_embedding_parameters=embedding_parameters,
         max_tokens=spec.max_seq_length,
         embed_dim=_embed_dim(variant),
         license=spec.license,
         open_weights=True,
-        public_training_code=None,
+        public_training_code=BERT_FLOW_CODE if variant.calibrator == "flow" else (
+            entry.public_training_code if entry else None),
         public_training_data=None,
         framework=["PyTorch"],
         reference=spec.reference,
         similarity_fn_name=ScoringFunction.COSINE,
         use_instructions=False,
-        training_datasets=None,
-        adapted_from=spec.hub_id,
+        training_datasets=_training_datasets(entry),
+        adapted_from=entry.name if entry is not None else spec.hub_id,
         citation=BERT_FLOW_CITATION if variant.calibrator == "flow" else None,
     )
 

@@ -1,10 +1,18 @@
 """The MTEB adapter: a thin ``AbsEncoder`` over the cached backbone and a calibrator.
 
-MTEB has no fit hook and calls ``encode()`` once for sentence1 and once for sentence2
-of each split. So the first ``encode()`` of a (task, subset) gathers that task's unlabeled
-sentences, fits a fresh calibrator on them, and every later call of the same (task,
-subset) reuses that fit. Which sentences are used is the ``fit_corpus`` policy (see
-:mod:`flow_plugin.data.fit_corpus`); the log says which one and how many sentences it saw.
+MTEB has no fit hook: it calls ``encode()`` once per split and side (sentence1 and sentence2,
+queries and documents, train and test) of each subset. So the first ``encode()`` of a (task,
+subset) gathers that task's text (:mod:`.corpus`, found through :mod:`.lookup`), fits a fresh
+calibrator on it, and every later call of the same (task, subset) reuses that one fit: both
+sides of every comparison share one space. Which sentences are used is the ``fit_corpus``
+policy (:mod:`flow_plugin.data.fit_corpus`); a corpus larger than ``max_fit_sentences`` is
+sampled (:mod:`flow_plugin.data.sampling`), and a small one adapts the calibrator
+(``Calibrator.for_sample_size``).
+
+Every fit leaves a record (``model.fit_log``; :class:`flow_plugin.catalog.fitting.FitRecord`)
+that lists the calls it served; a one-line summary is logged at INFO, or printed to stderr
+where INFO is not shown (``mteb run`` shows only MTEB's own logger), and the records are written
+next to MTEB's result file (:mod:`.fit_records`).
 """
 
 from __future__ import annotations
@@ -12,8 +20,12 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import sys
 import threading
+import warnings
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,48 +33,34 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
-from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, fit_calibrator
+from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, FitRecord, fit_calibrator
+from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
+from flow_plugin.data.sampling import (
+    DEFAULT_FIT_SEED,
+    DEFAULT_MAX_FIT_SENTENCES,
+    CorpusPart,
+    check_cap,
+    sample_corpus,
+)
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError
-from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
-from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
+from flow_plugin.integrations.mteb.fit_records import write_fits
+from flow_plugin.integrations.mteb.lookup import result_destination, running_task
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["FlowPluginModel", "TaskCorpusError", "load_model"]
 
-class TaskCorpusError(FlowPluginError, LookupError):
-    """The unlabeled sentences of a task cannot be gathered for the "target" fit."""
+#: every loader argument besides the encoder options
+_MODEL_ARGUMENTS = ("fit_corpus", "fit_duplicates", "max_fit_sentences", "fit_seed", "calibrator_params", "embed_dim")
 
 
-def task_unlabeled_sentences(task: Any, hf_subset: str) -> list[str]:
-    """Every text of every split of ``task``'s dataset for ``hf_subset`` (labels excluded).
-
-    Uses the task's own ``fit_corpus_sentences`` when it has one (our offline tasks);
-    otherwise reads the text columns the task declares (``_get_content_columns``) from each
-    split of its loaded dataset.
-    """
-    if hasattr(task, "fit_corpus_sentences"):
-        return list(task.fit_corpus_sentences(hf_subset))
-    if not task.data_loaded:
-        task.load_data()
-    dataset = task.dataset
-    if task.metadata.is_multilingual or (isinstance(dataset, dict) and hf_subset in dataset and hf_subset != "default"):
-        dataset = dataset[hf_subset]
-    elif isinstance(dataset, dict) and "default" in dataset and hasattr(dataset["default"], "keys"):
-        dataset = dataset["default"]
-    columns = [name for name, modality in task._get_content_columns().items() if modality == "text"]
-    if not columns:
-        raise TaskCorpusError(f"task {task.metadata.name} declares no text columns to fit a calibrator on")
-    sentences: list[str] = []
-    for split_name, split in dataset.items():
-        present = [column for column in columns if column in getattr(split, "column_names", ())]
-        if not present:
-            raise TaskCorpusError(
-                f"task {task.metadata.name}, split {split_name}: none of the text columns {columns} is in the data"
-            )
-        for column in present:
-            sentences.extend(split[column])
-    return sentences
+@dataclass
+class _Fit:
+    calibrator: Calibrator
+    record: FitRecord
 
 
 class FlowPluginModel(AbsEncoder):
@@ -73,7 +71,12 @@ class FlowPluginModel(AbsEncoder):
     model_name:
         A registry model name such as ``flow_plugin/bert-base-flow``.
     fit_corpus:
-        ``"target"`` (default), ``"inputs"``, or a path to a text file with one sentence per line.
+        ``"target"`` (default), ``"per-call"``, or a path to a text file with one sentence per line.
+    max_fit_sentences:
+        Most sentences a fit uses (default 100,000): a larger corpus is fitted on that many
+        distinct sentences drawn at random (seeded, see :mod:`flow_plugin.data.sampling`).
+    fit_seed:
+        Seed of that sample (default 0).
     fit_duplicates:
         ``"keep"`` (default): fit on every occurrence of a sentence; ``"unique"``: on each once.
     calibrator_params:
@@ -92,6 +95,8 @@ class FlowPluginModel(AbsEncoder):
         revision: str | None = None,
         *,
         fit_corpus: str | os.PathLike[str] = "target",
+        max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
+        fit_seed: int = DEFAULT_FIT_SEED,
         fit_duplicates: str = "keep",
         calibrator_params: dict[str, Any] | None = None,
         embed_dim: int | None = None,
@@ -99,7 +104,7 @@ class FlowPluginModel(AbsEncoder):
     ) -> None:
         unknown = sorted(set(encoder_options) - set(EncoderOptions.names()))
         if unknown:
-            accepted = ["fit_corpus", "fit_duplicates", "calibrator_params", "embed_dim", *EncoderOptions.names()]
+            accepted = [*_MODEL_ARGUMENTS, *EncoderOptions.names()]
             hints = []
             for key in unknown:
                 close = difflib.get_close_matches(key, accepted, n=1)
@@ -114,6 +119,7 @@ class FlowPluginModel(AbsEncoder):
                 f"registry configuration), not {revision}: its registry file or flow-plugin changed since"
             )
         self.fit_corpus = FitCorpus.parse(fit_corpus)
+        self.max_fit_sentences, self.fit_seed = check_cap(max_fit_sentences, fit_seed)
         if fit_duplicates not in DUPLICATE_POLICIES:
             raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
         self.fit_duplicates = fit_duplicates
@@ -125,94 +131,185 @@ class FlowPluginModel(AbsEncoder):
         )
         if embed_dim is not None and embed_dim != self._expected_width():
             raise InputError(f"{model_name} gives {self._expected_width()}-dimensional embeddings, not {embed_dim}")
-        self._fitted: dict[tuple[str, ...], Calibrator] = {}
-        self._task_corpora: dict[tuple[str, str], list[str]] = {}
-        self._lock = threading.Lock()
-        #: one record per fit: what was fitted, on which corpus, how many sentences, how long
-        self.fit_log: list[dict[str, Any]] = []
+        from flow_plugin.integrations.mteb.meta import model_meta
+
+        self.mteb_model_meta = model_meta(self.variant)  # mteb.get_model replaces it with its own copy
+        self._fits: dict[tuple[str, ...], _Fit] = {}
+        self._records: list[FitRecord] = []
+        self._tasks: dict[str, Any] = {}  # task name -> task object given to prepare_task
+        self._lock = threading.RLock()
+        if self.fit_corpus.kind == "per-call" and not self._is_raw:
+            message = (f"{self.name}: fit_corpus='per-call' fits a new calibrator for every encode() call, so the two "
+                       "sides of a pair (sentence1/sentence2, queries/documents, train/test) land in different "
+                       "spaces; use the default 'target' for one fit per (task, subset)")
+            warnings.warn(message, UserWarning, stacklevel=2)
+            logger.warning("%s", message)
 
     def _expected_width(self) -> int:
         return self._calibrator_template.output_width(self.variant.backbone.embedding_dim)
 
     @property
+    def _is_raw(self) -> bool:
+        return isinstance(self._calibrator_template, Identity)
+
+    @property
     def name(self) -> str:
         return self.variant.name
+
+    @property
+    def fit_log(self) -> list[dict[str, Any]]:
+        """One record per fit (JSON-ready): what was fitted, on which corpus, how many (distinct)
+        sentences, sampling, adaptation, time, log-likelihood and the calls it served."""
+        with self._lock:
+            return [record.as_dict() for record in self._records]
 
     def __repr__(self) -> str:
         return f"FlowPluginModel({self.name!r}, fit_corpus={self.fit_corpus.describe()!r})"
 
-    # ----------------------------------------------------------------- fit corpora
-    def set_task_corpus(self, task_name: str, sentences: Iterable[str], hf_subset: str = "default") -> None:
-        """Give the "target" sentences of a task that MTEB's registry cannot load by name."""
-        self._task_corpora[(task_name, hf_subset)] = check_sentences(sentences, name="sentences")
-
-    def prepare_task(self, task: Any, hf_subsets: Iterable[str] | None = None) -> None:
-        """Read the unlabeled sentences of a task object (for tasks outside MTEB's registry)."""
-        for subset in hf_subsets or getattr(task, "hf_subsets", None) or ["default"]:
-            self.set_task_corpus(task.metadata.name, task_unlabeled_sentences(task, subset), subset)
-
-    def _target_sentences(self, task_name: str, hf_subset: str) -> tuple[list[str], str]:
-        if (task_name, hf_subset) in self._task_corpora:
-            return self._task_corpora[(task_name, hf_subset)], "sentences given with set_task_corpus/prepare_task"
+    # ----------------------------------------------------------------- finding the fit of a call
+    def _find_task(self, task_name: str, task_metadata: Any = None) -> Any:
+        """The task object of a (task, subset): the one being evaluated (call stack), one given to
+        :meth:`prepare_task`, an offline task loaded in this process, or MTEB's registry."""
+        if task_metadata is not None:
+            task = running_task(task_metadata)
+            if task is not None:
+                return task
+        if task_name in self._tasks:
+            return self._tasks[task_name]
         from flow_plugin.integrations.mteb.tasks import loaded_task
 
         offline = loaded_task(task_name)
         if offline is not None:
-            return offline.fit_corpus_sentences(hf_subset), f"all splits of {offline.resolved_data_dir()}"
+            return offline
         import mteb
 
         try:
-            task = mteb.get_task(task_name)
+            return mteb.get_task(task_name)
         except KeyError:
             raise TaskCorpusError(
-                f"fit_corpus='target' needs the unlabeled sentences of task {task_name!r}, which is not in MTEB's "
-                "registry: call model.prepare_task(task) before evaluating, or load the model with "
-                "fit_corpus='inputs' or fit_corpus=<sentence file>"
+                f"fit_corpus='target' needs the text of task {task_name!r}, which is neither being evaluated nor in "
+                "MTEB's registry: call model.prepare_task(task) first, or load the model with "
+                "fit_corpus=<sentence file>"
             ) from None
-        sentences = task_unlabeled_sentences(task, hf_subset)
-        splits = ", ".join(task.dataset.keys()) if hasattr(task, "dataset") and isinstance(task.dataset, dict) else "all"
-        return sentences, f"all splits of the task's dataset ({splits})"
 
-    def _fit_key(self, task_name: str, hf_subset: str) -> tuple[str, ...] | None:
-        """What a fit can be reused for; ``None`` when every call fits anew ("inputs")."""
-        if isinstance(self._calibrator_template, Identity):
-            return ("raw",)
-        if self.fit_corpus.kind == "file":
-            return ("file", str(self.fit_corpus.path))
-        if self.fit_corpus.kind == "inputs":
-            return None
-        return ("target", task_name, hf_subset)
-
-    def _fit_sentences(self, task_name: str, hf_subset: str, inputs: list[str]) -> tuple[list[str], str]:
-        """The sentences to fit on under the current policy, and where they come from."""
-        if isinstance(self._calibrator_template, Identity):
-            return inputs, "no fit needed (raw embeddings)"
-        if self.fit_corpus.kind == "file":
-            assert self.fit_corpus.path is not None
-            return read_sentence_file(self.fit_corpus.path), self.fit_corpus.describe()
-        if self.fit_corpus.kind == "inputs":
-            return inputs, "inputs: the sentences of this encode() call"
-        sentences, description = self._target_sentences(task_name, hf_subset)
-        return sentences, f"target: {description}"
-
-    def calibrator_for(self, task_name: str, hf_subset: str, inputs: list[str]) -> Calibrator:
-        """The fitted calibrator for this (task, subset), fitting it on first use."""
-        key = self._fit_key(task_name, hf_subset)
+    def _fit_for(self, task_name: str, hf_subset: str, inputs: list[str], task_metadata: Any = None,
+                 task: Any = None) -> tuple[_Fit, str]:
+        """(the fit serving this call, the subset it belongs to), fitting on first use."""
         with self._lock:
-            if key is not None and key in self._fitted:
-                return self._fitted[key]
-            sentences, description = self._fit_sentences(task_name, hf_subset, inputs)
-            if not sentences:
-                raise TaskCorpusError(f"no sentences to fit {self.name} for {task_name}/{hf_subset} ({description})")
-            context = {"task": task_name, "hf_subset": hf_subset, "fit_corpus": self.fit_corpus.describe()}
-            calibrator, record = fit_calibrator(self.encoder, self._calibrator_template, sentences, model=self.name,
-                                                source=description, duplicates=self.fit_duplicates, context=context)
-            self.fit_log.append(record.as_dict())
-            if key != ("raw",):
-                logger.info("%s", record.summary())
-            if key is not None:
-                self._fitted[key] = calibrator
-            return calibrator
+            if self.fit_corpus.kind == "per-call" and not self._is_raw:
+                part = CorpusPart("inputs", lambda: iter([inputs]))
+                return self._fit(task_name, hf_subset, [part], "per-call: the sentences of this encode() call"), hf_subset
+            if self.fit_corpus.kind == "file" and not self._is_raw:
+                path = self.fit_corpus.path
+                assert path is not None
+                key: tuple[str, ...] = ("file", str(path))
+                if key not in self._fits:
+                    part = CorpusPart(str(path), lambda: iter([read_sentence_file(path)]))
+                    self._fits[key] = self._fit(None, None, [part], self.fit_corpus.describe())
+                return self._fits[key], hf_subset
+            # "target" (and raw): one fit per (task, subset), found through the task object
+            if (task_name, hf_subset) in self._fits:
+                fit = self._fits[(task_name, hf_subset)]
+                return fit, str(fit.record.context["hf_subset"])
+            if self._is_raw:
+                task = task or (running_task(task_metadata) if task_metadata is not None else None)
+            else:
+                task = task or self._find_task(task_name, task_metadata)
+            subset = fit_subset(task, hf_subset) if task is not None else hf_subset
+            key = (task_name, subset)
+            if key not in self._fits:
+                if self._is_raw:
+                    self._fits[key] = self._no_fit(task_name, subset)
+                else:
+                    corpus = target_corpus(task, hf_subset)
+                    self._fits[key] = self._fit(task_name, subset, corpus.parts, corpus.describe(), corpus.task_type)
+            self._fits[(task_name, hf_subset)] = self._fits[key]  # e.g. a parallel task's language -> its one fit
+            return self._fits[key], subset
+
+    def _no_fit(self, task_name: str, subset: str) -> _Fit:
+        calibrator = self._calibrator_template.clone()
+        calibrator.n_features_in_ = self.variant.backbone.embedding_dim
+        calibrator.n_samples_fit_ = 0
+        record = FitRecord(model=self.name, calibrator="raw", params={}, source="none: raw embeddings need no fit",
+                           n_sentences=0, n_unique_sentences=0, duplicates=self.fit_duplicates, encode_seconds=0.0,
+                           fit_seconds=0.0,
+                           context={"task": task_name, "hf_subset": subset, "fit_corpus": None})
+        self._records.append(record)
+        return _Fit(calibrator, record)
+
+    def _fit(self, task_name: str | None, subset: str | None, parts: list[CorpusPart], source: str,
+             task_type: str | None = None) -> _Fit:
+        where = f"task {task_name}, subset {subset}" if task_name is not None else source
+        sample = sample_corpus(parts, cap=self.max_fit_sentences, seed=self.fit_seed)
+        if not sample.sentences:
+            raise TaskCorpusError(f"no sentences to fit {self.name} for {where} ({source})")
+        context = {"task": task_name, "hf_subset": subset, "fit_corpus": self.fit_corpus.describe()}
+        if task_type is not None:
+            context["task_type"] = task_type
+        try:
+            calibrator, record = fit_calibrator(self.encoder, self._calibrator_template, sample.sentences,
+                                                model=self.name, source=f"{source}, {sample.describe()}",
+                                                duplicates=self.fit_duplicates,
+                                                context=context, sampling=sample.as_dict())
+        except InputError as error:
+            raise InputError(f"{self.name}: cannot fit {self.variant.calibrator} for {where} ({sample.describe()}): "
+                             f"{error}; fit on more text with fit_corpus=<a text file, one sentence per line>") from None
+        self._records.append(record)
+        self._announce(record)
+        return _Fit(calibrator, record)
+
+    @staticmethod
+    def _announce(record: FitRecord) -> None:
+        """One line per fit: logged where INFO shows, else printed to stderr (``mteb run``)."""
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s", record.summary())
+        else:
+            print(f"flow-plugin: {record.summary()}", file=sys.stderr, flush=True)
+
+    # ----------------------------------------------------------------- public fitting API
+    def calibrator_for(self, task_name: str, hf_subset: str = "default", inputs: list[str] | None = None,
+                       *, task: Any = None) -> Calibrator:
+        """The fitted calibrator for this (task, subset), fitting it on first use (``inputs``:
+        the sentences of the call, what ``fit_corpus='per-call'`` fits on)."""
+        fit, _ = self._fit_for(task_name, hf_subset, check_sentences(inputs or []), task=task)
+        return fit.calibrator
+
+    def prepare_task(self, task: Any, hf_subsets: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Fit now, for every subset of a task object (MTEB's missing fit hook; any task type),
+        and remember the task for later calls; returns the fit records."""
+        self._tasks[task.metadata.name] = task
+        if self.fit_corpus.kind == "per-call":
+            return []
+        records = []
+        for subset in hf_subsets or getattr(task, "hf_subsets", None) or ["default"]:
+            fit, _ = self._fit_for(task.metadata.name, subset, [], task=task)
+            records.append(fit.record.as_dict())
+        return records
+
+    def write_fit_records(self, output_folder: str | os.PathLike[str], meta: Any = None) -> list[Path]:
+        """Write the records of every task this model served next to its results in an MTEB
+        output folder (what ``mteb.evaluate`` with a cache gets automatically)."""
+        from mteb.cache import ResultCache
+
+        cache = ResultCache(output_folder)
+        with self._lock:
+            tasks = dict.fromkeys(str(call["task"]) for record in self._records for call in record.served)
+            return [self._write_records(cache, meta or self.mteb_model_meta, task) for task in tasks]
+
+    def _write_records(self, cache: Any, meta: Any, task_name: str) -> Path:
+        """``<Task>.fits.json`` next to the task's result: every fit that served the task (a
+        sentence-file fit serves every task), with only the task's own calls."""
+        records = []
+        for record in self._records:
+            if record.calibrator == "raw" or not any(call.get("task") == task_name for call in record.served):
+                continue
+            data = record.as_dict()
+            data["served"] = [call for call in data["served"] if call.get("task") == task_name]
+            data["calls"] = len(data["served"])
+            records.append(data)
+        result_path = cache.get_task_result_path(task_name, meta)
+        return write_fits(result_path, task=task_name, model=self.name, revision=getattr(meta, "revision", None),
+                          records=records)
 
     # ----------------------------------------------------------------- MTEB protocol
     def encode(
@@ -226,13 +323,18 @@ class FlowPluginModel(AbsEncoder):
         **kwargs: Any,
     ) -> np.ndarray:
         sentences = _texts_of(inputs)
-        batch_size = kwargs.get("batch_size")
+        fit, _ = self._fit_for(task_metadata.name, hf_subset, sentences, task_metadata)
+        side = getattr(prompt_type, "value", prompt_type)
+        with self._lock:
+            fit.record.served_call(task=task_metadata.name, split=hf_split, hf_subset=hf_subset, prompt_type=side,
+                                   n_inputs=len(sentences))
+            if fit.record.calibrator != "raw":
+                destination = result_destination()
+                if destination is not None:
+                    self._write_records(*destination, task_metadata.name)
         if not sentences:
-            fitted = self._fitted.get(self._fit_key(task_metadata.name, hf_subset) or ("",))
-            width = fitted.n_features_out_ if fitted is not None else self.encoder.embedding_dim
-            return np.empty((0, width), dtype=np.float32)
-        calibrator = self.calibrator_for(task_metadata.name, hf_subset, sentences)
-        return calibrator.transform(self.encoder.encode(sentences, batch_size=batch_size))
+            return np.empty((0, fit.calibrator.n_features_out_), dtype=np.float32)
+        return fit.calibrator.transform(self.encoder.encode(sentences, batch_size=kwargs.get("batch_size")))
 
 
 def _texts_of(inputs: Any) -> list[str]:

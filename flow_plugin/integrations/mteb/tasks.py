@@ -134,17 +134,6 @@ class SentEvalSTSTask(AbsTaskSTS):
         self.data_loaded = True
         _LOADED[self.metadata.name] = weakref.ref(self)
 
-    def fit_corpus_sentences(self, hf_subset: str = "default") -> list[str]:
-        """The unlabeled sentences of every split, for fitting a calibrator (paper's "target")."""
-        if not self.data_loaded or self.dataset is None:  # MTEB unloads data after evaluating
-            self.data_loaded = False
-            self.load_data()
-        sentences: list[str] = []
-        for split in self.dataset.values():
-            sentences.extend(split["sentence1"])
-            sentences.extend(split["sentence2"])
-        return sentences
-
     # ------------------------------------------------------------------ scoring
     def _evaluate_subset(self, model: Any, data_split: Dataset, **kwargs: Any) -> dict[str, Any]:
         self._evaluating_split = kwargs.get("hf_split")

@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 MINILM_REVISION = "8b3219a92973c328a8e22fadcfa821b5dc75636a"
 TINY_REVISION = "tiny0001"
 TASKS = ["SentEvalSTS16", "SentEvalSTS13"]
-MODELS = {  # model -> revision folder
+MODELS = {  # model -> weights commit (the revision folder adds a digest of the registry configuration)
     "flow_plugin/tiny-bert": TINY_REVISION,
     "flow_plugin/tiny-bert-whiten": TINY_REVISION,
     "flow_plugin/minilm-l6": MINILM_REVISION,
@@ -113,7 +113,11 @@ def run_until(process: subprocess.Popen, output: Path, job: str, timeout: float 
 
 
 def result_path(output: Path, model: str, task: str) -> Path:
-    return output / "results" / model.replace("/", "__") / MODELS[model] / f"{task}.json"
+    """The result file of ``model`` on ``task``: in the one revision folder of its weights commit."""
+    folder = output / "results" / model.replace("/", "__")
+    revisions = sorted(folder.glob(f"{MODELS[model]}-*")) if folder.is_dir() else []
+    assert len(revisions) <= 1, revisions  # one configuration per model in these sweeps
+    return (revisions[0] if revisions else folder / f"{MODELS[model]}-missing") / f"{task}.json"
 
 
 def stamps(output: Path) -> dict[Path, int]:
@@ -169,6 +173,7 @@ def test_a_worker_killed_mid_job_is_retried_and_nothing_is_lost_or_duplicated(ki
     for model in MODELS:
         folder = result_path(output, model, TASKS[0]).parent
         expected |= {folder / f"{task}.json" for task in TASKS} | {folder / "model_meta.json", folder / "run_settings.jsonl"}
+        expected |= {folder / "flow-plugin-fits" / f"{task}.fits.json" for task in TASKS}  # what each fit was
     assert {path for path in (output / "results").rglob("*") if path.is_file()} == expected
     for model in MODELS:
         for task in TASKS:
@@ -361,10 +366,10 @@ def test_seeds_fit_corpora_and_benchmarks_expand_to_separate_results(
     (tmp_path / "nli.txt").write_text("a man plays a guitar .\na woman eats food .\n")
     path = write(tmp_path, '\n'.join([
         'backbones = ["tiny-bert", "minilm-l6"]', 'calibrators = ["raw", "whiten", "flow"]',
-        'tasks = ["STS12", "MTEB(eng, v2)", "STSBenchmark"]', 'fit_corpora = ["target", "inputs", "nli.txt"]',
+        'tasks = ["STS12", "MTEB(eng, v2)", "STSBenchmark"]', 'fit_corpora = ["target", "per-call", "nli.txt"]',
         'seeds = [1, 2]', '[resources]', 'device = "cpu"', 'precision = "float32"']))
     sweep = load_sweep(path)
-    assert sweep.fit_corpora == ("target", "inputs", str(tmp_path / "nli.txt"))
+    assert sweep.fit_corpora == ("target", "per-call", str(tmp_path / "nli.txt"))
     tasks = resolve_task_refs(sweep.tasks, None, path)
     names = [task.metadata.name for task in tasks]
     assert names[0] == "STS12" and "STSBenchmark" in names and len(names) == len(set(names)) > 30  # benchmark expanded
@@ -374,10 +379,10 @@ def test_seeds_fit_corpora_and_benchmarks_expand_to_separate_results(
     assert [run.label for run in jobs[0].runs] == [
         "flow_plugin/tiny-bert [precision=float32]",
         "flow_plugin/tiny-bert-whiten [precision=float32]",
-        "flow_plugin/tiny-bert-whiten [fit_corpus=inputs, precision=float32]",
+        "flow_plugin/tiny-bert-whiten [fit_corpus=per-call, precision=float32]",
         "flow_plugin/tiny-bert-whiten [fit_corpus=nli.txt, precision=float32]",
         *(f"flow_plugin/tiny-bert-flow [{corpus}seed={seed}, precision=float32]"
-          for corpus in ("", "fit_corpus=inputs, ", "fit_corpus=nli.txt, ") for seed in (1, 2)),
+          for corpus in ("", "fit_corpus=per-call, ", "fit_corpus=nli.txt, ") for seed in (1, 2)),
     ]
     items = plan_job(jobs[1], tmp_path / "out", tasks)
     assert len(items) == 10 * len(names) and not any(item.done for item in items)

@@ -7,11 +7,11 @@ MTEB files a run with kwargs under its own experiment folder, so no two runs sha
 
 >>> from flow_plugin.cli.sweep.spec import Sweep
 >>> sweep = Sweep(Path("s.toml"), "s", ("minilm-l6",), ("raw", "flow"), ("SentEvalSTS13",),
-...               ("target", "inputs"), (1, 2))
+...               ("target", "per-call"), (1, 2))
 >>> [run.label for run in expand_jobs(sweep)[0].runs]  # doctest: +NORMALIZE_WHITESPACE
 ['flow_plugin/minilm-l6',
  'flow_plugin/minilm-l6-flow [seed=1]', 'flow_plugin/minilm-l6-flow [seed=2]',
- 'flow_plugin/minilm-l6-flow [fit_corpus=inputs, seed=1]', 'flow_plugin/minilm-l6-flow [fit_corpus=inputs, seed=2]']
+ 'flow_plugin/minilm-l6-flow [fit_corpus=per-call, seed=1]', 'flow_plugin/minilm-l6-flow [fit_corpus=per-call, seed=2]']
 """
 
 from __future__ import annotations

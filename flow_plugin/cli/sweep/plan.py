@@ -69,8 +69,9 @@ def result_path(output: Path, meta: Any, task_name: str) -> Path:
 
     >>> import mteb
     >>> meta = mteb.get_model_meta("flow_plugin/minilm-l6-sn")
-    >>> result_path(Path("out"), meta, "SentEvalSTS13").relative_to("out").parts[1:]
-    ('flow_plugin__minilm-l6-sn', '8b3219a92973c328a8e22fadcfa821b5dc75636a', 'SentEvalSTS13.json')
+    >>> model, revision, name = result_path(Path("out"), meta, "SentEvalSTS13").relative_to("out").parts[1:]
+    >>> model, revision == meta.revision, revision.startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-"), name
+    ('flow_plugin__minilm-l6-sn', True, True, 'SentEvalSTS13.json')
     """
     import tempfile
 

@@ -9,9 +9,10 @@ publishes each result in an order that never shows a partial one:
 1. ``model_meta.json`` of the result's folder, replaced atomically;
 2. MTEB's ``run_settings.jsonl`` of that folder: the task's lines replaced, atomically
    (one job owns a backbone's model folders, so no other writer touches it meanwhile);
-3. the result's line in ``flow-plugin-runs.jsonl`` (hardware), appended under that file's
+3. the task's fit records (``flow-plugin-fits/<Task>.fits.json``), replaced atomically;
+4. the result's line in ``flow-plugin-runs.jsonl`` (hardware), appended under that file's
    lock, since jobs of other backbones append to it too;
-4. the result file itself, by ``os.replace``: the commit. Before it nothing is visible; a
+5. the result file itself, by ``os.replace``: the commit. Before it nothing is visible; a
    job killed earlier leaves at most an unused run record, and its rerun redoes the item.
 """
 
@@ -23,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_text
+from flow_plugin.integrations.mteb.fit_records import fits_path
 from flow_plugin.integrations.mteb.results import RUNS_FILE, append_run_records, read_run_records
 
 
@@ -67,6 +69,11 @@ class Stage:
         settings = staged.parent / "run_settings.jsonl"
         if settings.is_file():
             _replace_task_lines(final.parent / "run_settings.jsonl", settings, task=final.stem)
+        fits = fits_path(staged)
+        if fits.is_file():
+            destination = fits_path(final)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(destination, fits.read_bytes())
         with open(staged, "rb") as handle:  # the bytes are on disk before the name points at them
             os.fsync(handle.fileno())
         runs = self.folder / RUNS_FILE

@@ -34,7 +34,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 #: fit corpora that are policies, not files (see :mod:`flow_plugin.data.fit_corpus`)
-FIT_POLICIES = ("target", "inputs")
+FIT_POLICIES = ("target", "per-call")
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -121,7 +121,7 @@ class Resources:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A checked sweep file: registry names, fit corpora as "target", "inputs" or absolute
+    """A checked sweep file: registry names, fit corpora as "target", "per-call" or absolute
     sentence-file paths, and absolute paths (``None`` where the file leaves the choice to the
     command line's defaults)."""
 
@@ -194,7 +194,7 @@ def _check_fit_corpora(path: Path, values: list[str]) -> tuple[str, ...]:
             close = difflib.get_close_matches(value, FIT_POLICIES, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise SweepError(
-                f"{path}: key 'fit_corpora': {value!r} is neither 'target' nor 'inputs' nor a sentence file{hint}: "
+                f"{path}: key 'fit_corpora': {value!r} is neither 'target' nor 'per-call' nor a sentence file{hint}: "
                 f"{file} does not exist"
             )
         checked.append(str(file))

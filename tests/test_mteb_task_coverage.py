@@ -221,3 +221,17 @@ def test_large_retrieval_corpus_is_fitted_on_a_sample(tiny_spec) -> None:
     assert record["sampling"]["corpus_unique_exact"] is False
     assert 45_000 < record["sampling"]["corpus_unique_sentences"] < 80_000
     assert model.encoder.n_encoded - before <= 500  # the fit encoded the sample only
+
+
+def test_model_meta_fills_what_mtebs_leaderboard_reads() -> None:
+    """training_datasets from MTEB's own entry of a sentence-transformers backbone (so the zero-shot
+    column is right), none for a pre-trained encoder; embedding parameters = vocabulary x width."""
+    own = mteb.get_model_meta("sentence-transformers/all-MiniLM-L6-v2")
+    flow = mteb.get_model_meta("flow_plugin/minilm-l6-flow")
+    assert flow.adapted_from == "sentence-transformers/all-MiniLM-L6-v2"
+    assert flow.training_datasets == own.training_datasets and flow.training_datasets
+    assert flow.n_embedding_parameters == 30522 * 384 and flow.max_tokens == 64
+    assert flow.public_training_code == "https://github.com/bohanli/BERT-flow"
+    assert mteb.get_model_meta("flow_plugin/minilm-l6-sn").public_training_code is None  # no training code of ours
+    bert = mteb.get_model_meta("flow_plugin/bert-base-flow")
+    assert not bert.training_datasets and bert.n_embedding_parameters == 30522 * 768

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +121,28 @@ def read_json_lines(path: str | os.PathLike[str], what: str) -> Iterator[tuple[i
         except json.JSONDecodeError as error:
             raise DataFolderError(f"{path}: line {number} is not valid JSON: {error}") from None
         yield number, record
+
+
+def read_toml(path: str | os.PathLike[str], what: str, error: type[Exception]) -> dict[str, Any]:
+    """The table of the TOML file ``path`` (a ``what``: "registry file", "sweep file"), or
+    ``error`` with a message naming the file and what is wrong with it.
+
+    >>> read_toml("/nonexistent.toml", "sweep file", ValueError)
+    Traceback (most recent call last):
+    ...
+    ValueError: /nonexistent.toml: sweep file not found
+    """
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: {what} not found") from None
+    except (OSError, UnicodeDecodeError) as problem:
+        raise error(f"{path}: cannot read {what}: {problem}") from None
+    except tomllib.TOMLDecodeError as problem:
+        raise error(f"{path}: not valid TOML: {problem}") from None

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import re
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,12 +42,9 @@ from flow_plugin.calibration.names import CALIBRATOR_NAMES
 from flow_plugin.catalog.local_weights import KINDS as LOCAL_WEIGHT_KINDS
 from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
+from flow_plugin._io import read_toml
 from flow_plugin.errors import RegistryError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 logger = logging.getLogger(__name__)
 
@@ -350,12 +346,7 @@ def parse_backbone_file(path: Path) -> BackboneSpec:
             raise RegistryError(
                 f"{path}: backbone name {name!r} ends with {suffix!r}, which would clash with the {method} variant"
             )
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise RegistryError(f"{path}: cannot read registry file: {error}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise RegistryError(f"{path}: not valid TOML: {error}") from None
+    data = read_toml(path, "registry file", RegistryError)
     try:
         parsed = BackboneFile.model_validate(data)
     except ValidationError as error:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -26,12 +25,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin._io import read_toml
 from flow_plugin.errors import RegistryError, SweepError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 #: fit corpora that are policies, not files (see :mod:`flow_plugin.data.fit_corpus`)
 FIT_POLICIES = ("target", "per-call")
@@ -208,14 +204,7 @@ def _path(path: Path, value: str | None) -> Path | None:
 def load_sweep(path: str | Path) -> Sweep:
     """Read and check a sweep file; every problem is an error naming the file and the key."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SweepError(f"{path}: sweep file not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise SweepError(f"{path}: cannot read sweep file: {error}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise SweepError(f"{path}: not valid TOML: {error}") from None
+    data = read_toml(path, "sweep file", SweepError)
     try:
         parsed = SweepFile.model_validate(data)
     except ValidationError as error:

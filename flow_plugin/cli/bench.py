@@ -77,6 +77,8 @@ def bench_runs(spec: Any, names: Sequence[str], *, seeds: int = 1, fit_corpus: s
     >>> from flow_plugin.catalog.registry import get_backbone
     >>> [run.label for run in bench_runs(get_backbone("minilm-l6"), ["raw", "flow"], seeds=2)]
     ['flow_plugin/minilm-l6', 'flow_plugin/minilm-l6-flow (seed 1234)', 'flow_plugin/minilm-l6-flow (seed 1235)']
+    >>> [run.kwargs for run in bench_runs(get_backbone("minilm-l6"), ["raw", "sn"], fit_duplicates="unique")]
+    [{}, {'fit_duplicates': 'unique'}]
     """
     from flow_plugin.calibration import make_calibrator
     from flow_plugin.catalog.registry import ModelVariant
@@ -91,8 +93,8 @@ def bench_runs(spec: Any, names: Sequence[str], *, seeds: int = 1, fit_corpus: s
         model = spec.model_name(name)
         calibrator = make_calibrator(name, **ModelVariant(spec, name).calibrator_params)
         default_seed = calibrator.get_params().get("seed")
-        if default_seed is None:
-            runs.append(BenchRun(model, dict(shared)))
+        if default_seed is None:  # raw fits nothing: no fit corpus or duplicate policy to tell its runs apart
+            runs.append(BenchRun(model, {} if name == "raw" else dict(shared)))
             continue
         for seed in range(default_seed, default_seed + seeds):
             kwargs = dict(shared) if seed == default_seed else {**shared, "calibrator_params": {"seed": seed}}

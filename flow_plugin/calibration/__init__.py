@@ -57,7 +57,17 @@ def make_calibrator(name: str, **params: Any) -> Any:
     return cls(**{**preset, **params})
 
 
+def default_seed(name: str) -> int | None:
+    """The seed calibrator ``name`` uses when none is given; ``None`` for one without a seed.
+
+    >>> default_seed("flow"), default_seed("flow-ens"), default_seed("whiten")
+    (1234, 1234, None)
+    """
+    return make_calibrator(name).get_params().get("seed")
+
+
 __all__ = [
+    "default_seed",
     "CALIBRATOR_METHODS",
     "CALIBRATOR_NAMES",
     "CALIBRATOR_VARIANTS",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
-import math
+import statistics
 from typing import Any
 
 from flow_plugin.cli.leaderboard.schema import round_points
@@ -24,20 +24,15 @@ from flow_plugin.cli.leaderboard.schema import round_points
 
 def spread(values: list[float]) -> tuple[float, float]:
     """(mean, sample standard deviation) of ``values`` (the deviation of one value is 0)."""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, math.sqrt(sum((value - mean) ** 2 for value in values) / (len(values) - 1))
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 @functools.lru_cache(maxsize=None)
 def _default_seed(calibrator: str) -> int | None:
-    """The seed a calibrator uses when none is given (``None`` for unseeded ones)."""
-    from flow_plugin.calibration import CALIBRATOR_NAMES, make_calibrator
+    """The seed a calibrator uses when none is given (``None`` for unseeded or unknown ones)."""
+    from flow_plugin.calibration import CALIBRATOR_NAMES, default_seed
 
-    if calibrator not in CALIBRATOR_NAMES:
-        return None
-    return make_calibrator(calibrator).get_params().get("seed")
+    return default_seed(calibrator) if calibrator in CALIBRATOR_NAMES else None
 
 
 def row_seed(row: dict[str, Any]) -> int | None:

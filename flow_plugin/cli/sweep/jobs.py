@@ -95,10 +95,10 @@ def expand_runs(sweep: Sweep, backbone: str) -> tuple[Run, ...]:
     from flow_plugin.catalog.registry import get_backbone
 
     spec = get_backbone(backbone)
-    from flow_plugin.calibration import make_calibrator
+    from flow_plugin.calibration import default_seed
 
     seeded = seeded_calibrators()
-    default_seeds = {name: make_calibrator(name).get_params()["seed"] for name in sweep.calibrators if name in seeded}
+    default_seeds = {name: default_seed(name) for name in sweep.calibrators if name in seeded}
     runs = []
     for calibrator in sweep.calibrators:
         corpora = ("target",) if calibrator == "raw" else sweep.fit_corpora

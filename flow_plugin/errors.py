@@ -16,6 +16,11 @@ class InputError(FlowPluginError, ValueError):
     """Bad values: empty corpus, NaN/inf embeddings, wrong shape, too few samples."""
 
 
+class CalibrationError(InputError):
+    """A calibrator fitted on a corpus gives a space whose cosines are rounding noise (dominated by
+    near-null directions); the message names the corpus, what was measured and the remedy."""
+
+
 class InputTypeError(FlowPluginError, TypeError):
     """Bad types: a sentence that is not a ``str``, an array that is not numeric."""
 

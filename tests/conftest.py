@@ -33,6 +33,19 @@ def senteval_dir(shared_data_dir: Path) -> Path:
     return path
 
 
+# --------------------------------------------------------------------------- precisions
+#: The forward-pass precisions every numerics-sensitive test runs under, whatever the CPU: "auto" is float32
+#: on one CPU family and bf16 on the others, so a test that compares two routes or two batchings asks for
+#: each precision explicitly (bf16 runs on emulated kernels where the CPU has no bf16 instructions).
+TEST_PRECISIONS = ("float32", "bf16")
+
+
+@pytest.fixture(params=TEST_PRECISIONS)
+def precision(request: pytest.FixtureRequest) -> str:
+    """Each of :data:`TEST_PRECISIONS` in turn."""
+    return request.param
+
+
 # --------------------------------------------------------------------------- models
 #: Tests never reach the Hugging Face Hub: every model they load is a local folder.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -267,7 +267,9 @@ def test_wrong_dimension_or_shape_is_an_error(train: np.ndarray) -> None:
 
 def test_whitening_with_fewer_samples_than_dimensions_is_an_error_unless_regularised() -> None:
     small = anisotropic(20, seed=3)
-    with pytest.raises(InputError, match="Whitening needs at least 33 samples to fit 32-dimensional embeddings, got 20"):
+    with pytest.raises(InputError, match="Whitening needs at least 33 samples to fit 32-dimensional embeddings, got 20 "
+                       r"sample\(s\); fit on more sentences, or use shrinkage='auto' \(Ledoit-Wolf\) or keep fewer "
+                       r"directions \(n_components\)"):
         Whitening().fit(small)
     assert Whitening(n_components=10).fit(small).transform(small).shape == (20, 10)
     shrunk = Whitening(shrinkage=0.1).fit(small).transform(small)
@@ -276,7 +278,7 @@ def test_whitening_with_fewer_samples_than_dimensions_is_an_error_unless_regular
 
 def test_too_few_samples_for_natsv_sn_and_flow_are_errors() -> None:
     X = anisotropic(3, seed=4)
-    with pytest.raises(InputError, match="NATSV needs at least 6 samples"):
+    with pytest.raises(InputError, match=r"NATSV needs at least 6 samples.*null fewer directions \(n_components\)"):
         NATSV(n_components=5).fit(X)
     with pytest.raises(InputError, match="StandardNormalization needs at least 2 samples"):
         StandardNormalization().fit(X[:1])

@@ -112,12 +112,19 @@ def test_whitening_first_sees_whitened_inputs(fitted: dict, train: np.ndarray) -
         make_calibrator("flow-white").transform(train)
 
 
-def test_whitening_first_copes_with_directions_the_backbone_never_uses(train: np.ndarray) -> None:
-    """all-MiniLM-L6-v2's embeddings span 381 of 384 directions: plain whitening maps the null ones
-    to a constant, which the flow's ActNorm cannot scale. Shrinkage keeps every direction alive."""
+def test_whitening_first_models_only_the_directions_the_rows_span(train: np.ndarray) -> None:
+    """all-MiniLM-L6-v2's embeddings span 381 of 384 directions, and n rows span at most n - 1: a null
+    direction holds only rounding error, which ActNorm's data-dependent scale would blow up to unit
+    variance. The whitening drops it; the flow models the rest and the dropped latent coordinate is 0."""
     rank_deficient = train.copy()
     rank_deficient[:, -1] = rank_deficient[:, 0] - 2.0 * rank_deficient[:, 1]  # exactly dependent
     white = make_calibrator("flow-white", **QUICK).fit(rank_deficient)
-    assert white.whitening_.shrinkage == "auto"
-    assert np.isfinite(white.fit_log_likelihood_) and np.isfinite(white.transform(rank_deficient)).all()
-    assert make_calibrator("flow-white", **QUICK).fit(train).whitening_.shrinkage == 0.0  # full rank: no shrinkage
+    assert white.n_flow_features_ == DIM - 1 and white.whitening_.n_degenerate_ == 1
+    Z = white.transform(rank_deficient)
+    assert Z.shape == (len(train), DIM) and np.isfinite(white.fit_log_likelihood_) and np.isfinite(Z).all()
+    np.testing.assert_array_equal(Z[:, -1], 0.0)
+    # invertible on the rows' span (the input space up to the null direction, where the rows have no variance)
+    np.testing.assert_allclose(white.inverse_transform(Z), rank_deficient, rtol=0, atol=1e-3 * np.abs(train).max())
+    assert make_calibrator("flow-white", **QUICK).fit(train).n_flow_features_ == DIM  # full rank: every direction
+    few = train[: DIM // 2]  # fewer rows than dimensions: they span DIM // 2 - 1 directions
+    assert make_calibrator("flow-white", **{**QUICK, "n_levels": 2}).fit(few).n_flow_features_ == DIM // 2 - 1

@@ -49,6 +49,18 @@ CALIBRATOR_CLASSES: dict[str, type[Calibrator]] = {}
 CalibratorT = TypeVar("CalibratorT", bound="Calibrator")
 
 
+def half_of_span(n_distinct: int) -> int:
+    """The small-sample rule's one limit: how many directions a calibrator may null or rescale on a fit
+    corpus of ``n_distinct`` distinct rows, half of the ``n_distinct - 1`` they span. Rescaling all of
+    them sets every row at the same distance from every other, so that cosines keep nothing but
+    rounding; nulling them all leaves nothing to compare.
+
+    >>> half_of_span(201), half_of_span(1)
+    (100, 0)
+    """
+    return max(0, (n_distinct - 1) // 2)
+
+
 def calibrator_class(name: str) -> type[Calibrator] | None:
     """The class of a calibrator method or variant name, or ``None``.
 
@@ -106,18 +118,24 @@ class Calibrator(TransformerMixin, BaseEstimator):
         """Fewest rows ``fit`` accepts for ``n_features`` dimensions."""
         return 1
 
+    def min_samples_remedy(self) -> str:
+        """What to do about too few rows, beyond fitting on more (one clause, or empty)."""
+        return ""
+
     def for_sample_size(self: CalibratorT, n_distinct: int, n_features: int) -> tuple[CalibratorT, str | None]:
         """The small-sample rule: this calibrator, or a copy adapted to a fit corpus of only
         ``n_distinct`` distinct samples, and the reason for the change (``None``: unchanged).
 
         Calibrators whose size outgrows a small corpus shrink to what it supports instead of
-        failing or degenerating: whitening falls back to Ledoit-Wolf shrinkage when it has no more
-        distinct samples than directions, NATSV nulls at most half of the directions the samples
-        span. Every other calibrator is unchanged (fewer than 2 distinct samples stay an error).
+        failing or degenerating, each by the same limit (:func:`half_of_span`): whitening falls
+        back to Ledoit-Wolf shrinkage when it would rescale more than half of the directions the
+        distinct samples span, NATSV nulls at most half of them, and a whitening-first flow
+        whitens at most half of them. Every other calibrator is unchanged (fewer than 2 distinct
+        samples stay an error).
 
         >>> from flow_plugin.calibration import make_calibrator
         >>> make_calibrator("whiten").for_sample_size(10, 384)
-        (Whitening(n_components=None, shrinkage='auto'), 'whitening 384 directions needs more than 384 distinct sentences, got 10: Ledoit-Wolf shrinkage (shrinkage=auto) instead')
+        (Whitening(n_components=None, shrinkage='auto'), 'whitening 384 directions needs at least 769 distinct sentences (twice as many), got 10: Ledoit-Wolf shrinkage (shrinkage=auto) instead')
         >>> make_calibrator("sn").for_sample_size(10, 384)
         (StandardNormalization(), None)
         """
@@ -142,9 +160,10 @@ class Calibrator(TransformerMixin, BaseEstimator):
         self._check_params(n_features)
         needed = self.min_samples(n_features)
         if n_samples < needed:
+            remedy = self.min_samples_remedy()
             raise InputError(
                 f"{type(self).__name__} needs at least {needed} samples to fit {n_features}-dimensional "
-                f"embeddings, got {n_samples} sample(s)"
+                f"embeddings, got {n_samples} sample(s); fit on more sentences{', or ' + remedy if remedy else ''}"
             )
         self._fit(X)
         self.n_features_in_ = n_features

@@ -33,7 +33,7 @@ from sklearn.decomposition import PCA
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
-from flow_plugin.calibration.base import Calibrator
+from flow_plugin.calibration.base import Calibrator, half_of_span
 from flow_plugin.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def _natsv_for_sample_size(calibrator: Calibrator, n_distinct: int) -> tuple[Cal
     """NATSV and SN+NATSV on few samples: ``n`` distinct rows span at most ``n - 1`` directions;
     nulling more than half of them would leave (almost) nothing to compare, so k shrinks to
     ``(n - 1) // 2``."""
-    limit = max(0, (n_distinct - 1) // 2)
+    limit = half_of_span(n_distinct)
     if calibrator.n_components <= limit:  # type: ignore[attr-defined]
         return calibrator, None
     adapted = calibrator.clone().set_params(n_components=limit)
@@ -143,6 +143,9 @@ class NATSV(Calibrator):
 
     def min_samples(self, n_features: int) -> int:
         return self.n_components + 1  # k directions of a centred matrix need k + 1 rows
+
+    def min_samples_remedy(self) -> str:
+        return "null fewer directions (n_components)"
 
     def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[NATSV, str | None]:
         return _natsv_for_sample_size(self, n_distinct)  # type: ignore[return-value]
@@ -185,6 +188,9 @@ class StandardNormalizationNATSV(Calibrator):
 
     def min_samples(self, n_features: int) -> int:
         return max(2, self.n_components + 1)
+
+    def min_samples_remedy(self) -> str:
+        return "null fewer directions (n_components)"
 
     def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[StandardNormalizationNATSV, str | None]:
         return _natsv_for_sample_size(self, n_distinct)  # type: ignore[return-value]
@@ -267,13 +273,19 @@ class Whitening(Calibrator):
         kept = n_features if self.n_components is None else self.n_components
         return kept + 1  # a centred n-row matrix has rank <= n - 1
 
+    def min_samples_remedy(self) -> str:
+        return "use shrinkage='auto' (Ledoit-Wolf) or keep fewer directions (n_components)"
+
     def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[Whitening, str | None]:
+        """Ledoit-Wolf shrinkage where the sample covariance would rescale more than half of the
+        directions the distinct rows span (measured on 100-700 STS-B pairs, all-MiniLM-L6-v2: plain
+        whitening of 384 directions on 442 distinct sentences scores 64.05, shrunk 83.77)."""
         kept = n_features if self.n_components is None else int(self.n_components)
-        if self.shrinkage != 0 or n_distinct > kept:
+        if self.shrinkage != 0 or kept <= half_of_span(n_distinct):
             return self, None
         return self.clone().set_params(shrinkage="auto"), (
-            f"whitening {kept} directions needs more than {kept} distinct sentences, got {n_distinct}: "
-            "Ledoit-Wolf shrinkage (shrinkage=auto) instead")
+            f"whitening {kept} directions needs at least {2 * kept + 1} distinct sentences (twice as many), got "
+            f"{n_distinct}: Ledoit-Wolf shrinkage (shrinkage=auto) instead")
 
     def _spectrum(self, X64: np.ndarray, kept: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean, eigenvalues in decreasing order, eigenvectors as columns) of the covariance used."""

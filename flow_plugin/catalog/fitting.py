@@ -31,7 +31,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from flow_plugin.calibration import Calibrator
-from flow_plugin.errors import InputError
+from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, cosine_stability
+from flow_plugin.errors import CalibrationError, InputError
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,9 @@ class FitRecord:
     n_distinct_embeddings: int | None = None
     #: why the calibrator was changed for a small corpus (see ``Calibrator.for_sample_size``), or None
     adapted: str | None = None
+    #: Spearman correlation of the calibrated cosines with themselves after bf16-size rounding of the
+    #: inputs (:func:`flow_plugin.calibration.stability.cosine_stability`); None: too few distinct sentences
+    cosine_stability: float | None = None
     #: the corpus a sample was drawn from (:meth:`flow_plugin.data.sampling.CorpusSample.as_dict`), or None
     sampling: dict[str, Any] | None = None
     #: where the fit belongs (task, subset, fit-corpus policy, ...), set by the caller
@@ -147,6 +151,14 @@ def fit_calibrator(
     distinct = distinct_rows(embeddings, n_unique)
     calibrator, adapted = template.clone().for_sample_size(distinct, embeddings.shape[1])
     calibrator.fit(embeddings)
+    stability = cosine_stability(calibrator, embeddings)
+    if stability is not None and stability < MIN_COSINE_STABILITY:
+        raise CalibrationError(
+            f"{model}: {calibrator.method} fitted on {source} ({len(sentences)} sentences, {distinct} distinct, "
+            f"{embeddings.shape[1]} dimensions) gives cosines dominated by near-null directions: rounding the "
+            f"embeddings as bf16 does reorders them (rank correlation {stability:.2f}, at least "
+            f"{MIN_COSINE_STABILITY} needed); fit on more sentences or use another calibrator for this corpus"
+        )
     fitted = time.perf_counter()
     record = FitRecord(
         model=model,
@@ -160,6 +172,7 @@ def fit_calibrator(
         fit_seconds=round(fitted - encoded, 3),
         n_distinct_embeddings=distinct,
         adapted=adapted,
+        cosine_stability=None if stability is None else round(stability, 6),
         sampling=sampling,
         context=dict(context or {}),
     )

@@ -17,7 +17,7 @@ import numpy as np
 
 from flow_plugin._machine import resolve_device
 from flow_plugin._validation import check_embeddings
-from flow_plugin.calibration.base import Calibrator
+from flow_plugin.calibration.base import Calibrator, half_of_span
 from flow_plugin.errors import InputError
 
 if TYPE_CHECKING:
@@ -64,7 +64,14 @@ class FlowCalibrator(Calibrator):
         shuffling so a refit gives identical results on the same device.
     whiten_first:
         Whiten the embeddings (a fixed linear map, fitted on the same rows) before the flow, so
-        the flow only models what whitening leaves. ``False``: the paper's flow.
+        the flow only models what whitening leaves. The whitening keeps only the directions the
+        rows span (variance above 1e-9 of the largest); the flow models those, and the dropped
+        directions' latent coordinates are 0. ``False``: the paper's flow.
+    whiten_components:
+        With ``whiten_first``: keep at most this many leading whitened directions (``None``: all
+        the rows span). The small-sample rule sets it to half of what the distinct rows span: n
+        rows whitened on all n - 1 directions they span sit at equal distances from each other
+        (their cosines carry nothing but rounding), and ActNorm would undo any shrinkage.
     validation_fraction, patience:
         Early stopping: hold out this fraction of the rows (seeded), check their mean
         log-likelihood four times an epoch, stop after ``patience`` checks without a rise and
@@ -108,6 +115,7 @@ class FlowCalibrator(Calibrator):
         init_samples: int = 1024,
         seed: int = 1234,
         whiten_first: bool = False,
+        whiten_components: int | None = None,
         validation_fraction: float = 0.0,
         patience: int = 2,
         ensemble: int = 1,
@@ -128,6 +136,7 @@ class FlowCalibrator(Calibrator):
         self.init_samples = init_samples
         self.seed = seed
         self.whiten_first = whiten_first
+        self.whiten_components = whiten_components
         self.validation_fraction = validation_fraction
         self.patience = patience
         self.ensemble = ensemble
@@ -138,6 +147,22 @@ class FlowCalibrator(Calibrator):
     # ------------------------------------------------------------ construction
     def min_samples(self, n_features: int) -> int:
         return 2  # ActNorm's data-dependent initialisation needs a standard deviation
+
+    def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[FlowCalibrator, str | None]:
+        """With ``whiten_first``, the whitening keeps at most half of the ``n_distinct - 1`` directions the
+        rows span (see ``whiten_components``); the paper's flow is unchanged.
+
+        >>> FlowCalibrator(whiten_first=True).for_sample_size(201, 384)[1]
+        'whitening first on all the directions 201 distinct sentences span would leave their cosines nothing but rounding: whiten_components=100 (half of them)'
+        >>> FlowCalibrator(whiten_first=True).for_sample_size(5000, 384)[1] is None
+        True
+        """
+        limit = max(1, half_of_span(n_distinct))
+        if not self.whiten_first or limit >= min(n_features, self.whiten_components or n_features):
+            return self, None
+        return self.clone().set_params(whiten_components=limit), (
+            f"whitening first on all the directions {n_distinct} distinct sentences span would leave their cosines "
+            f"nothing but rounding: whiten_components={limit} (half of them)")
 
     def _check_params(self, n_features: int) -> None:
         if self.permutation not in PERMUTATIONS:
@@ -154,6 +179,12 @@ class FlowCalibrator(Calibrator):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"FlowCalibrator {name} must be a positive int, got {value!r}")
+        if self.whiten_components is not None and (
+            isinstance(self.whiten_components, bool) or not isinstance(self.whiten_components, int)
+            or not 1 <= self.whiten_components <= n_features
+        ):
+            raise InputError(f"FlowCalibrator whiten_components must be None or an int in 1..{n_features}, "
+                             f"got {self.whiten_components!r}")
         if not self.epochs > 0 or not self.learning_rate > 0:
             raise InputError("FlowCalibrator epochs and learning_rate must be > 0")
         smallest_level = n_features // 2 ** (self.n_levels - 1)
@@ -191,17 +222,23 @@ class FlowCalibrator(Calibrator):
             logger.warning(
                 "fitting a flow on %d sentences for %d-dimensional embeddings: expect a poor fit", n_samples, n_features
             )
+        self.n_flow_features_ = n_features
         if self.whiten_first:
             from flow_plugin.calibration.linear import Whitening
 
-            # the sample covariance where it has full rank; Ledoit-Wolf shrinkage where it does not
-            # (too few rows, or directions the backbone never uses: all-MiniLM-L6-v2 has 3 of 384),
-            # since a null direction would reach the flow as a constant dimension
-            self.whitening_ = Whitening(shrinkage="auto" if n_samples <= n_features else 0.0).fit(X)
-            spectrum = self.whitening_.explained_variance_
-            if spectrum.min() <= 1e-10 * spectrum.max():
-                self.whitening_ = Whitening(shrinkage="auto").fit(X)
-            X = self.whitening_.transform(X)
+            # the sample covariance's whitening, keeping only the directions the rows span: a null direction
+            # (fewer rows than dimensions, or one the backbone never uses: all-MiniLM-L6-v2 has 3 of 384) holds
+            # only rounding error, which ActNorm's data-dependent scale would blow up to unit variance
+            kept = min(n_features, n_samples - 1, self.whiten_components or n_features)
+            self.whitening_ = Whitening(n_components=kept).fit(X)
+            self.n_flow_features_ = self.whitening_.output_width(n_features) - self.whitening_.n_degenerate_
+            smallest_level = self.n_flow_features_ // 2 ** (self.n_levels - 1)
+            if smallest_level < 2:
+                raise InputError(
+                    f"FlowCalibrator with whiten_first: the {n_samples} rows span only {self.n_flow_features_} "
+                    f"directions, too few for {self.n_levels} levels; fit on more sentences or use fewer levels"
+                )
+            X = self._inputs(X)
         results = [self._fit_member(X, self.seed + member) for member in range(self.ensemble)]
         self.flows_ = [flow for flow, _, _ in results]
         self.flow_ = self.flows_[0]
@@ -230,20 +267,22 @@ class FlowCalibrator(Calibrator):
             n_held = max(1, int(round(self.validation_fraction * len(X))))
             stopping = EarlyStopping(data[order[:n_held].to(device)], self.patience)
             data = data[order[n_held:].to(device)]
-        flow = self._build(X.shape[1], seed).to(device)
+        flow = self._build(self.n_flow_features_, seed).to(device)
         result = train_flow(flow, data, self._settings(seed), fast_path=self.fast_path,
                             show_progress_bar=self.show_progress_bar, early_stopping=stopping)
         return flow, result, mean_log_likelihood(flow, data)
 
     def _log_det(self) -> float:
-        """log|det| of the fixed whitening (0 without it): likelihoods in the input space."""
+        """log|det| of the fixed whitening on the directions it keeps (0 without it): likelihoods in the
+        input space (in the subspace the fit rows span, where whitening drops null directions)."""
         if not self.whiten_first:
             return 0.0
-        kept = self.whitening_.explained_variance_[self.whitening_.explained_variance_ > 0]
+        kept = self.whitening_.explained_variance_[: self.n_flow_features_]
         return float(-0.5 * np.log(kept.astype(np.float64)).sum())
 
     def output_width(self, n_features: int) -> int:
-        return n_features * self.ensemble  # whitening first keeps every direction (n_components=None)
+        # whitening first drops null directions; their latent coordinates are 0, so the width stays
+        return n_features * self.ensemble
 
     # ------------------------------------------------------------ inference
     def _device(self) -> torch.device:
@@ -261,11 +300,19 @@ class FlowCalibrator(Calibrator):
         return np.concatenate(chunks, axis=0)
 
     def _inputs(self, X: np.ndarray) -> np.ndarray:
-        return self.whitening_.transform(X) if self.whiten_first else X
+        """What the flow models: ``X``, or its whitened coordinates on the spanned directions."""
+        if not self.whiten_first:
+            return X
+        return np.ascontiguousarray(self.whitening_.transform(X)[:, : self.n_flow_features_])
+
+    def _padded(self, Z: np.ndarray) -> np.ndarray:
+        """Latents of the flow's width, with 0 for the directions whitening dropped."""
+        missing = self.n_features_in_ - Z.shape[1]
+        return Z if missing == 0 else np.pad(Z, ((0, 0), (0, missing)))
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
         X = self._inputs(X)
-        latents = [self._apply(X, flow.transform_to_noise) for flow in self.flows_]
+        latents = [self._padded(self._apply(X, flow.transform_to_noise)) for flow in self.flows_]
         if len(latents) == 1:
             return latents[0]
         scaled = [z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12) for z in latents]
@@ -277,8 +324,11 @@ class FlowCalibrator(Calibrator):
         if self.ensemble > 1:
             raise NotImplementedError("an ensemble of flows is not invertible (its latents are normalised)")
         glow = glow_of(self.flow_)
-        X = self._apply(Z, lambda z: glow.inverse(z)[0])
-        return self.whitening_.inverse_transform(X) if self.whiten_first else X
+        X = self._apply(np.ascontiguousarray(Z[:, : self.n_flow_features_]), lambda z: glow.inverse(z)[0])
+        if not self.whiten_first:
+            return X
+        kept = self.whitening_.output_width(self.n_features_in_)
+        return self.whitening_.inverse_transform(np.pad(X, ((0, 0), (0, kept - X.shape[1]))))
 
     def score_samples(self, X: Any) -> np.ndarray:
         """Log-likelihood of each row under the fitted flow (nats)."""
@@ -325,11 +375,14 @@ class FlowCalibrator(Calibrator):
             self.whitening_ = Whitening()
             self.whitening_._set_state({key[len("whitening/"):]: value for key, value in state.items()
                                         if key.startswith("whitening/")})
+            self.whitening_.n_components = int(self.whitening_.components_.shape[1])
             self.whitening_.n_features_in_, self.whitening_.n_samples_fit_ = n_features, self.n_samples_fit_
+        self.n_flow_features_ = (self.whitening_.output_width(n_features) - self.whitening_.n_degenerate_
+                                 if self.whiten_first else n_features)
         self.flows_ = []
         for member in range(self.ensemble):
             prefix = "flow/" if member == 0 else f"flow{member}/"
-            flow = self._build(n_features, self.seed + member)
+            flow = self._build(self.n_flow_features_, self.seed + member)
             weights = {key[len(prefix):]: torch.from_numpy(np.array(value)) for key, value in state.items()
                        if key.startswith(prefix)}
             flow.load_state_dict(weights, strict=True)

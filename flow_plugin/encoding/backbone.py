@@ -32,7 +32,7 @@ from flow_plugin._validation import check_sentences
 from flow_plugin._machine import bf16_kernel_family, resolve_device
 from flow_plugin.encoding.batching import BATCH_PLAN, length_exact_batches
 from flow_plugin.encoding.device import autocast_dtype, resolve_precision
-from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE
+from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, check_batch_size
 from flow_plugin.errors import InputError
 from flow_plugin.encoding.pooling import Pooling, parse_pooling
 
@@ -124,15 +124,13 @@ class Backbone:
     ) -> None:
         if not isinstance(max_seq_length, int) or max_seq_length < 2:
             raise InputError(f"max_seq_length must be an int >= 2, got {max_seq_length!r}")
-        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size must be a positive int, got {batch_size!r}")
+        batch_size = check_batch_size(batch_size)
         self.model_name_or_path = str(model_name_or_path)
         self.name = name or self.model_name_or_path
         self.revision = revision
         self.pooling = parse_pooling(pooling)
         self.max_seq_length = max_seq_length
-        self.batch_size = batch_size
+        self.batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.show_progress_bar = show_progress_bar
@@ -287,11 +285,12 @@ class Backbone:
         batch_size: int | None = None,
         show_progress_bar: bool | None = None,
     ) -> np.ndarray:
-        """Pooled embeddings, float32 array of shape (len(sentences), embedding_dim), in input order."""
+        """Pooled embeddings, float32 array of shape (len(sentences), embedding_dim), in input order.
+        ``batch_size`` (default: the backbone's) is checked like the constructor's."""
+        batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
         sentences = check_sentences(sentences)
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
-        batch_size = batch_size or self.batch_size
         lengths, flat_ids = self._token_arrays(sentences)
         batches = length_exact_batches(lengths, batch_size)  # no padding: see flow_plugin.encoding.batching
         if show_progress_bar is None:

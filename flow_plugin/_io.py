@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -105,12 +106,53 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
         raise DataFolderError(f"{path}: {what} is not valid JSON: {error}") from None
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` as files mean them: split at ``\\n`` (with a ``\\r`` before it,
+    ``\\r\\n``) and nowhere else. ``str.splitlines`` also ends a line at a form feed, U+0085,
+    U+2028 ... which are text inside a line of a file. A final line end adds no empty line.
+
+    >>> split_lines("a\\x0cb\\u2028c\\r\\nd\\n")
+    ['a\\x0cb\\u2028c', 'd']
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final line end, not an empty line
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_text_lines(path: str | os.PathLike[str], what: str) -> list[str]:
+    """The lines of the UTF-8 text file ``path`` (a ``what``: "fit corpus file" ...), split by
+    :func:`split_lines`; a byte-order mark is dropped. The one reader of line-based data files.
+    Errors name the file (and the line): missing, unreadable, not UTF-8, or a ``\\r`` not
+    followed by ``\\n`` (old Mac line ends: neither silently a line end nor silently text)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataFolderError(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise DataFolderError(f"{what} {path} is not a file")
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise DataFolderError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise DataFolderError(f"{path}, line {line}: not valid UTF-8 ({error.reason})") from None
+    lone = re.search("\r(?!\n)", text)
+    if lone is not None:
+        line = text.count("\n", 0, lone.start()) + 1
+        raise DataFolderError(f"{path}, line {line}: a carriage return (\\r) not followed by a line feed; "
+                              "save the file with \\n or \\r\\n line ends")
+    return split_lines(text)
+
+
 def read_json_lines(path: str | os.PathLike[str], what: str) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) for every non-blank line of a JSON-lines file; errors name
     the file and the line."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = split_lines(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
         raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
     for number, line in enumerate(lines, start=1):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -44,6 +45,18 @@ def test_bad_eval_arguments_are_one_line_errors(
     import re
 
     assert re.search(message, err), err
+
+
+def test_an_unknown_task_is_one_line_without_mtebs_warnings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Listing MTEB's names for the close-name hint used to log ~250 "task X is in beta" warnings first."""
+    with caplog.at_level(logging.WARNING):
+        code, err = run_cli(["eval", "-m", "flow_plugin/minilm-l6", "-t", "STS99", "--output-folder", str(tmp_path)],
+                            capsys)
+    assert code == 2 and err.count("\n") == 1, err[:2000]
+    assert err.startswith("flow-plugin eval: error: unknown task or benchmark 'STS99'. Close names: ")
+    assert [record.getMessage()[:100] for record in caplog.records if record.name.startswith("mteb")] == []
 
 
 def test_a_lone_surrogate_is_named_not_a_traceback(minilm_path: Path) -> None:

@@ -107,7 +107,7 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
 
 def repair_model_meta(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[Path]:
     """Rewrite (atomically) the ``model_meta.json`` of ``meta``'s result folder when a run was
-    killed while MTEB wrote it in place (MTEB writes it after each task result, and does not
+    killed (or the disk was full) while MTEB wrote it in place (MTEB writes it after each task result, and does not
     rewrite it for results it reuses): an empty or damaged file would hide the finished results.
     Returns the files rewritten."""
     from mteb.cache import ResultCache
@@ -125,7 +125,7 @@ def repair_model_meta(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> l
         except (UnicodeDecodeError, json.JSONDecodeError):
             pass
         atomic_write_text(path, json.dumps(meta.to_dict(), default=str, indent=4))
-        logger.warning("%s was damaged (a run killed while MTEB wrote it): rewritten", path)
+        logger.warning("%s was damaged (a run killed, or a full disk, while MTEB wrote it): rewritten", path)
         repaired.append(path)
     return repaired
 

@@ -91,7 +91,7 @@ def tiny_registry(folder: Path, weights: Path) -> Path:
 
 
 @pytest.fixture()
-def tiny_backbone(tmp_path: Path, tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def tiny_backbone(tmp_path: Path, tiny_bert_dir: Path) -> Iterator[str]:
     """The registry backbone ``tiny`` (:func:`tiny_registry` of the tiny random BERT) for the
     test, in process; no embedding cache folder unless the test gives one."""
     from flow_plugin.catalog.registry import default_registry
@@ -99,12 +99,17 @@ def tiny_backbone(tmp_path: Path, tiny_bert_dir: Path, monkeypatch: pytest.Monke
 
     registry = tmp_path / "registry"
     registry.mkdir()
-    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(tiny_registry(registry, tiny_bert_dir)))
-    monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
+    saved = {name: os.environ.get(name) for name in ("FLOW_PLUGIN_REGISTRY", "FLOW_PLUGIN_CACHE_DIR")}
+    os.environ["FLOW_PLUGIN_REGISTRY"] = str(tiny_registry(registry, tiny_bert_dir))
+    os.environ.pop("FLOW_PLUGIN_CACHE_DIR", None)
     default_registry(refresh=True)
     clear_shared_encoders()
     yield "tiny"
-    monkeypatch.delenv("FLOW_PLUGIN_REGISTRY")
+    for name, value in saved.items():  # (`flow-plugin eval --cache-dir` sets FLOW_PLUGIN_CACHE_DIR for its process)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     default_registry(refresh=True)
     clear_shared_encoders()
 

@@ -1,17 +1,96 @@
-"""Atomic file writes: a reader sees the old file or the new one, never a partial one."""
+"""Atomic file writes: a reader sees the old file or the new one, never a partial one; and the one
+way every verb reports an output it cannot write (:func:`output_errors`)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flow_plugin.errors import DataFolderError
+from flow_plugin.errors import DataFolderError, FlowPluginError, OutputError
+
+#: the remedy for each way an output can fail to be written
+_REMEDIES = {
+    errno.ENOSPC: "free some space there or choose another output folder",
+    errno.EDQUOT: "free some space there or choose another output folder",
+    errno.EACCES: "make it writable or choose another output folder",
+    errno.EPERM: "make it writable or choose another output folder",
+    errno.EROFS: "choose an output folder on a writable file system",
+    errno.ENOTDIR: "a file stands where a folder is needed: choose another output folder",
+    errno.EEXIST: "a file stands where a folder is needed: choose another output folder",
+    errno.EISDIR: "a folder stands where a file is needed: choose another output path",
+}
+
+
+def write_failure(error: OSError) -> str:
+    """Why a write failed, in words, with the errno's name and the remedy.
+
+    >>> write_failure(OSError(errno.ENOSPC, "No space left on device"))
+    'no space left on device (ENOSPC); free some space there or choose another output folder'
+    """
+    reason = (error.strerror or str(error)).rstrip(".")
+    reason = reason[:1].lower() + reason[1:]
+    code = errno.errorcode.get(error.errno) if error.errno is not None else None
+    remedy = _REMEDIES.get(error.errno, "check that the folder can be written, or choose another output folder")
+    return f"{reason}{f' ({code})' if code else ''}; {remedy}"
+
+
+def _on_the_way(path: str | os.PathLike[str], target: Path) -> bool:
+    """Whether ``path`` is ``target``, inside it or one of its parents (a folder made for it)."""
+    try:
+        path, target = Path(os.path.abspath(path)), Path(os.path.abspath(target))
+    except (TypeError, ValueError):
+        return False
+    return path.is_relative_to(target) or target.is_relative_to(path)
+
+
+@contextlib.contextmanager
+def output_errors(path: str | os.PathLike[str], what: str, *, within: str | os.PathLike[str] | None = None
+                  ) -> Iterator[None]:
+    """Turn a failure to write ``path`` (a ``what``: "output folder", "file", ...) in the block
+    into one :class:`~flow_plugin.errors.OutputError` naming it, the cause (ENOSPC: "no space
+    left on device") and the remedy. Converted: an ``OSError`` with an errno whose file is
+    ``path`` (or its folder ``within``), inside it or one of its parents, or that names no file
+    (a failed ``write``); others (a model that cannot be loaded, a data file elsewhere) and
+    flow-plugin's own errors pass unchanged. The one mechanism by which every verb reports an
+    output it cannot write.
+
+    >>> with output_errors("/tmp/out", "output folder"):
+    ...     raise OSError(errno.ENOSPC, "No space left on device")
+    Traceback (most recent call last):
+    ...
+    flow_plugin.errors.OutputError: cannot write the output folder /tmp/out: no space left on device (ENOSPC); free some space there or choose another output folder
+    """
+    path = Path(path)
+    try:
+        yield
+    except FlowPluginError:
+        raise
+    except OSError as error:
+        if error.errno is None or (error.filename is not None and not _on_the_way(error.filename, Path(within or path))):
+            raise
+        failed = Path(os.path.abspath(error.filename)) if error.filename is not None else None
+        inside = failed is not None and failed != Path(os.path.abspath(path)) and failed.is_relative_to(os.path.abspath(path))
+        failure = OutputError(f"cannot write the {what} {path}{f' ({error.filename})' if inside else ''}: "
+                              f"{write_failure(error)}")
+        failure.errno = error.errno
+        raise failure from error
+
+
+def make_output_folder(path: str | os.PathLike[str], what: str = "output folder") -> Path:
+    """Create the folder ``path`` (and its parents) if needed; an :class:`OutputError` naming it
+    when it cannot be."""
+    folder = Path(path).expanduser()
+    with output_errors(folder, what):
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _default_file_mode() -> int:
@@ -25,21 +104,23 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
 
     The file gets the permissions a plain ``open(path, "wb")`` would give it (``mkstemp``'s
-    temporary files are private, 0600).
+    temporary files are private, 0600). A failure (no folder, no permission, a full disk) is an
+    :class:`~flow_plugin.errors.OutputError` naming the file and the cause; nothing is left behind.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as tmp_file:
-            tmp_file.write(data)
-            tmp_file.flush()
-            os.fsync(tmp_file.fileno())
-        os.chmod(tmp_name, _default_file_mode())
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    make_output_folder(target.parent)
+    with output_errors(target, "file", within=target.parent):
+        handle, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(handle, "wb") as tmp_file:
+                tmp_file.write(data)
+                tmp_file.flush()
+                os.fsync(tmp_file.fileno())
+            os.chmod(tmp_name, _default_file_mode())
+            os.replace(tmp_name, target)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
     return target
 
 
@@ -69,8 +150,9 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
         yield
         return
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle = os.open(target, os.O_RDWR | os.O_CREAT, _default_file_mode())
+    make_output_folder(target.parent)
+    with output_errors(target, "lock file", within=target.parent):
+        handle = os.open(target, os.O_RDWR | os.O_CREAT, _default_file_mode())
     try:
         fcntl.lockf(handle, fcntl.LOCK_EX)
         try:
@@ -105,12 +187,53 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
         raise DataFolderError(f"{path}: {what} is not valid JSON: {error}") from None
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` as files mean them: split at ``\\n`` (with a ``\\r`` before it,
+    ``\\r\\n``) and nowhere else. ``str.splitlines`` also ends a line at a form feed, U+0085,
+    U+2028 ... which are text inside a line of a file. A final line end adds no empty line.
+
+    >>> split_lines("a\\x0cb\\u2028c\\r\\nd\\n")
+    ['a\\x0cb\\u2028c', 'd']
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final line end, not an empty line
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def read_text_lines(path: str | os.PathLike[str], what: str) -> list[str]:
+    """The lines of the UTF-8 text file ``path`` (a ``what``: "fit corpus file" ...), split by
+    :func:`split_lines`; a byte-order mark is dropped. The one reader of line-based data files.
+    Errors name the file (and the line): missing, unreadable, not UTF-8, or a ``\\r`` not
+    followed by ``\\n`` (old Mac line ends: neither silently a line end nor silently text)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataFolderError(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise DataFolderError(f"{what} {path} is not a file")
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise DataFolderError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise DataFolderError(f"{path}, line {line}: not valid UTF-8 ({error.reason})") from None
+    lone = re.search("\r(?!\n)", text)
+    if lone is not None:
+        line = text.count("\n", 0, lone.start()) + 1
+        raise DataFolderError(f"{path}, line {line}: a carriage return (\\r) not followed by a line feed; "
+                              "save the file with \\n or \\r\\n line ends")
+    return split_lines(text)
+
+
 def read_json_lines(path: str | os.PathLike[str], what: str) -> Iterator[tuple[int, Any]]:
     """(line number, parsed value) for every non-blank line of a JSON-lines file; errors name
     the file and the line."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = split_lines(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
         raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
     for number, line in enumerate(lines, start=1):

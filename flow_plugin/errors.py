@@ -1,7 +1,7 @@
 """Exceptions raised by flow-plugin.
 
 Each class also derives from the built-in exception a caller would naturally catch
-(``ValueError``, ``TypeError``, ``FileNotFoundError``, ``LookupError``, ``ImportError``), so code that
+(``ValueError``, ``TypeError``, ``FileNotFoundError``, ``OSError``, ``LookupError``, ``ImportError``), so code that
 does not know flow-plugin still handles them sensibly.
 """
 
@@ -35,6 +35,12 @@ class CalibratorFileError(FlowPluginError, ValueError):
 
 class DataFolderError(FlowPluginError, FileNotFoundError):
     """A data folder is missing, unreadable or malformed. The message names the file."""
+
+
+class OutputError(FlowPluginError, OSError):
+    """An output folder or file cannot be written: a file where a folder should be, no permission,
+    a read-only file system, a full disk. The message names the path, the cause and the remedy;
+    ``errno`` is the operating system's."""
 
 
 class RegistryError(FlowPluginError, LookupError):

@@ -7,8 +7,11 @@ the missing path in the reason, when it is absent.
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,6 +101,51 @@ def tiny_registry(folder: Path, weights: Path) -> Path:
         encoding="utf-8",
     )
     return folder
+
+
+@pytest.fixture()
+def tiny_backbone(tmp_path: Path, tiny_bert_dir: Path) -> Iterator[str]:
+    """The registry backbone ``tiny`` (:func:`tiny_registry` of the tiny random BERT) for the
+    test, in process; no embedding cache folder unless the test gives one."""
+    from flow_plugin.catalog.registry import default_registry
+    from flow_plugin.encoding.cache import clear_shared_encoders
+
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    saved = {name: os.environ.get(name) for name in ("FLOW_PLUGIN_REGISTRY", "FLOW_PLUGIN_CACHE_DIR")}
+    os.environ["FLOW_PLUGIN_REGISTRY"] = str(tiny_registry(registry, tiny_bert_dir))
+    os.environ.pop("FLOW_PLUGIN_CACHE_DIR", None)
+    default_registry(refresh=True)
+    clear_shared_encoders()
+    yield "tiny"
+    for name, value in saved.items():  # (`flow-plugin eval --cache-dir` sets FLOW_PLUGIN_CACHE_DIR for its process)
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    default_registry(refresh=True)
+    clear_shared_encoders()
+
+
+@pytest.fixture(scope="session")
+def tiny_embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An embedding cache folder shared by the tests that run ``tiny`` over a real task: each
+    sentence goes through the tiny BERT once per session."""
+    return tmp_path_factory.mktemp("tiny-embedding-cache")
+
+
+def full_disk_at(monkeypatch: pytest.MonkeyPatch, file_name: str) -> None:
+    """Simulate the OS: the disk is full when a file named ``file_name`` is committed, i.e.
+    ``os.replace`` onto it fails with ENOSPC (our writes are atomic: the bytes go to a temporary
+    file, then ``os.replace``); every other rename goes through."""
+    real_replace = os.replace
+
+    def replace(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        if Path(target).name == file_name:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(source, target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
 
 
 @pytest.fixture(scope="session")

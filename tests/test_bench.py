@@ -15,9 +15,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import full_disk_at
 from flow_plugin.cli.bench import run_bench
 from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.cli.main import main as cli_main
@@ -86,11 +88,17 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
     done = finished(output)
     assert MODELS[0] in done, (tmp_path / "killed.log").read_text()[-3000:]
     assert not board_path.exists() or len(done) == len(MODELS)
+    # a result counts only with its run record: the kill may have struck between the two writes
+    from flow_plugin.integrations.mteb.results import recorded_run_keys, result_run_key
+
+    recorded = recorded_run_keys(output)
+    unrecorded = [model for model in done if result_run_key(result_path(output, model)) not in recorded]
+    done = {model: stamp for model, stamp in done.items() if model not in unrecorded}
     shards = cache_files(output)
     assert shards, "the killed run left no embedding cache"
 
     # a result file cut short by the kill (MTEB writes them in place): set aside and recomputed
-    truncated_model = next((model for model in MODELS if model not in done), None)
+    truncated_model = next((model for model in MODELS if model not in done and model not in unrecorded), None)
     if truncated_model is not None:
         truncated = result_path(output, truncated_model)
         truncated.parent.mkdir(parents=True, exist_ok=True)
@@ -109,7 +117,9 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
     assert report.cache_dir == output / "embedding-cache"
     if truncated_model is not None:
         assert [path.name.split(".corrupt-")[0] for path in report.quarantined] == [f"{TASK}.json"]
-        assert any("truncated" in message for message in messages)
+        assert any("cut short" in message for message in messages)
+    for model in unrecorded:  # set aside, not reused
+        assert list(result_path(output, model).parent.glob(f"{TASK}.json.unrecorded-*"))
     after = finished(output)
     assert set(after) == set(MODELS)
     assert json.loads(result_path(output, MODELS[0]).with_name("model_meta.json").read_text())["name"] == MODELS[0]
@@ -163,3 +173,89 @@ def test_bench_rejects_bad_arguments(senteval_dir: Path, tmp_path: Path, capsys:
     assert cli_main(["bench", "-b", BACKBONE, "--data", str(tmp_path / "nowhere"), "--no-leaderboard"]) == 2
     assert "nowhere" in capsys.readouterr().err
     assert not (tmp_path / "results").exists()
+
+
+# ------------------------------------------------------------------ a result counts only with its run record
+@pytest.fixture()
+def tiny_bench(tiny_backbone: str, senteval_dir: Path, tiny_embedding_cache: Path) -> Any:
+    """``bench`` of the registry backbone ``tiny`` on SentEvalSTS16 (embeddings from the session's cache)."""
+    from flow_plugin.encoding.options import EncoderOptions
+
+    def bench(output: Path, messages: list[str], calibrators: tuple[str, ...] = ("raw", "sn")) -> Any:
+        return run_bench(tiny_backbone, senteval_dir, output_folder=output, tasks=["SentEvalSTS16"],
+                         calibrators=list(calibrators), progress=messages.append,
+                         options=EncoderOptions(precision="float32", cache_dir=tiny_embedding_cache))
+
+    return bench
+
+
+def run_records(output: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (output / "flow-plugin-runs.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def assert_every_result_has_its_record(output: Path) -> None:
+    from flow_plugin.integrations.mteb.results import record_run_key, result_run_key
+
+    recorded = {record_run_key(record): record for record in run_records(output)}
+    results = list((output / "results").rglob("SentEvalSTS16.json"))
+    assert results and all(recorded[result_run_key(path)]["hardware"]["device"] == "cpu" for path in results)
+
+
+def test_a_result_whose_run_record_was_lost_is_recomputed_not_reused(tiny_bench: Any, tmp_path: Path) -> None:
+    """A run killed between MTEB's result and our record (or a record lost on a full disk) used to
+    leave a result reused as "already done" forever, with ``hardware: null``."""
+    output, messages = tmp_path / "out", []
+    first = tiny_bench(output, messages)
+    assert [outcome.status for outcome in first.outcomes] == ["computed", "computed"]
+    records = output / "flow-plugin-runs.jsonl"
+    lines = records.read_text(encoding="utf-8").splitlines()
+    records.write_text("".join(line + "\n" for line in lines if json.loads(line)["model"] != "flow_plugin/tiny"))
+
+    second = tiny_bench(output, messages)
+    assert {o.model: o.status for o in second.outcomes} == {"flow_plugin/tiny": "computed", "flow_plugin/tiny-sn": "skipped"}
+    (aside,) = (output / "results").rglob("SentEvalSTS16.json.unrecorded-*")
+    assert aside.parent == second.outcomes[0].path.parent
+    assert_every_result_has_its_record(output)
+    assert second.outcomes[0].score == first.outcomes[0].score  # recomputed: the same number, now with its hardware
+
+
+def test_a_result_whose_run_record_cannot_be_written_is_not_kept(tiny_bench: Any, tmp_path: Path) -> None:
+    """On a full disk the bench used to keep the result JSON and lose its record."""
+    output, messages = tmp_path / "out", []
+    with pytest.MonkeyPatch.context() as patch:
+        full_disk_at(patch, "flow-plugin-runs.jsonl")
+        report = tiny_bench(output, messages)
+    (failed,) = report.outcomes  # the bench stops: the output folder cannot take results
+    assert failed.status == "failed" and failed.model == "flow_plugin/tiny"
+    assert "flow-plugin-runs.jsonl: no space left on device (ENOSPC); free some space there" in failed.error
+    assert "set aside" in failed.error and any("bench: stopped" in message for message in messages)
+    assert not list((output / "results").rglob("SentEvalSTS16.json"))  # no result without its record
+
+    again = tiny_bench(output, messages)
+    assert [outcome.status for outcome in again.outcomes] == ["computed", "computed"]
+    assert_every_result_has_its_record(output)
+
+
+def test_a_result_cut_short_by_a_full_disk_is_not_blamed_on_an_interrupted_write(tiny_bench: Any, tmp_path: Path) -> None:
+    """MTEB writes its result in place: on a full disk it leaves a cut-short file, which the rerun
+    used to call "truncated (interrupted write)"; the failure now names the cause, and the file is set aside."""
+    import errno
+
+    from mteb.results import TaskResult
+
+    def to_disk_on_a_full_disk(self: Any, path: Path) -> None:  # the OS fails the write midway
+        path.write_text('{"dataset_revision": "sha256:', encoding="utf-8")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    output, messages = tmp_path / "out", []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TaskResult, "to_disk", to_disk_on_a_full_disk)
+        report = tiny_bench(output, messages, calibrators=("raw",))
+    (failed,) = report.outcomes
+    assert f"cannot write the output folder {output}: no space left on device (ENOSPC)" in failed.error
+    assert not list((output / "results").rglob("SentEvalSTS16.json"))
+
+    again = tiny_bench(output, messages, calibrators=("raw",))
+    assert [outcome.status for outcome in again.outcomes] == ["computed"]
+    assert not any("interrupted" in message or "truncated" in message for message in messages)
+    assert_every_result_has_its_record(output)

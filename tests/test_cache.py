@@ -118,3 +118,48 @@ def test_a_bad_shard_that_cannot_be_removed_is_ignored_with_a_warning(
         result = reader.encode(SENTENCES)
     assert "cannot be removed" in caplog.text and reader.n_encoded == 3
     np.testing.assert_allclose(result, expected, rtol=0, atol=2e-5 * np.abs(expected).max())
+
+
+def test_a_bad_batch_size_is_refused_before_anything_enters_the_cache(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    """``batch_size=-1`` used to encode nothing and return (and store on disk) uninitialised memory."""
+    from flow_plugin.errors import InputError
+
+    encoder = make_encoder(tiny_bert_dir, tmp_path)
+    with pytest.raises(InputError, match="batch_size must be a positive int, got -1"):
+        encoder.encode(SENTENCES, batch_size=-1)
+    assert not list(tmp_path.rglob("shard-*.npz")) and len(encoder) == 0
+    expected = encoder.encode(SENTENCES, batch_size=2)
+    with pytest.raises(InputError, match="batch_size must be a positive int, got 0"):
+        encoder.encode(SENTENCES, batch_size=0)  # refused even when every sentence is cached
+    reader = make_encoder(tiny_bert_dir, tmp_path)
+    np.testing.assert_array_equal(reader.encode(SENTENCES), expected)
+    assert reader.n_encoded == 0 and np.isfinite(expected).all() and np.abs(expected).max() < 100
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [("nan", "non-finite"), ("inf", "non-finite"), ("width", "do not fit 32-dimensional"),
+     ("rows", "do not fit 32-dimensional"), ("float64", "float32")],
+)
+def test_nothing_invalid_is_written_to_the_disk_cache(tiny_bert_dir: Path, tmp_path: Path, damage: str,
+                                                      problem: str) -> None:
+    """The one function that writes a shard checks what it writes as the reader checks what it reads."""
+    from flow_plugin.encoding.cache import text_digest
+    from flow_plugin.errors import InputError
+
+    encoder = make_encoder(tiny_bert_dir, tmp_path)
+    digests = [text_digest(text) for text in ("one", "two", "three")]
+    embeddings = np.ones((3, 32), dtype=np.float32)
+    if damage in ("nan", "inf"):
+        embeddings[1, 5] = np.nan if damage == "nan" else np.inf
+    elif damage == "width":
+        embeddings = embeddings[:, :31]
+    elif damage == "rows":
+        embeddings = embeddings[:2]
+    else:
+        embeddings = embeddings.astype(np.float64)
+    with pytest.raises(InputError, match=f"not written to the embedding cache.*{problem}"):
+        encoder._write_shard(digests, embeddings)
+    assert not list(tmp_path.rglob("shard-*.npz"))
+    encoder._write_shard(digests, np.ones((3, 32), dtype=np.float32))  # valid arrays are written
+    assert len(list(tmp_path.rglob("shard-*.npz"))) == 1

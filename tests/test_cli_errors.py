@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import full_disk_at
 from flow_plugin.cli.main import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,9 +44,19 @@ def test_bad_eval_arguments_are_one_line_errors(
                          "--output-folder", str(tmp_path)], capsys)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("flow-plugin eval: error: ")
-    import re
-
     assert re.search(message, err), err
+
+
+def test_an_unknown_task_is_one_line_without_mtebs_warnings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Listing MTEB's names for the close-name hint used to log ~250 "task X is in beta" warnings first."""
+    with caplog.at_level(logging.WARNING):
+        code, err = run_cli(["eval", "-m", "flow_plugin/minilm-l6", "-t", "STS99", "--output-folder", str(tmp_path)],
+                            capsys)
+    assert code == 2 and err.count("\n") == 1, err[:2000]
+    assert err.startswith("flow-plugin eval: error: unknown task or benchmark 'STS99'. Close names: ")
+    assert [record.getMessage()[:100] for record in caplog.records if record.name.startswith("mteb")] == []
 
 
 def test_a_lone_surrogate_is_named_not_a_traceback(minilm_path: Path) -> None:
@@ -78,3 +91,56 @@ def test_ctrl_c_ends_bench_with_a_one_line_summary(senteval_dir: Path, tmp_path:
     summary = [line for line in err.splitlines() if "interrupted" in line]
     assert len(summary) == 1 and "kept in" in summary[0] and "rerun the same command to resume" in summary[0]
     assert list((tmp_path / "out" / "results").rglob("SentEvalSTS16.json"))  # the finished result is kept
+
+
+# ------------------------------------------------------------------ output folders that cannot be written
+def verb_arguments(verb: str, output: Path, data: Path, cache: Path) -> list[str]:
+    encoder = ["--precision", "float32", "--cache-dir", str(cache)]
+    return {
+        "eval": ["eval", "-m", "flow_plugin/tiny", "--data", str(data), "-t", "SentEvalSTS16", "--output-folder",
+                 str(output), *encoder],
+        "bench": ["bench", "-b", "tiny", "--data", str(data), "--tasks", "SentEvalSTS16", "--calibrators", "raw",
+                  "--output-folder", str(output), "--leaderboard", str(output / "board.json"), *encoder],
+        "leaderboard": ["leaderboard", str(data), "-o", str(output / "board.json")],
+        "paper": ["paper", "-m", "flow_plugin/tiny-sn", "--data", str(data), "--tasks", "STS16", "--skip",
+                  "qnli,lexical,isotropy", "--max-pairs", "40", "--out", str(output), *encoder],
+    }[verb]
+
+
+@pytest.mark.parametrize("verb", ["eval", "bench", "leaderboard", "paper"])
+def test_an_output_folder_under_a_file_is_one_line_naming_it(
+    verb: str, tiny_backbone: str, senteval_dir: Path, tiny_embedding_cache: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """(As root, chmod stops no write: a folder that cannot be made is one whose parent is a file.)"""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder", encoding="utf-8")
+    output = blocked / "out"
+    code, err = run_cli(verb_arguments(verb, output, senteval_dir, tiny_embedding_cache), capsys)
+    assert code == 2 and err.count("\n") == 1, err[-3000:]
+    assert err.startswith(f"flow-plugin {verb}: error: cannot ") and str(output) in err
+    assert "not a directory (ENOTDIR)" in err and "choose another" in err
+
+
+@pytest.mark.parametrize("verb", ["eval", "bench", "leaderboard", "paper"])
+def test_a_full_disk_is_named_as_the_cause(
+    verb: str, tiny_backbone: str, senteval_dir: Path, tiny_embedding_cache: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    output = tmp_path / "out"
+    if verb == "leaderboard":  # results to merge, written while the disk had room
+        assert cli_main(verb_arguments("eval", output, senteval_dir, tiny_embedding_cache)) == 0
+        capsys.readouterr()
+        verb_argv = ["leaderboard", str(output), "-o", str(tmp_path / "boards" / "board.json")]
+        written = "board.json"
+    else:
+        verb_argv = verb_arguments(verb, output, senteval_dir, tiny_embedding_cache)
+        written = {"eval": "flow-plugin-runs.jsonl", "bench": "flow-plugin-runs.jsonl", "paper": "paper.json"}[verb]
+    full_disk_at(monkeypatch, written)
+    code = cli_main(verb_argv)
+    captured = capsys.readouterr()
+    err = captured.err if verb != "bench" else captured.out  # bench lists its failed tasks in its summary
+    assert code == (1 if verb == "bench" else 2), captured.err[-3000:] + captured.out[-3000:]
+    assert "Traceback" not in captured.err and "interrupted write" not in captured.err + captured.out
+    assert re.search(rf"cannot write [^\n]*{re.escape(written)}: no space left on device \(ENOSPC\); free some "
+                     r"space there or choose another", err), err

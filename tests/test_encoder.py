@@ -146,6 +146,28 @@ def test_bad_backbone_settings_are_errors(tiny_bert_dir: Path, kwargs: dict, mes
         Backbone(tiny_bert_dir, **kwargs)
 
 
+BAD_BATCH_SIZES = [(-1, "got -1"), (0, "got 0"), (1.5, "got 1.5"), (True, "got True"), ("8", "got '8'")]
+
+
+@pytest.mark.parametrize(("batch_size", "shown"), BAD_BATCH_SIZES)
+def test_a_bad_batch_size_is_a_one_line_error_wherever_it_is_given(tiny_bert_dir: Path, batch_size: object,
+                                                                   shown: str) -> None:
+    """-1 used to return uninitialised memory (values ~1e27), 0 silently meant the default and 1.5 was a
+    raw TypeError; the constructor, ``encode`` and the encoder options now share one check."""
+    from flow_plugin.encoding.options import EncoderOptions
+
+    message = rf"batch_size must be a positive int, {shown}; give the number of sentences per forward pass"
+    backbone = Backbone(tiny_bert_dir, precision="float32")
+    for call in (lambda: Backbone(tiny_bert_dir, batch_size=batch_size),
+                 lambda: backbone.encode(["the man plays guitar ."], batch_size=batch_size),
+                 lambda: backbone.encode([], batch_size=batch_size),
+                 lambda: EncoderOptions(batch_size=batch_size)):
+        with pytest.raises(InputError, match=message) as caught:
+            call()
+        assert "\n" not in str(caught.value)
+    assert Backbone(tiny_bert_dir, batch_size=np.int64(2)).batch_size == 2  # a numpy integer is a whole number too
+
+
 def test_key_names_everything_that_shapes_an_embedding(tiny_bert_dir: Path) -> None:
     key = Backbone(tiny_bert_dir, revision="abc", pooling="cls", max_seq_length=32, precision="float32", device="cpu").key
     assert key.as_dict() == {

@@ -182,3 +182,43 @@ def test_an_unknown_name_whose_file_was_left_out_says_why(tmp_path: Path, monkey
     finally:
         monkeypatch.delenv("FLOW_PLUGIN_REGISTRY")
         default_registry(refresh=True)
+
+
+def test_a_max_seq_length_above_the_models_limit_is_an_error_when_the_weights_load(
+    tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It used to be capped silently to the tokenizer's limit while the metadata, the cache key and
+    the run records kept the registry's number; now the value recorded is the value used."""
+    import json
+    import re
+    import shutil
+
+    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.encoding.backbone import Backbone
+    from flow_plugin.encoding.cache import clear_shared_encoders
+    from flow_plugin.errors import InputError
+
+    weights = tmp_path / "short-bert"
+    shutil.copytree(tiny_bert_dir, weights)
+    settings = json.loads((weights / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (weights / "tokenizer_config.json").write_text(json.dumps({**settings, "model_max_length": 16}), encoding="utf-8")
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    path = write(registry, "tiny-short", VALID.replace('"org/tiny"', f'"{weights}"').replace("= 64", "= 32"))
+    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(registry))
+    default_registry(refresh=True)
+    try:
+        encoder = build_encoder(resolve("flow_plugin/tiny-short"))
+        with pytest.raises(InputError, match=re.escape(f"{path}: max_seq_length is 32, but {weights} takes at most "
+                                                       "16 tokens (its tokenizer's model_max_length); set "
+                                                       "max_seq_length to 16 or less")):
+            encoder.encode(["the man plays guitar"])
+    finally:
+        monkeypatch.delenv("FLOW_PLUGIN_REGISTRY")
+        default_registry(refresh=True)
+        clear_shared_encoders()
+    with pytest.raises(InputError, match="max_seq_length is 17, but .* at most 16 tokens"):
+        Backbone(weights, max_seq_length=17).load()
+    backbone = Backbone(weights, max_seq_length=16, precision="float32")
+    long_sentence = " ".join(["the man plays guitar"] * 10)
+    assert len(backbone.tokenize([long_sentence])[0]) == 16 == backbone.key.max_seq_length

@@ -312,3 +312,42 @@ def test_qnli_tiny(tmp_path: Path) -> None:
     with pytest.raises(DataFolderError, match=re.escape(str(tmp_path / "nothing" / "QNLI" / "dev.tsv"))):
         (tmp_path / "nothing").mkdir()
         load_qnli_dev(tmp_path / "nothing")
+
+
+# --------------------------------------------------------------------------- line ends
+UNICODE_BREAKS = "\x0c\x0b\x1c\x85\u2028\u2029"  # str.splitlines ends a line at each of these; files do not
+
+
+def test_a_sentence_file_has_one_sentence_per_newline_whatever_else_its_lines_hold(tmp_path: Path) -> None:
+    """Form feed, U+0085, U+2028 ... inside a line are text, not line ends (3 lines were fitted as 5)."""
+    from flow_plugin.data.fit_corpus import read_sentence_file
+
+    path = tmp_path / "corpus.txt"
+    lines = ["a man\x0cplays guitar", "page\u2028two\x85three", f"all {UNICODE_BREAKS} of them"]
+    path.write_bytes(("\r\n".join(lines[:2]) + "\n" + lines[2] + "\n").encode("utf-8"))
+    assert read_sentence_file(path) == lines
+
+
+def test_senteval_files_split_at_newlines_only(tiny_root: Path) -> None:
+    subset = tiny_root / "downstream" / "STS" / "STS12-en-test" / "STS.input.MSRpar.txt"
+    _write(subset, ["a\u2028one\tb\x85one", "a two\tb\x0ctwo", "a three\tb three"])
+    first = load_eval_subsets(tiny_root, "STS12", check_counts=False)[0]
+    assert first.sentences1 == ("a\u2028one", "a three") and first.sentences2 == ("b\x85one", "b three")
+
+
+@pytest.mark.parametrize("reader", ["fit corpus", "senteval"])
+def test_a_lone_carriage_return_is_an_error_naming_file_and_line(reader: str, tiny_root: Path, tmp_path: Path) -> None:
+    """``\\r`` without ``\\n`` (old Mac line ends) is neither silently a line end nor silently text."""
+    from flow_plugin.data.fit_corpus import read_sentence_file
+
+    if reader == "fit corpus":
+        path = tmp_path / "corpus.txt"
+        path.write_bytes(b"one\ntwo\rthree\n")
+        read = lambda: read_sentence_file(path)  # noqa: E731
+    else:
+        path = tiny_root / "downstream" / "STS" / "STS12-en-test" / "STS.gs.MSRpar.txt"
+        path.write_bytes(b"0.5\r\r 4 \r")
+        read = lambda: load_eval_subsets(tiny_root, "STS12", check_counts=False)  # noqa: E731
+    with pytest.raises(DataFolderError, match=re.escape(f"{path}, line ") + r"[12]: a carriage return .* not followed "
+                       r"by a line feed.*\\n or \\r\\n line ends"):
+        read()

@@ -459,3 +459,38 @@ def test_sweep_modules_import_nothing_heavy() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_a_result_without_its_run_record_is_not_done(
+    tiny_registry: Path, senteval_dir: Path, tiny_embedding_cache: Path, tmp_path: Path
+) -> None:
+    """The sweep plans as eval and bench do: a result counts only with its line in flow-plugin-runs.jsonl."""
+    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.cli.sweep.jobs import Job, Run
+    from flow_plugin.cli.sweep.plan import plan_job, resolve_task_refs
+    from flow_plugin.encoding.options import EncoderOptions
+
+    output = tmp_path / "out"
+    run = Run("flow_plugin/tiny-bert", {"precision": "float32"})
+    tasks = resolve_task_refs(("SentEvalSTS16",), senteval_dir)
+    evaluate_models([run.model], senteval_dir, tasks, output,
+                    options=EncoderOptions(precision="float32", cache_dir=tiny_embedding_cache))
+    job = Job("tiny-bert", (run,), ("SentEvalSTS16",))
+    (item,) = plan_job(job, output, tasks)
+    assert item.done
+    (output / "flow-plugin-runs.jsonl").write_text("", encoding="utf-8")  # the record lost
+    (item,) = plan_job(job, output, tasks)
+    assert item.path.is_file() and not item.done
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(
+    tiny_registry: Path, senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder", encoding="utf-8")
+    path = write_sweep(tmp_path, senteval_dir, ["tiny-bert"], ["raw"])
+    code = cli_main(["sweep", str(path), "--num-cpus", "2", "--no-leaderboard", "--output-folder", str(blocked / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err[-2000:]
+    assert err.startswith(f"flow-plugin sweep: error: cannot write the output folder {blocked / 'out'}")
+    assert "not a directory (ENOTDIR)" in err

@@ -15,9 +15,13 @@ Nothing is computed twice:
   is given, to ``<output-folder>/embedding-cache``; each sentence goes through the backbone
   once, ever, for all six variants and every rerun;
 * results: MTEB's result cache (``overwrite_strategy="only-missing"``) skips every task
-  whose result file exists, so a bench that was interrupted (Ctrl-C, killed, a failure)
-  resumes where it stopped. A result file left truncated by a kill (MTEB does not write
-  it atomically) is renamed ``<Task>.json.corrupt-<time>`` and recomputed.
+  whose result file exists with its run record, so a bench that was interrupted (Ctrl-C,
+  killed, a failure) resumes where it stopped. A result file left truncated by a kill or a
+  full disk (MTEB does not write it atomically) is renamed ``<Task>.json.corrupt-<time>``, and
+  one without its run record ``<Task>.json.unrecorded-<time>``; both are recomputed.
+
+An output folder that cannot be written (a full disk ...) stops the bench, with an error naming
+the folder and the cause.
 
 Every computed result gets a line in ``<output-folder>/flow-plugin-runs.jsonl`` saying
 which hardware produced it (CPU, cores, torch, device, precision); the leaderboard shows it.
@@ -44,7 +48,8 @@ from flow_plugin.catalog.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.encoding.options import EncoderOptions
 
-from flow_plugin.errors import RegistryError
+from flow_plugin._io import make_output_folder
+from flow_plugin.errors import OutputError, RegistryError
 from flow_plugin.integrations.mteb.results import quarantine_truncated_results
 
 logger = logging.getLogger(__name__)
@@ -233,8 +238,7 @@ def run_bench(
     models = [spec.model_name(method) for method in dict.fromkeys(methods)]
     task_names = list(dict.fromkeys(task_names))
     data_root = resolve_senteval_root(data)
-    output = Path(output_folder).expanduser()
-    output.mkdir(parents=True, exist_ok=True)
+    output = make_output_folder(output_folder)
     options = options or EncoderOptions()
     cache_folder = default_cache_dir(output, options.cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
@@ -272,8 +276,8 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
 
     report.quarantined = quarantine_truncated_results(output, report.models, report.tasks)
     for path in report.quarantined:
-        progress(f"bench: {path.name[: path.name.index('.corrupt-')]} of {path.parent} was truncated "
-                 f"(interrupted write): kept as {path.name}, recomputing")
+        progress(f"bench: {path.name[: path.name.index('.corrupt-')]} of {path.parent} was cut short (a killed run "
+                 f"or a full disk): kept as {path.name}, recomputing")
     total = len(report.runs) * len(report.tasks)
     progress(f"bench: {report.backbone}: {len(report.runs)} runs ({len(report.models)} models) × {len(report.tasks)} "
              f"tasks = {total} results in {output / 'results'}; embedding cache {report.cache_dir}")
@@ -311,6 +315,10 @@ def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, 
                 logger.debug("bench: %s on %s failed", model, task, exc_info=True)
                 report.outcomes.append(TaskOutcome(model, task, "failed", seconds, error=message, seed=bench_run.seed))
                 progress(f"{prefix}: FAILED after {seconds:.1f} s: {message}")
+                if isinstance(error, OutputError):  # every other task would fail to write its result too
+                    progress(f"bench: stopped: the output folder {output} cannot take results; the tasks left "
+                             "were not run")
+                    return
                 if fail_fast:
                     return
                 continue

@@ -425,8 +425,8 @@ def run_paper(
     """
     from tqdm.auto import tqdm
 
-    from flow_plugin._io import atomic_write_json
-    from flow_plugin.errors import DataFolderError, InputError
+    from flow_plugin._io import atomic_write_json, make_output_folder
+    from flow_plugin.errors import InputError
     from flow_plugin.data.senteval import SENTEVAL_TASKS, canonical_task, load_split
 
     wall_start = time.perf_counter()
@@ -447,11 +447,7 @@ def run_paper(
         print(f"flow-plugin paper: {qnli_note}", file=sys.stderr)
     if not sections:
         raise InputError(f"nothing to run: every section ({', '.join(SECTIONS)}) is skipped")
-    out = Path(out).expanduser()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise DataFolderError(f"cannot create the output folder {out}: {error}") from None
+    out = make_output_folder(out)
     if max_pairs is not None:
         notes.append(f"--max-pairs {max_pairs}: only the first {max_pairs} pairs of every subset/split and of QNLI dev "
                      "were read; these numbers are a smoke test, NOT the paper's protocol")

@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from flow_plugin._io import read_text_lines
 from flow_plugin.errors import DataFolderError, InputError
 
 TARGET = "target"
@@ -64,16 +65,11 @@ class FitCorpus:
 
 
 def read_sentence_file(path: str | os.PathLike[str]) -> list[str]:
-    """Sentences of a UTF-8 text file, one per line. Blank lines are an error (they would be
-    silently meaningless sentences); so is an empty file."""
+    """Sentences of a UTF-8 text file, one per line (lines end at ``\\n`` or ``\\r\\n`` only, see
+    :func:`flow_plugin._io.read_text_lines`). Blank lines are an error (they would be silently
+    meaningless sentences); so is an empty file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataFolderError(f"fit corpus file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise DataFolderError(f"fit corpus file {path} cannot be read as UTF-8 text: {error}") from None
-    lines = text.splitlines()
+    lines = read_text_lines(path, "fit corpus file")
     blank = [number for number, line in enumerate(lines, start=1) if not line.strip()]
     if blank:
         shown = ", ".join(str(n) for n in blank[:5]) + (f" and {len(blank) - 5} more" if len(blank) > 5 else "")

@@ -15,7 +15,8 @@ The reading rules follow SentEval (facebookresearch/SentEval, ``senteval/sts.py`
 
 Sentences are returned as the text of their column, unchanged: the files are already
 Moses-tokenized (tokens joined by single spaces). Nothing is lower-cased or re-tokenized.
-Line ends (``\\n``, ``\\r\\n``, ``\\r``) are removed. A handful of sentences keep a
+Lines end at ``\\n`` or ``\\r\\n`` only (a lone ``\\r`` is an error naming the line; a form feed,
+U+0085 or U+2028 is text, not a line end), and line ends are removed. A handful of sentences keep a
 leading or trailing space that the files contain; SentEval itself splits sentences
 on whitespace, so ``" ".join(s.split())`` gives SentEval's exact token string.
 
@@ -35,6 +36,7 @@ from typing import Union
 
 import numpy as np
 
+from flow_plugin._io import read_text_lines
 from flow_plugin.data.tasks import SENTEVAL_STS_TASKS, SENTEVAL_TASKS
 from flow_plugin.errors import DataFolderError, InputError, InputTypeError
 
@@ -258,25 +260,8 @@ def resolve_senteval_root(path: PathLike) -> Path:
 
 
 def _read_lines(path: Path) -> list[str]:
-    """Lines of a UTF-8 text file without their line ends (``\\n``, ``\\r\\n`` or ``\\r``)."""
-    if not path.exists():
-        raise DataFolderError(f"missing file {path}")
-    if not path.is_file():
-        raise DataFolderError(f"{path} is not a file")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataFolderError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise DataFolderError(f"{path}, line {line}: not valid UTF-8 ({exc.reason})") from exc
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()  # the final line end, not an empty line
-    return lines
+    """Lines of a UTF-8 text file without their line ends (``\\n`` or ``\\r\\n``)."""
+    return read_text_lines(path, "file")
 
 
 def _columns(line: str, path: Path, lineno: int, expected: int, *, at_least: bool = False) -> list[str]:

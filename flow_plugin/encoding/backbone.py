@@ -32,7 +32,7 @@ from flow_plugin._validation import check_sentences
 from flow_plugin._machine import bf16_kernel_family, resolve_device
 from flow_plugin.encoding.batching import BATCH_PLAN, length_exact_batches
 from flow_plugin.encoding.device import autocast_dtype, resolve_precision
-from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE
+from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, check_batch_size
 from flow_plugin.errors import InputError
 from flow_plugin.encoding.pooling import Pooling, parse_pooling
 
@@ -90,7 +90,8 @@ class Backbone:
         ``"cls"``, ``"last-avg"``, ``"last2avg"``, ``"first-last-avg"`` or a list of
         ``hidden_states`` indices (see :mod:`flow_plugin.encoding.pooling`).
     max_seq_length:
-        Word pieces kept per sentence (the paper uses 64).
+        Word pieces kept per sentence (the paper uses 64); more than the tokenizer takes is an
+        error when the weights load, never a silent cap.
     batch_size:
         Sentences per forward pass (``None``: 64).
     device:
@@ -103,7 +104,8 @@ class Backbone:
         Passed to ``from_pretrained`` for backbones that need custom code.
     expected_embedding_dim, source:
         The width the weights must have (a registry file's ``embedding_dim``), checked as soon as
-        the model's config is read; ``source`` names where that number came from in the error.
+        the model's config is read; ``source`` names where that number (and ``max_seq_length``,
+        checked against the tokenizer's limit when the weights load) came from in the error.
     """
 
     def __init__(
@@ -124,15 +126,13 @@ class Backbone:
     ) -> None:
         if not isinstance(max_seq_length, int) or max_seq_length < 2:
             raise InputError(f"max_seq_length must be an int >= 2, got {max_seq_length!r}")
-        batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size must be a positive int, got {batch_size!r}")
+        batch_size = check_batch_size(batch_size)
         self.model_name_or_path = str(model_name_or_path)
         self.name = name or self.model_name_or_path
         self.revision = revision
         self.pooling = parse_pooling(pooling)
         self.max_seq_length = max_seq_length
-        self.batch_size = batch_size
+        self.batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         self.show_progress_bar = show_progress_bar
@@ -205,6 +205,18 @@ class Backbone:
                 f"give {width}-dimensional embeddings (hidden_size); correct embedding_dim"
             )
 
+    def _check_length(self, tokenizer: Any) -> None:
+        """``max_seq_length`` within the tokenizer's limit: it is never capped silently, since the
+        cache key, the MTEB metadata and the run records all say ``max_seq_length``."""
+        limit = getattr(tokenizer, "model_max_length", None)
+        # (a tokenizer that states no limit has a huge placeholder, int(1e30))
+        if isinstance(limit, int) and 0 < limit < self.max_seq_length and limit < 10**9:
+            where = f"{self.source}: " if self.source else ""
+            raise InputError(
+                f"{where}max_seq_length is {self.max_seq_length}, but {self.model_name_or_path} takes at most {limit} "
+                f"tokens (its tokenizer's model_max_length); set max_seq_length to {limit} or less"
+            )
+
     @property
     def embedding_dim(self) -> int:
         return int(self.config.hidden_size)
@@ -236,6 +248,7 @@ class Backbone:
             n_hidden_states = int(model.config.num_hidden_layers) + 1
             self.pooling.validate_depth(n_hidden_states)
             self._check_width(model.config)
+            self._check_length(tokenizer)
             drop_unused_layers(model, self.pooling.deepest_layer(n_hidden_states))
             self._config = model.config
             self._tokenizer = tokenizer
@@ -252,16 +265,13 @@ class Backbone:
 
     # ------------------------------------------------------------------ encoding
     def tokenize(self, sentences: list[str]) -> list[list[int]]:
-        """Word-piece ids of each sentence, truncated to ``max_seq_length`` (special tokens included)."""
-        limit = self.max_seq_length
-        model_limit = getattr(self.tokenizer, "model_max_length", None)
-        if isinstance(model_limit, int) and 0 < model_limit < limit:
-            limit = model_limit
+        """Word-piece ids of each sentence, truncated to ``max_seq_length`` (special tokens included;
+        loading checked that the tokenizer takes that many)."""
         encoded = self.tokenizer(
             sentences,
             add_special_tokens=True,
             truncation=True,
-            max_length=limit,
+            max_length=self.max_seq_length,
             padding=False,
             return_attention_mask=False,
             return_token_type_ids=False,
@@ -287,11 +297,12 @@ class Backbone:
         batch_size: int | None = None,
         show_progress_bar: bool | None = None,
     ) -> np.ndarray:
-        """Pooled embeddings, float32 array of shape (len(sentences), embedding_dim), in input order."""
+        """Pooled embeddings, float32 array of shape (len(sentences), embedding_dim), in input order.
+        ``batch_size`` (default: the backbone's) is checked like the constructor's."""
+        batch_size = self.batch_size if batch_size is None else check_batch_size(batch_size)
         sentences = check_sentences(sentences)
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
-        batch_size = batch_size or self.batch_size
         lengths, flat_ids = self._token_arrays(sentences)
         batches = length_exact_batches(lengths, batch_size)  # no padding: see flow_plugin.encoding.batching
         if show_progress_bar is None:

@@ -8,8 +8,9 @@ input, serves known sentences from memory, and encodes only the new ones. With a
     <cache_dir>/<digest of the backbone key>/key.json         the key, for humans
     <cache_dir>/<digest of the backbone key>/shard-<id>.npz   sha256 of each text + embeddings
 
-A shard is written atomically, once, and carries its key and a checksum of its arrays.
-A shard that cannot be read, belongs to another key, or fails its checksum is reported,
+A shard is written atomically, once, and carries its key and a checksum of its arrays;
+its arrays are checked (shape, float32, finite) before it is written and after it is read.
+A shard that cannot be read, belongs to another key, or fails a check is reported,
 removed and recomputed, never trusted.
 
 ``shared_encoder`` returns one ``CachedEncoder`` per backbone key in the process, so the
@@ -33,6 +34,8 @@ import numpy as np
 from flow_plugin._io import atomic_write_bytes, atomic_write_json
 from flow_plugin._validation import check_sentences
 from flow_plugin.encoding.backbone import Backbone
+from flow_plugin.encoding.options import check_batch_size
+from flow_plugin.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -155,23 +158,41 @@ class CachedEncoder:
             return f"format {header.get('format')!r} version {header.get('version')!r}"
         if header.get("key") != self.key:
             return f"it belongs to another backbone key {header.get('key')}"
-        dim = self.embedding_dim
-        if hashes.ndim != 2 or hashes.shape[1] != 32 or embeddings.shape != (hashes.shape[0], dim):
-            return f"shapes {hashes.shape} and {embeddings.shape} do not fit {dim}-dimensional embeddings"
-        if embeddings.dtype != np.float32 or header.get("checksum") != _arrays_checksum(hashes, embeddings):
+        problem = self._arrays_problem(hashes, embeddings)
+        if problem:
+            return problem
+        if header.get("checksum") != _arrays_checksum(hashes, embeddings):
             return "checksum mismatch"
-        if not np.isfinite(embeddings).all():
-            return "non-finite embeddings"
         self._add_block([digest.tobytes() for digest in hashes], embeddings)
         return None
 
+    def _arrays_problem(self, hashes: np.ndarray, embeddings: np.ndarray) -> str | None:
+        """What makes these arrays no valid shard of this key (None: nothing); checked on every
+        shard read and before every shard is written."""
+        dim = self.embedding_dim
+        if hashes.ndim != 2 or hashes.shape[1] != 32 or embeddings.shape != (hashes.shape[0], dim):
+            return f"shapes {hashes.shape} and {embeddings.shape} do not fit {dim}-dimensional embeddings"
+        if embeddings.dtype != np.float32:
+            return f"embeddings of dtype {embeddings.dtype}, not float32"
+        if not np.isfinite(embeddings).all():
+            return "non-finite embeddings"
+        return None
+
     def _write_shard(self, digests: list[bytes], embeddings: np.ndarray) -> None:
-        """Keep new embeddings on disk too; a folder that cannot be written leaves them in memory
-        (with one warning), so the run's work is never lost."""
-        folder = self.key_folder
-        if folder is None or not digests or not self._disk_writable:
+        """Check new embeddings (an error if they are no valid shard), then keep them on disk too;
+        a folder that cannot be written leaves them in memory (with one warning), so the run's
+        work is never lost."""
+        if not digests:
             return
         hashes = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(digests), 32)
+        problem = self._arrays_problem(hashes, np.asarray(embeddings))
+        if problem:  # checked with or without a folder: encode() keeps in memory only what passed here
+            raise InputError(f"embeddings of {self.backbone.name} not written to the embedding cache "
+                             f"{self.key_folder or '(memory)'}: {problem} (shape {np.shape(embeddings)}); "
+                             "nothing invalid is cached")
+        folder = self.key_folder
+        if folder is None or not self._disk_writable:
+            return
         header = {
             "format": CACHE_FORMAT,
             "version": CACHE_VERSION,
@@ -191,8 +212,11 @@ class CachedEncoder:
                            "memory only", folder, error)
 
     # ------------------------------------------------------------------ encoding
-    def encode(self, sentences: list[str], **encode_kwargs: Any) -> np.ndarray:
-        """Pooled embeddings in input order; the backbone sees each new unique text once."""
+    def encode(self, sentences: list[str], *, batch_size: int | None = None,
+               show_progress_bar: bool | None = None) -> np.ndarray:
+        """Pooled embeddings in input order; the backbone sees each new unique text once.
+        ``batch_size`` is checked even when every sentence is cached."""
+        batch_size = check_batch_size(batch_size)
         sentences = check_sentences(sentences)
         with self._lock:
             digests = [self._digest(text) for text in sentences]
@@ -204,9 +228,10 @@ class CachedEncoder:
                 if digest not in known and digest not in new:
                     new[digest] = text
             if new:
-                embeddings = self.backbone.encode(list(new.values()), **encode_kwargs)
+                embeddings = self.backbone.encode(list(new.values()), batch_size=batch_size,
+                                                  show_progress_bar=show_progress_bar)
+                self._write_shard(list(new), embeddings)  # (checks them first)
                 self._add_block(list(new), embeddings)
-                self._write_shard(list(new), embeddings)
             self.n_encoded += len(new)
             self.n_cache_hits += len(sentences) - len(new)
             if not sentences:

@@ -11,12 +11,13 @@ part of the embedding cache's key (:class:`flow_plugin.encoding.backbone.Backbon
 >>> EncoderOptions(batch_size=0)
 Traceback (most recent call last):
 ...
-flow_plugin.errors.InputError: batch_size must be a positive int, got 0
+flow_plugin.errors.InputError: batch_size must be a positive int, got 0; give the number of sentences per forward pass, e.g. 64 (the default)
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,24 @@ from flow_plugin.errors import InputError
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
 #: Sentences per forward pass when none is given. Length-sorted batches of short STS sentences keep this cheap.
 DEFAULT_BATCH_SIZE = 64
+
+
+def check_batch_size(value: Any) -> int | None:
+    """``value`` as an int when it is a valid batch size (a positive whole number; ``None``
+    means the default and is returned as is), else an error naming it and the remedy. The one
+    check of a batch size, wherever one is accepted (these options, ``Backbone``, ``encode``).
+
+    >>> check_batch_size(1.5)
+    Traceback (most recent call last):
+    ...
+    flow_plugin.errors.InputError: batch_size must be a positive int, got 1.5; give the number of sentences per forward pass, e.g. 64 (the default)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise InputError(f"batch_size must be a positive int, got {value!r}; give the number of sentences per "
+                         f"forward pass, e.g. {DEFAULT_BATCH_SIZE} (the default)")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -49,10 +68,7 @@ class EncoderOptions:
             raise InputError(f"device must be a string such as 'cpu' or 'cuda:0', got {self.device!r}")
         if self.precision not in PRECISIONS:
             raise InputError(f"unknown precision {self.precision!r}; use one of {', '.join(PRECISIONS)}")
-        if self.batch_size is not None and (
-            isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1
-        ):
-            raise InputError(f"batch_size must be a positive int, got {self.batch_size!r}")
+        object.__setattr__(self, "batch_size", check_batch_size(self.batch_size))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -31,7 +31,9 @@ from flow_plugin.integrations.mteb.results import (
     load_task_result,
     open_result_cache,
     read_run_records,
+    record_run_key,
     result_identity,
+    run_key,
     task_result_paths,
 )
 
@@ -201,23 +203,11 @@ def run_settings_versions(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------- flow-plugin-runs.jsonl (hardware)
-def run_key(model: str | None, revision: str | None, experiment: str | None, task: str | None,
-            date: float | None) -> tuple[Any, ...]:
-    """What ties a run record to a result: model run, task and the result's date (to the ms).
-
-    >>> run_key("m", "r", None, "STS12", 1795368982.195808)
-    ('m', 'r', None, 'STS12', 1795368982.196)
-    """
-    return (model, revision, experiment, task, None if date is None else round(float(date), 3))
-
-
 def hardware_index(folders: Iterable[Path]) -> dict[tuple[Any, ...], dict[str, Any]]:
     """run key -> hardware, from the ``flow-plugin-runs.jsonl`` of each folder (later wins)."""
     index: dict[tuple[Any, ...], dict[str, Any]] = {}
     for folder in folders:
         for record in read_run_records(folder / RUNS_FILE):
-            key = run_key(record.get("model"), record.get("revision"), record.get("experiment"),
-                          record.get("task"), record.get("result_date"))
             if isinstance(record.get("hardware"), dict):
-                index[key] = record["hardware"]
+                index[record_run_key(record)] = record["hardware"]
     return index

@@ -1,7 +1,8 @@
 """Writing a leaderboard's three files: ``NAME.json``, ``NAME.md`` and ``NAME.png``.
 
 Everything is rendered in memory first, then each file is written atomically (see
-:mod:`flow_plugin._io`), the JSON last since it is the record. Without matplotlib the
+:mod:`flow_plugin._io`), the JSON last since it is the record. A folder or file that cannot be
+written is an :class:`~flow_plugin.errors.OutputError` naming it and the cause. Without matplotlib the
 chart is skipped with one warning; the JSON and Markdown are written all the same.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flow_plugin._io import atomic_write_bytes, atomic_write_text
+from flow_plugin._io import atomic_write_bytes, atomic_write_text, make_output_folder, output_errors
 from flow_plugin.cli.leaderboard.render import render_markdown, render_png
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 
@@ -61,8 +62,9 @@ def folder_lock(folder: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover -- Windows: no locking
         yield
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = os.open(folder, os.O_RDONLY)
+    make_output_folder(folder, "leaderboard folder")
+    with output_errors(folder, "leaderboard folder"):
+        handle = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield

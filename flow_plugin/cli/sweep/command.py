@@ -56,8 +56,11 @@ def sweep_lock(work: Path) -> Iterator[None]:
     """One sweep at a time per output folder (a POSIX lock: across nodes on shared storage)."""
     import fcntl
 
-    work.mkdir(parents=True, exist_ok=True)
-    handle = os.open(work / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    from flow_plugin._io import make_output_folder, output_errors
+
+    make_output_folder(work)
+    with output_errors(work, "output folder"):
+        handle = os.open(work / "lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

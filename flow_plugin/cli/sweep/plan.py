@@ -7,7 +7,8 @@ have finished some items meanwhile. Both use the same rules:
 * a result lives where MTEB's ``ResultCache`` puts it for the run's ``ModelMeta`` (which
   carries the run's kwargs: experiment folders): ``results/<model>/<revision>/[experiments/<name>/]<Task>.json``;
 * it is done when that file reads as an MTEB ``TaskResult`` that misses no split or subset
-  of the task (MTEB's own test, ``get_missing_evaluations``).
+  of the task (MTEB's own test, ``get_missing_evaluations``) and the output folder's
+  ``flow-plugin-runs.jsonl`` has its run record (a result of unknown hardware is redone).
 """
 
 from __future__ import annotations
@@ -84,17 +85,20 @@ def result_path(output: Path, meta: Any, task_name: str) -> Path:
     return output / path.relative_to(cache.cache_path)
 
 
-def is_done(path: Path, task: Any) -> bool:
-    """True when ``path`` holds a result of ``task`` that misses no split or subset."""
+def is_done(path: Path, task: Any, recorded: set[tuple[Any, ...]]) -> bool:
+    """True when ``path`` holds a result of ``task`` that misses no split or subset, and its run
+    key is among ``recorded`` (:func:`~flow_plugin.integrations.mteb.results.recorded_run_keys`)."""
     if not path.is_file():
         return False
     from mteb.results import TaskResult
+
+    from flow_plugin.integrations.mteb.results import result_run_key
 
     try:
         result = TaskResult.from_disk(path, load_historic_data=False)
     except Exception:  # noqa: BLE001 -- unreadable or truncated (not by a sweep: those are atomic): redo it
         return False
-    return not result.get_missing_evaluations(task)
+    return not result.get_missing_evaluations(task) and result_run_key(path) in recorded
 
 
 def plan_job(job: Job, output: Path, tasks: list[Any]) -> list[Item]:
@@ -109,10 +113,13 @@ def plan_job(job: Job, output: Path, tasks: list[Any]) -> list[Item]:
             raise RegistryError(f"{run.label}: MTEB cannot load this model: {type(error).__name__}: {error}") from None
         for task in tasks:
             paths[(index, task.metadata.name)] = result_path(output, meta, task.metadata.name)
+    from flow_plugin.integrations.mteb.results import recorded_run_keys
+
+    recorded = recorded_run_keys(output)
     items = []
     for task in tasks:
         name = task.metadata.name
         for index, run in enumerate(job.runs):
             path = paths[(index, name)]
-            items.append(Item(run, name, path, is_done(path, task)))
+            items.append(Item(run, name, path, is_done(path, task, recorded)))
     return items

@@ -23,7 +23,7 @@ import os
 import shutil
 from pathlib import Path
 
-from flow_plugin._io import atomic_write_bytes, atomic_write_text
+from flow_plugin._io import atomic_write_bytes, atomic_write_text, split_lines
 from flow_plugin.integrations.mteb.fit_records import fits_path
 from flow_plugin.integrations.mteb.results import RUNS_FILE, append_run_records, read_run_records
 
@@ -88,13 +88,13 @@ def _replace_task_lines(target: Path, staged: Path, task: str) -> None:
     """``target``'s MTEB run settings with the lines of ``task`` replaced by ``staged``'s."""
     kept = []
     if target.is_file():
-        for line in target.read_text(encoding="utf-8").splitlines():
+        for line in split_lines(target.read_text(encoding="utf-8")):
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue  # MTEB's own reader skips what it cannot parse too
             if isinstance(entry, dict) and entry.get("task") != task:
                 kept.append(line)
-    new = [line for line in staged.read_text(encoding="utf-8").splitlines()
+    new = [line for line in split_lines(staged.read_text(encoding="utf-8"))
            if line.strip() and json.loads(line).get("task") == task]
     atomic_write_text(target, "".join(line + "\n" for line in kept + new))

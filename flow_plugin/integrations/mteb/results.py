@@ -2,10 +2,15 @@
 and reading result folders through mteb's own classes.
 
 MTEB writes ``<output>/results/<model>/<revision>/[experiments/<name>/]<Task>.json``
-non-atomically, so a killed run can leave a truncated file that MTEB's own resume then
-fails to read. Before each run, :func:`quarantine_truncated_results` renames such files
-aside so the task is recomputed. After it, :func:`record_run` appends the hardware of every
+non-atomically, so a killed run (or a full disk) can leave a truncated file that MTEB's own
+resume then fails to read. Before each run, :func:`quarantine_truncated_results` renames such
+files aside so the task is recomputed. After it, :func:`record_runs` appends the hardware of every
 newly written result to ``<output>/flow-plugin-runs.jsonl``, which the leaderboard reads.
+
+A result counts as done only with its run record (:func:`run_key` ties the two): a result
+whose record was never written (the run was killed between the two writes, or the disk was
+full) is set aside by :func:`set_aside_unrecorded_results` and recomputed, and a result
+whose record cannot be written is set aside at once (:func:`record_runs`).
 
 Reading is mteb's: :func:`open_result_cache` and :func:`task_result_paths` list a folder's
 result files with ``mteb.cache.ResultCache``, :func:`load_task_result` parses one with
@@ -26,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flow_plugin._io import atomic_write_text, file_lock, read_json, read_json_lines
-from flow_plugin.errors import DataFolderError
+from flow_plugin.errors import DataFolderError, OutputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from mteb.cache import ResultCache
@@ -67,11 +72,24 @@ def result_files(output_folder: Path, model: str, task: str) -> dict[Path, tuple
     return found
 
 
-def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tasks: Sequence[str]) -> list[Path]:
-    """Rename result files that are not valid JSON (a run killed while MTEB wrote them), so
-    MTEB recomputes those tasks instead of failing to read them. Returns the new names."""
-    moved = []
+def set_aside(path: Path, label: str) -> Path:
+    """Rename the result file ``path`` to ``<name>.<label>-<UTC time>`` (kept for a look, never
+    read as a result again); returns the new path."""
     stamp = datetime.datetime.now(tz=datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.{label}-{stamp}")
+    number = 1
+    while target.exists():  # set aside twice within a second: keep both
+        number += 1
+        target = path.with_name(f"{path.name}.{label}-{stamp}-{number}")
+    path.rename(target)
+    return target
+
+
+def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tasks: Sequence[str]) -> list[Path]:
+    """Rename result files that are not valid JSON (a run killed while MTEB wrote them, or a
+    disk that was full), so MTEB recomputes those tasks instead of failing to read them.
+    Returns the new names."""
+    moved = []
     for model in models:
         for task in tasks:
             for path in result_files(output_folder, model, task):
@@ -80,17 +98,16 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
                     continue
                 except (UnicodeDecodeError, json.JSONDecodeError):
                     pass
-                target = path.with_name(f"{path.name}.corrupt-{stamp}")
-                path.rename(target)
-                logger.warning("result file %s is not valid JSON (interrupted write?): renamed to %s; "
-                               "the task will be recomputed", path, target.name)
+                target = set_aside(path, "corrupt")
+                logger.warning("result file %s is not valid JSON (cut short: a killed run or a full disk): renamed "
+                               "to %s; the task will be recomputed", path, target.name)
                 moved.append(target)
     return moved
 
 
 def repair_model_meta(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[Path]:
     """Rewrite (atomically) the ``model_meta.json`` of ``meta``'s result folder when a run was
-    killed while MTEB wrote it in place (MTEB writes it after each task result, and does not
+    killed (or the disk was full) while MTEB wrote it in place (MTEB writes it after each task result, and does not
     rewrite it for results it reuses): an empty or damaged file would hide the finished results.
     Returns the files rewritten."""
     from mteb.cache import ResultCache
@@ -108,7 +125,7 @@ def repair_model_meta(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> l
         except (UnicodeDecodeError, json.JSONDecodeError):
             pass
         atomic_write_text(path, json.dumps(meta.to_dict(), default=str, indent=4))
-        logger.warning("%s was damaged (a run killed while MTEB wrote it): rewritten", path)
+        logger.warning("%s was damaged (a run killed, or a full disk, while MTEB wrote it): rewritten", path)
         repaired.append(path)
     return repaired
 
@@ -128,7 +145,6 @@ def set_aside_stale_results(output_folder: Path, meta: Any, tasks: Sequence[Any]
     from mteb.cache import ResultCache
 
     cache = ResultCache(output_folder)
-    stamp = datetime.datetime.now(tz=datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     notes = []
     for task in tasks:
         path = cache.get_task_result_path(task.metadata.name, meta)
@@ -141,30 +157,117 @@ def set_aside_stale_results(output_folder: Path, meta: Any, tasks: Sequence[Any]
         current = current_data_revision(task)
         if current is None or recorded == current:
             continue
-        target = path.with_name(f"{path.name}.stale-{stamp}")
-        path.rename(target)
+        target = set_aside(path, "stale")
         notes.append(f"{path} was computed from other data (dataset_revision {recorded}, now {current}): "
                      f"kept as {target.name}, recomputing")
         logger.warning("%s", notes[-1])
     return notes
 
 
-def record_run(output: Path, path: Path, hardware: dict[str, Any], settings: dict[str, Any]) -> None:
-    """One ``flow-plugin-runs.jsonl`` line for the result file just written: the model's
-    identity from its ``model_meta.json`` (mteb's ``ModelMeta``), the result's date from the
-    file (mteb's ``TaskResult``), and the hardware and settings it ran with."""
+def set_aside_unrecorded_results(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[str]:
+    """Rename each existing result of ``meta``'s model run that has no line in the output
+    folder's ``flow-plugin-runs.jsonl`` (its run was killed between writing the result and its
+    record, or the disk was full) to ``<Task>.json.unrecorded-<time>``, so MTEB recomputes it
+    instead of reusing a result whose hardware nobody knows. Returns one line per file."""
+    from mteb.cache import ResultCache
+
+    cache = ResultCache(output_folder)
+    recorded: set[tuple[Any, ...]] | None = None
+    notes = []
+    for task in tasks:
+        path = cache.get_task_result_path(task.metadata.name, meta)
+        if not path.is_file():
+            continue
+        if recorded is None:
+            recorded = recorded_run_keys(output_folder)
+        if result_run_key(path) in recorded:
+            continue
+        target = set_aside(path, "unrecorded")
+        notes.append(f"{path} has no run record in {runs_file_for(output_folder)} (its run was killed before the "
+                     f"record was written, or the disk was full): kept as {target.name}, recomputing")
+        logger.warning("%s", notes[-1])
+    return notes
+
+
+def run_key(model: str | None, revision: str | None, experiment: str | None, task: str | None,
+            date: float | None) -> tuple[Any, ...]:
+    """What ties a run record to a result: model run, task and the result's date (to the ms).
+
+    >>> run_key("m", "r", None, "STS12", 1795368982.195808)
+    ('m', 'r', None, 'STS12', 1795368982.196)
+    """
+    return (model, revision, experiment, task, None if date is None else round(float(date), 3))
+
+
+def record_run_key(record: dict[str, Any]) -> tuple[Any, ...]:
+    """The :func:`run_key` of a ``flow-plugin-runs.jsonl`` record."""
+    return run_key(record.get("model"), record.get("revision"), record.get("experiment"), record.get("task"),
+                   record.get("result_date"))
+
+
+def _result_fields(path: Path) -> dict[str, Any]:
+    """The fields of a run record that identify the result file ``path``: the model's identity
+    from its ``model_meta.json`` (mteb's ``ModelMeta``), the result's date from the file (mteb's
+    ``TaskResult``)."""
     identity = result_identity(path)
     result = load_task_result(path)
-    append_run_records(output, [{
+    return {
         "model": identity.model,
         "revision": identity.revision,
         "experiment": identity.experiment,
         "task": path.stem,  # the leaderboard's key too (it checks the file's task_name matches)
         "result_date": result.date.timestamp() if result.date is not None else None,
-        "recorded": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hardware": hardware,
-        "settings": settings,
-    }])
+    }
+
+
+def result_run_key(path: Path) -> tuple[Any, ...] | None:
+    """The :func:`run_key` of the result file ``path``; ``None`` when it cannot be read as one."""
+    try:
+        return record_run_key(_result_fields(path))
+    except DataFolderError:
+        return None
+
+
+def recorded_run_keys(output_folder: str | os.PathLike[str]) -> set[tuple[Any, ...]]:
+    """The run keys of every record in the output folder's ``flow-plugin-runs.jsonl``."""
+    return {record_run_key(record) for record in read_run_records(runs_file_for(output_folder))}
+
+
+def record_runs(output: Path, paths: Sequence[Path], hardware: dict[str, Any], settings: dict[str, Any]) -> None:
+    """One ``flow-plugin-runs.jsonl`` line for each result file just written (all in one atomic
+    append): its identity (:func:`result_run_key`'s fields), and the hardware and settings it
+    ran with. When the lines cannot be written (a full disk ...), those results are set aside
+    (``<Task>.json.unrecorded-<time>``) and the error, naming the cause, says so: a result is
+    kept only with its record."""
+    if not paths:
+        return
+    recorded = datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds")
+    records = [{**_result_fields(path), "recorded": recorded, "hardware": hardware, "settings": settings}
+               for path in paths]
+    try:
+        append_run_records(output, records)
+    except OSError as error:
+        moved = set_aside_partial_results(paths)
+        if not moved:
+            raise
+        names = ", ".join(f"{path.parent / path.name.split('.unrecorded-')[0]} as {path.name}" for path in moved)
+        failure = OutputError(f"{error}; so the new result(s) were set aside ({names}): a result is kept only "
+                              "with its run record")
+        failure.errno = error.errno
+        raise failure from error
+
+
+def set_aside_partial_results(paths: Iterable[Path]) -> list[Path]:
+    """After a failed or interrupted evaluation: set aside the result files it (re)wrote, which
+    have no run record (a partial or cut-short file is no result), so no rerun reuses them or
+    mistakes a full disk for a killed run. Returns the new paths."""
+    moved = []
+    for path in paths:
+        try:
+            moved.append(set_aside(path, "unrecorded"))
+        except OSError:
+            continue  # gone, or the folder cannot be changed: the next run sets it aside
+    return moved
 
 
 # ------------------------------------------------------------------------- reading result folders (mteb)

@@ -13,10 +13,12 @@ three kinds. A task named twice (say, alone and inside a benchmark) is kept once
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import logging
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +36,27 @@ def known_task_names() -> list[str]:
     import mteb
 
     names = list(OFFLINE_TASKS)
-    with warnings.catch_warnings():  # listing names only: no "task X is in beta" warnings
-        warnings.simplefilter("ignore")
+    with quiet_mteb():  # listing names only: no "task X is in beta" warning for each of ~250 tasks
         every = mteb.get_tasks(exclude_superseded=False, exclude_private=False, exclude_beta=False)
-    names += [task.metadata.name for task in every]
-    names += [benchmark.name for benchmark in mteb.get_benchmarks()]
+        names += [task.metadata.name for task in every]
+        names += [benchmark.name for benchmark in mteb.get_benchmarks()]
     return list(dict.fromkeys(names))
+
+
+@contextlib.contextmanager
+def quiet_mteb() -> Iterator[None]:
+    """While the block runs, MTEB's warnings (``warnings`` and its ``mteb`` loggers below ERROR)
+    are not shown: listing every task instantiates each one, and MTEB logs a warning for every
+    task in beta (about 250 lines before a one-line "unknown task" error)."""
+    mteb_logger = logging.getLogger("mteb")
+    level = mteb_logger.level
+    mteb_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        mteb_logger.setLevel(level)
 
 
 def unknown_task_message(name: str, candidates: Iterable[str] | None = None) -> str:

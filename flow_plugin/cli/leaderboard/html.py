@@ -100,6 +100,7 @@ def render_html(board: dict[str, Any], stem: str | None = None) -> str:
         'placeholder="e.g. flow, unique, nli"></label>\n',
         '      <p class="count" id="count" role="status" aria-live="polite"></p>\n',
         '</form>\n',
+        '<p class="meta" id="constant"></p>\n',
         '<div class="table-wrap">\n<table id="board">\n',
         '<caption>Rows: one per model variant; a seed group is one row (mean ± std over seeds).</caption>\n',
         '<thead id="board-head"></thead>\n<tbody id="board-body"></tbody>\n</table>\n</div>\n',

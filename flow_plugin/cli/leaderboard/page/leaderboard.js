@@ -64,8 +64,11 @@
   }
 
   // ---------------------------------------------------------------- table
+  // a naming column with one value for every row is said once above the table, not repeated per row
+  var CONSTANT = view.entries.length > 1 ? TEXT_COLUMNS.filter(function (c) { return distinct(c.key).length === 1; }) : [];
+  var NAMING = TEXT_COLUMNS.filter(function (c) { return CONSTANT.indexOf(c) < 0; });
   function columnsShown() {
-    var cols = TEXT_COLUMNS.map(function (c) { return { key: c.key, label: c.label, text: true }; });
+    var cols = NAMING.map(function (c) { return { key: c.key, label: c.label, text: true }; });
     if (state.view !== "scores") { cols.push({ key: "against", label: "Against", text: true }); }
     view.columns.forEach(function (c) { cols.push({ key: c.key, label: c.label, title: c.title, text: false }); });
     return cols;
@@ -165,9 +168,9 @@
       var tr = el("tr", { "data-key": entry.key });
       cols.forEach(function (c) {
         if (c.text) {
-          var scope = c.key === "backbone" ? { scope: "row" } : {};
-          tr.appendChild(el(c.key === "backbone" ? "th" : "td",
-                            Object.assign({ "data-col": c.key, text: textValue(entry, c.key) }, scope)));
+          var header = c.key === cols[0].key;  // the first naming column heads the row
+          tr.appendChild(el(header ? "th" : "td",
+                            Object.assign({ "data-col": c.key, text: textValue(entry, c.key) }, header ? { scope: "row" } : {})));
           return;
         }
         var cell = cellOf(entry, c.key);
@@ -306,7 +309,7 @@
     figure.appendChild(el("figcaption", { text: column.title + ": " + VIEW_NAMES[viewName] + " (" + state.protocol + ")" +
                                                 (oneBackbone ? ", " + items[0].entry.columns.backbone : "") }));
     if (!items.length) { figure.appendChild(el("p", { text: "No row shown has this delta." })); return figure; }
-    var labelWidth = 200, plotWidth = 180, valueWidth = 100, rowHeight = 17, top = 4;
+    var labelWidth = 215, plotWidth = 175, valueWidth = 100, rowHeight = 17, top = 4;
     var low = 0, high = 0;
     items.forEach(function (item) {
       var c = item.cell, lo = c.ci95 ? c.ci95[0] : c.value - (c.spread || 0), hi = c.ci95 ? c.ci95[1] : c.value + (c.spread || 0);
@@ -322,7 +325,7 @@
     items.forEach(function (item, index) {
       var c = item.cell, y = top + index * rowHeight;
       var full = oneBackbone ? item.entry.short_name : item.entry.name;
-      var name = full.length > 36 ? full.slice(0, 35) + "…" : full;
+      var name = full.length > 34 ? full.slice(0, 33) + "…" : full;
       var label = svg("text", { x: labelWidth - 6, y: y + 12, "text-anchor": "end" });
       label.textContent = name;
       node.appendChild(label);
@@ -372,6 +375,10 @@
     document.body.setAttribute("data-view", state.view);
   }
   buildFilters();
+  var said = CONSTANT.filter(function (c) { return view.entries[0].columns[c.key] !== "—"; });
+  document.getElementById("constant").textContent = said.length ? "Every row: " + said.map(function (c) {
+    return c.label.toLowerCase() + " " + view.entries[0].columns[c.key];
+  }).join(", ") + "." : "";
   render();
   document.body.setAttribute("data-ready", "true");
 })();

@@ -143,7 +143,7 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
     scores = tables["scores"]
     header, body = scores[0], scores[1:]
     assert header[-len(board["tasks"]) - 1:] == [*board["tasks"], "Avg"]
-    assert [cells[0] for cells in body] == [r["model"] for r in board["rows"]]
+    assert [cells[:2] for cells in body] == [[r["backbone"], r["calibrator"]] for r in board["rows"]]  # no hashes
     for task in board["tasks"]:
         column = header.index(task)
         values = {r["model"]: r["scores"].get(task, {}).get("score") for r in board["rows"]}
@@ -158,7 +158,7 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
     assert body[1][avg_column] == f"{board['rows'][1]['average']:.2f} (1/2)"
 
     deltas = tables["Δ against the raw backbone"]
-    assert len(deltas) == 2 and deltas[1][:3] == [WHITEN, "whiten", RAW]
+    assert len(deltas) == 2 and deltas[1][:5] == ["minilm-l6", "whiten", "target", "keep", "—"]
     whiten = row(board, WHITEN)
     raw = row(board, RAW)
     expected = whiten["scores"][TASK]["score"] - raw["scores"][TASK]["score"]
@@ -172,7 +172,7 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
         assert image.size[0] > 300 and image.size[1] > 200
         drawn = json.loads(image.text["Description"])
     assert drawn["labels"] == [*board["tasks"], "Avg"]
-    assert drawn["series"] == {"minilm-l6-whiten": [whiten["delta"][TASK], None, whiten["delta"]["average"]]}
+    assert drawn["series"] == {"minilm-l6 whiten": [whiten["delta"][TASK], None, whiten["delta"]["average"]]}
 
 
 def test_external_model_uses_model_meta(result_dirs: dict[str, Path], tmp_path: Path) -> None:
@@ -234,12 +234,13 @@ def test_scores_are_what_mteb_itself_reads(result_dirs: dict[str, Path], tmp_pat
 @pytest.mark.parametrize("json_path", sorted((REPO / "leaderboards").glob("*.json")), ids=lambda p: p.stem)
 def test_committed_leaderboards_are_reproduced(json_path: Path) -> None:
     """The published leaderboards, re-derived and re-rendered by this code, are byte for byte
-    what is committed (JSON and Markdown), and the chart draws the same bars."""
+    what is committed (JSON, Markdown and HTML page), and the chart draws the same bars."""
     from PIL import Image
 
     board = lb.finalize(lb.load_leaderboard(json_path))
     assert json.dumps(board, indent=2, ensure_ascii=False, allow_nan=False) + "\n" == json_path.read_text(encoding="utf-8")
     assert lb.render_markdown(board) == json_path.with_suffix(".md").read_text(encoding="utf-8")
+    assert lb.render_html(board, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
     with Image.open(json_path.with_suffix(".png")) as committed, Image.open(io.BytesIO(lb.render_png(board))) as drawn:
         assert json.loads(drawn.text["Description"]) == json.loads(committed.text["Description"])
         assert drawn.size == committed.size
@@ -394,11 +395,11 @@ def test_without_matplotlib_the_chart_is_skipped_with_one_warning(
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("flow_plugin") and r.levelno >= logging.WARNING]
     assert len(warnings) == 1, warnings
     assert str(tmp_path / "board.png") in warnings[0] and "pip install 'flow-plugin[plots]'" in warnings[0]
-    assert update.paths == (out, tmp_path / "board.md", None)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["board.json", "board.md"]
+    assert update.paths == (out, tmp_path / "board.md", None, tmp_path / "board.html")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["board.html", "board.json", "board.md", "index.html"]
     lb.print_update(update)
     assert "no chart" in capsys.readouterr().out
-    written = {name: (tmp_path / name).read_bytes() for name in ("board.json", "board.md")}
+    written = {name: (tmp_path / name).read_bytes() for name in ("board.json", "board.md", "board.html")}
     assert [r["model"] for r in json.loads(written["board.json"])["rows"]] == [RAW, WHITEN]
 
     monkeypatch.undo()  # matplotlib is back: the same update changes nothing and draws the chart
@@ -415,7 +416,7 @@ def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp
     out = tmp_path / "lb" / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out, models=[RAW])
     before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
-    assert sorted(before) == ["board.json", "board.md", "board.png"]
+    assert sorted(before) == ["board.html", "board.json", "board.md", "board.png", "index.html"]
 
     def boom(*args: object, **kwargs: object) -> None:
         raise OSError(f"simulated failure in {failure}")
@@ -434,12 +435,13 @@ def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp
 
 
 # ------------------------------------------------------------------ command line
-def test_cli_writes_three_files_and_prints_the_schema(result_dirs: dict[str, Path], tmp_path: Path,
+def test_cli_writes_four_files_and_the_index_and_prints_the_schema(result_dirs: dict[str, Path], tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "leaderboards" / "minilm-l6.json"
     assert cli_main(["leaderboard", str(result_dirs["sts"] / "results"), "-o", str(out), "-m", RAW, "-m", WHITEN]) == 0
     assert "2 new rows" in capsys.readouterr().out
-    assert sorted(p.name for p in out.parent.iterdir()) == ["minilm-l6.json", "minilm-l6.md", "minilm-l6.png"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["index.html", "minilm-l6.html", "minilm-l6.json",
+                                                            "minilm-l6.md", "minilm-l6.png"]
     assert json.loads(out.read_text())["name"] == "minilm-l6"
     assert cli_main(["leaderboard", "--schema"]) == 0
     assert '"format": "flow-plugin-leaderboard"' in capsys.readouterr().out

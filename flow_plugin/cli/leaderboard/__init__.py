@@ -1,4 +1,4 @@
-"""``flow-plugin leaderboard``: MTEB result folders -> leaderboard JSON, Markdown and PNG.
+"""``flow-plugin leaderboard``: MTEB result folders -> leaderboard JSON, Markdown, PNG and HTML.
 
 Reads the task result files that ``mteb run`` / ``mteb.evaluate`` / ``flow-plugin eval`` /
 ``flow-plugin bench`` write, through mteb's own ``ResultCache`` and ``TaskResult``::
@@ -7,7 +7,8 @@ Reads the task result files that ``mteb run`` / ``mteb.evaluate`` / ``flow-plugi
     <dir>/results/<model>/<revision>/experiments/<experiment>/<Task>.json  (models run with kwargs)
 
 (``<dir>/results`` itself may be given too), merges them into ``NAME.json`` (schema:
-:data:`SCHEMA`), then renders ``NAME.md`` and ``NAME.png`` next to it. Merging never drops a
+:data:`SCHEMA`), then renders ``NAME.md``, ``NAME.png`` and ``NAME.html`` next to it, and the
+folder's ``index.html``. Merging never drops a
 row; a score that disagrees with the one already recorded is an error (or, with
 ``replace=True``, is replaced and reported). The files are written atomically.
 
@@ -16,9 +17,12 @@ One job per module:
 * :mod:`.schema`: the file format, the schema text, the points scale, the column order;
 * :mod:`.read`: result folders -> score entries (mteb's classes, plus run records);
 * :mod:`.describe`: backbone, calibrator and pooling of a model name;
+* :mod:`.public`: what a published row may say (file names, not paths) and its display columns;
 * :mod:`.merge`: the leaderboard model: load, merge (conflicts, tolerance), finalize;
 * :mod:`.render`: Markdown and the PNG chart (matplotlib, the optional ``plots`` extra);
-* :mod:`.write`: the three files, atomically, under a folder lock;
+* :mod:`.view`: the HTML page's cells (values, spreads, significance) per protocol and view;
+* :mod:`.html`: the self-contained HTML page and the folder's index page;
+* :mod:`.write`: the four files and the index, atomically, under a folder lock;
 * :mod:`.command`: the command line and :func:`update_leaderboard`.
 
 Importing this package imports only the standard library (mteb when results are read,
@@ -32,10 +36,12 @@ from flow_plugin.cli.leaderboard.command import (
     LeaderboardUpdate,
     configure_parser,
     print_update,
+    render_leaderboard,
     run,
     update_leaderboard,
 )
 from flow_plugin.cli.leaderboard.describe import describe_model
+from flow_plugin.cli.leaderboard.html import embedded_json, render_html, render_index
 from flow_plugin.cli.leaderboard.merge import (
     MergeReport,
     empty_leaderboard,
@@ -62,7 +68,9 @@ from flow_plugin.cli.leaderboard.schema import (
     SCHEMA,
     task_sort_key,
 )
-from flow_plugin.cli.leaderboard.write import output_paths, write_leaderboard
+from flow_plugin.cli.leaderboard.public import display_columns, display_name, publish_row
+from flow_plugin.cli.leaderboard.view import page_view, significance
+from flow_plugin.cli.leaderboard.write import output_paths, write_index, write_leaderboard
 from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
 
 __all__ = [
@@ -81,6 +89,9 @@ __all__ = [
     "configure_parser",
     "delta_series",
     "describe_model",
+    "display_columns",
+    "display_name",
+    "embedded_json",
     "empty_leaderboard",
     "finalize",
     "find_results",
@@ -88,8 +99,13 @@ __all__ = [
     "load_leaderboard",
     "merge_results",
     "output_paths",
+    "page_view",
     "print_update",
+    "publish_row",
     "read_score",
+    "render_html",
+    "render_index",
+    "render_leaderboard",
     "render_markdown",
     "render_png",
     "row_id",
@@ -97,7 +113,9 @@ __all__ = [
     "run_key",
     "score_difference",
     "score_entry",
+    "significance",
     "task_sort_key",
     "update_leaderboard",
+    "write_index",
     "write_leaderboard",
 ]

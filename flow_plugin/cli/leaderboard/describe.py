@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flow_plugin.cli.leaderboard.public import corpus_label
 from flow_plugin.cli.leaderboard.schema import CALIBRATOR_ORDER, NAMESPACE, is_number
 
 
@@ -41,7 +42,8 @@ def describe_model(
         "calibrator_params": dict(overrides),
         "pooling": kwargs.get("pooling"),
         "max_seq_length": int(max_tokens) if is_number(max_tokens) else None,
-        "fit_corpus": None if calibrator == "raw" else (str(kwargs["fit_corpus"]) if "fit_corpus" in kwargs else None),
+        "fit_corpus": None if calibrator == "raw" else (corpus_label(str(kwargs["fit_corpus"])) if "fit_corpus" in kwargs
+                                                        else None),
         "metadata_source": "model_meta",
     }
 
@@ -88,10 +90,13 @@ def _describe_flow_plugin_model(model: str, kwargs: dict[str, Any], overrides: d
 
 
 def _fit_corpus(kwargs: dict[str, Any]) -> str:
-    """What a flow-plugin model was fitted on: the policy, and "unique sentences" when duplicates were dropped.
+    """What a flow-plugin model was fitted on: the policy or ``file <name>`` (never the file's path),
+    and "unique sentences" when duplicates were dropped.
 
     >>> _fit_corpus({}), _fit_corpus({"fit_corpus": "per-call", "fit_duplicates": "unique"})
     ('target', 'per-call, unique sentences')
+    >>> _fit_corpus({"fit_corpus": "/tmp/nli.txt"})
+    'file nli.txt'
     """
-    corpus = str(kwargs.get("fit_corpus", "target"))
+    corpus = corpus_label(str(kwargs.get("fit_corpus", "target")))
     return corpus + (", unique sentences" if kwargs.get("fit_duplicates") == "unique" else "")

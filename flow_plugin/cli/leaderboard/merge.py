@@ -18,6 +18,7 @@ from typing import Any
 
 from flow_plugin._io import read_json
 from flow_plugin.cli.leaderboard.describe import describe_model
+from flow_plugin.cli.leaderboard.public import public_kwargs, publish_row
 from flow_plugin.cli.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
 from flow_plugin.cli.leaderboard.seeds import annotate as annotate_seed_groups
 from flow_plugin.cli.leaderboard.schema import (
@@ -95,9 +96,6 @@ def load_leaderboard(path: str | os.PathLike[str]) -> dict[str, Any]:
         for key, kind in _ROW_KEYS.items():
             if not isinstance(row.get(key), kind):
                 raise bad(f"rows[{index}].{key} must be {kind.__name__}")
-        if row["id"] in seen:
-            raise bad(f"row id {row['id']!r} appears twice")
-        seen.add(row["id"])
         row.setdefault("experiment", None)
         row.setdefault("experiment_kwargs", {})
         for task, entry in row["scores"].items():
@@ -105,6 +103,10 @@ def load_leaderboard(path: str | os.PathLike[str]) -> dict[str, Any]:
                 entry.get("dataset_revision"), str
             ):
                 raise bad(f"rows[{index}].scores.{task} needs a numeric 'score' and a 'dataset_revision'")
+        publish_row(row)  # a leaderboard written before paths were left out publishes file names from now on
+        if row["id"] in seen:
+            raise bad(f"row id {row['id']!r} appears twice")
+        seen.add(row["id"])
     return board
 
 
@@ -135,8 +137,8 @@ def _new_row(result_file: ResultFile) -> dict[str, Any]:
         "id": result_file.row_id,
         "model": identity.model,
         "revision": identity.revision,
-        "experiment": identity.experiment,
-        "experiment_kwargs": dict(identity.experiment_kwargs),
+        "experiment": result_file.experiment,
+        "experiment_kwargs": public_kwargs(identity.experiment_kwargs),
         **describe_model(identity.model, identity.experiment_kwargs,
                          adapted_from=getattr(meta, "adapted_from", None), max_tokens=getattr(meta, "max_tokens", None)),
         "scores": {},
@@ -212,7 +214,7 @@ def merge_results(
             "pass --replace to replace them):\n  " + "\n  ".join(conflicts),
             conflicts,
         )
-    board["rows"] = list(rows.values())
+    board["rows"] = [publish_row(row) for row in rows.values()]
     board["tolerance"] = tolerance
     finalize(board)
     if _content(board) != content_before:  # a rerun that changes nothing keeps the file byte for byte
@@ -220,7 +222,7 @@ def merge_results(
     return report
 
 
-def _baseline_key(row: dict[str, Any]) -> str:
+def baseline_key(row: dict[str, Any]) -> str:
     """Rows sharing this key differ only in the calibrator (and its fit corpus): the same backbone,
     weights commit (a flow-plugin result revision adds a configuration digest, which names the
     calibrator too), pooling, length and other loader kwargs."""
@@ -253,9 +255,9 @@ def finalize(board: dict[str, Any]) -> dict[str, Any]:
         row["average_wmean"] = round_points(sum(wmeans) / len(wmeans)) if wmeans and None not in wmeans else None
         row["complete"] = len(values) == len(board["tasks"])
         if row.get("calibrator") == "raw":
-            raw_rows.setdefault(_baseline_key(row), row)
+            raw_rows.setdefault(baseline_key(row), row)
     for row in board["rows"]:
-        baseline = raw_rows.get(_baseline_key(row)) if row.get("calibrator") != "raw" else None
+        baseline = raw_rows.get(baseline_key(row)) if row.get("calibrator") != "raw" else None
         if baseline is None:
             row["baseline"], row["delta"] = None, None
             continue

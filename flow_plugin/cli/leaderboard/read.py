@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flow_plugin._io import read_json_lines
+from flow_plugin.cli.leaderboard.public import public_experiment, public_fits
 from flow_plugin.cli.leaderboard.schema import is_number, to_points
 from flow_plugin.errors import DataFolderError
 from flow_plugin.integrations.mteb.fit_records import fits_of_result, summarize_fit
@@ -68,8 +69,13 @@ class ResultFile:
         return self.path.stem
 
     @property
+    def experiment(self) -> str | None:
+        """The MTEB experiment name as published (a sentence file named by its file name, not its path)."""
+        return public_experiment(self.identity.experiment, self.identity.experiment_kwargs)
+
+    @property
     def row_id(self) -> str:
-        return row_id(self.identity.model, self.identity.revision, self.identity.experiment)
+        return row_id(self.identity.model, self.identity.revision, self.experiment)
 
 
 @dataclass
@@ -108,7 +114,8 @@ def read_score(result_file: ResultFile, hardware: dict[tuple[Any, ...], dict[str
                   result.date.timestamp() if result.date is not None else None)
     entry["hardware"] = (hardware or {}).get(key)
     fits = fits_of_result(path)
-    entry["fits"] = None if fits is None else [summarize_fit(record) for record in fits]
+    entry["fits"] = None if fits is None else public_fits([summarize_fit(record) for record in fits],
+                                                           identity.experiment_kwargs)
     return entry
 
 

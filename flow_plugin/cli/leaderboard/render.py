@@ -10,7 +10,8 @@ import io
 import json
 from typing import Any
 
-from flow_plugin.cli.leaderboard.schema import DECIMALS, NAMESPACE
+from flow_plugin.cli.leaderboard.public import display_columns, display_name
+from flow_plugin.cli.leaderboard.schema import DECIMALS
 from flow_plugin.cli.leaderboard.seeds import display_rows
 from flow_plugin.errors import MissingExtraError
 
@@ -61,8 +62,23 @@ def _with_spread(text: str, std: float | None) -> str:
     return text if std is None else f"{text} ± {std:.2f}"
 
 
+#: the columns that name a row (:func:`~flow_plugin.cli.leaderboard.public.display_columns`)
+_NAME_COLUMNS = (("backbone", "Backbone"), ("calibrator", "Calibrator"), ("pooling", "Pooling"),
+                 ("fit_corpus", "Fit corpus"), ("duplicates", "Duplicates"), ("options", "Options"))
+
+
+def _name_cells(row: dict[str, Any], keys: tuple[str, ...] | None = None) -> list[str]:
+    columns = display_columns(row, row.get("seeds"))
+    return [columns[key] for key, _ in _NAME_COLUMNS if keys is None or key in keys]
+
+
+def _name_header(keys: tuple[str, ...] | None = None) -> list[str]:
+    return [title for key, title in _NAME_COLUMNS if keys is None or key in keys]
+
+
 def _label(row: dict[str, Any]) -> str:
-    return row.get("label") or (row["id"] if row.get("experiment") else row["model"])
+    """A row in one line (chart legends): backbone, calibrator and what differs from the defaults."""
+    return display_name(display_columns(row, row.get("seeds")))
 
 
 def render_markdown(board: dict[str, Any]) -> str:
@@ -90,15 +106,15 @@ def render_markdown(board: dict[str, Any]) -> str:
         lines.append("_No results yet._")
         return "\n".join(lines) + "\n"
 
-    header = ["Model", "Calibrator", "Pooling", "Fit corpus", *tasks, "Avg"]
+    header = [*_name_header(), *tasks, "Avg"]
     lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join(["---"] * 4 + ["---:"] * (len(tasks) + 1)) + "|")
+    lines.append("|" + "|".join(["---"] * len(_NAME_COLUMNS) + ["---:"] * (len(tasks) + 1)) + "|")
     best = {task: _best_entry(rows, lambda row, t=task: row["scores"].get(t, {}).get("score"),
                               lambda row, t=task: row["scores"].get(t, {}).get("std")) for task in tasks}
     best_avg = _best_entry([row for row in rows if row["complete"]], lambda row: row["average"],
                            lambda row: row.get("average_std"))
     for row in rows:
-        cells = [_label(row), row["calibrator"], row.get("pooling") or "—", row.get("fit_corpus") or "—"]
+        cells = _name_cells(row)
         for task in tasks:
             entry = row["scores"].get(task)
             value = entry["score"] if entry else None
@@ -117,11 +133,11 @@ def render_markdown(board: dict[str, Any]) -> str:
     if with_delta:
         lines.append("Calibrated score minus the raw backbone's score on the same task, in points.")
         lines.append("")
-        lines.append("| " + " | ".join(["Model", "Calibrator", "Raw baseline", *tasks, "Avg"]) + " |")
-        lines.append("|" + "|".join(["---"] * 3 + ["---:"] * (len(tasks) + 1)) + "|")
+        keys = ("backbone", "calibrator", "fit_corpus", "duplicates", "options")
+        lines.append("| " + " | ".join([*_name_header(keys), *tasks, "Avg"]) + " |")
+        lines.append("|" + "|".join(["---"] * len(keys) + ["---:"] * (len(tasks) + 1)) + "|")
         for row in with_delta:
-            baseline = next(r for r in all_rows if r["id"] == row["baseline"])
-            cells = [_label(row), row["calibrator"], baseline["model"]]
+            cells = _name_cells(row, keys)
             for task in [*tasks, "average"]:
                 text = _fmt(row["delta"].get(task), signed=True)
                 if row.get("delta_std") and task in row["delta_std"]:
@@ -139,10 +155,11 @@ def render_markdown(board: dict[str, Any]) -> str:
             "paper's \"wmean\"); — where the result does not carry it."
         )
         lines.append("")
-        lines.append("| " + " | ".join(["Model", *tasks, "Avg"]) + " |")
-        lines.append("|" + "|".join(["---"] + ["---:"] * (len(tasks) + 1)) + "|")
+        keys = ("backbone", "calibrator", "fit_corpus", "duplicates", "options")
+        lines.append("| " + " | ".join([*_name_header(keys), *tasks, "Avg"]) + " |")
+        lines.append("|" + "|".join(["---"] * len(keys) + ["---:"] * (len(tasks) + 1)) + "|")
         for row in wmean_rows:
-            cells = [_label(row)]
+            cells = _name_cells(row, keys)
             cells += [_with_spread(_fmt(row["scores"].get(task, {}).get("wmean")),
                                    row["scores"].get(task, {}).get("wmean_std")) for task in tasks]
             cells.append(_with_spread(_fmt(row.get("average_wmean")), row.get("average_wmean_std")))
@@ -175,9 +192,13 @@ def delta_series(board: dict[str, Any]) -> tuple[list[str], list[tuple[str, list
     for row in display_rows(board):
         if row.get("delta"):
             values = [row["delta"].get(task) for task in board["tasks"]] + [row["delta"].get("average")]
-            label = row.get("label") or (row["id"] if row.get("experiment") else row["model"])
-            series.append((label if row.get("experiment") and not row.get("label") else label.removeprefix(NAMESPACE),
-                           values))
+            label = _label(row)
+            taken = {name for name, _ in series}
+            unique, count = label, 1
+            while unique in taken:  # rows differing only in what the name leaves out (weights, pooling kwargs)
+                count += 1
+                unique = f"{label} #{count}"
+            series.append((unique, values))
     return labels, series
 
 

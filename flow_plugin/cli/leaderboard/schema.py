@@ -45,8 +45,9 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
                                  run with extra loader kwargs; unique within the file
       "model": str,              MTEB model name, e.g. "flow_plugin/minilm-l6-flow"
       "revision": str,           model revision (the registry's pinned commit)
-      "experiment": str | null,  MTEB experiment name (loader kwargs), null for defaults
-      "experiment_kwargs": {..}, those kwargs ({} for defaults)
+      "experiment": str | null,  MTEB experiment name (loader kwargs), null for defaults; a
+                                 sentence-file fit corpus appears by its file name, not its path
+      "experiment_kwargs": {..}, those kwargs ({} for defaults; a sentence file by its name)
       "backbone": str,           registry backbone ("minilm-l6"), or the model name for
                                  models outside flow-plugin
       "backbone_model": str,     weights: hub id of the backbone (or MTEB's adapted_from)
@@ -57,8 +58,11 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
       "max_seq_length": int | null,
       "fit_corpus": str | null,  sentences the calibrator was fitted on: "target" (the text
                                  MTEB encodes for the task, all splits, no labels; see
-                                 "fits" per task), "per-call", or "file <path>"; null for
-                                 raw / models outside flow-plugin
+                                 "fits" per task), "per-call", or "file <name>" (the file's
+                                 name, never its path; "(sha256 <12 hex>)" after it where the
+                                 fit records carry "corpus_sha256"), then ", unique sentences"
+                                 with fit_duplicates="unique"; null for raw / models outside
+                                 flow-plugin
       "metadata_source": str,    "registry" (flow-plugin registry when the leaderboard was
                                  built) or "model_meta" (the result folder's model_meta.json)
       "scores": {                one entry per task the row has

@@ -133,6 +133,7 @@ def display_rows(board: dict[str, Any]) -> list[dict[str, Any]]:
 def _group_row(first: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
     row = {key: value for key, value in first.items() if key not in ("scores", "delta")}
     row["label"] = f"{first['model']} ({len(group['seeds'])} seeds)"
+    row["seeds"] = group["seeds"]
     row["scores"] = {
         task: {**first["scores"][task], "score": stats["mean"], "std": stats["std"],
                "wmean": group["wmean"].get(task, {}).get("mean"), "wmean_std": group["wmean"].get(task, {}).get("std")}

@@ -1,9 +1,10 @@
-"""Writing a leaderboard's three files: ``NAME.json``, ``NAME.md`` and ``NAME.png``.
+"""Writing a leaderboard's files: ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME.html``, and
+the folder's ``index.html``.
 
 Everything is rendered in memory first, then each file is written atomically (see
 :mod:`flow_plugin._io`), the JSON last since it is the record. A folder or file that cannot be
 written is an :class:`~flow_plugin.errors.OutputError` naming it and the cause. Without matplotlib the
-chart is skipped with one warning; the JSON and Markdown are written all the same.
+chart is skipped with one warning; the other files are written all the same.
 """
 
 from __future__ import annotations
@@ -17,30 +18,37 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_text, make_output_folder, output_errors
+from flow_plugin.cli.leaderboard.html import board_summary, render_html, render_index
+from flow_plugin.cli.leaderboard.merge import load_leaderboard
 from flow_plugin.cli.leaderboard.render import render_markdown, render_png
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 
 logger = logging.getLogger(__name__)
 
 
-def output_paths(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
-    """The JSON, Markdown and PNG files of a leaderboard.
+INDEX = "index.html"
+
+
+def output_paths(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path, Path]:
+    """The JSON, Markdown, PNG and HTML files of a leaderboard.
 
     >>> [path.name for path in output_paths("leaderboards/minilm-l6.json")]
-    ['minilm-l6.json', 'minilm-l6.md', 'minilm-l6.png']
+    ['minilm-l6.json', 'minilm-l6.md', 'minilm-l6.png', 'minilm-l6.html']
     """
     path = Path(json_path)
     if path.suffix != ".json":
         raise LeaderboardError(f"the leaderboard file must end in .json, got {path}")
-    return path, path.with_suffix(".md"), path.with_suffix(".png")
+    return path, path.with_suffix(".md"), path.with_suffix(".png"), path.with_suffix(".html")
 
 
-def write_leaderboard(board: dict[str, Any], json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None]:
-    """Render all three files in memory, then write each atomically (JSON last: it is the
+def write_leaderboard(board: dict[str, Any],
+                      json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
+    """Render all four files in memory, then write each atomically (JSON last: it is the
     record). Returns their paths; the PNG's is None when matplotlib is missing."""
-    json_file, md_file, png_file = output_paths(json_path)
+    json_file, md_file, png_file, html_file = output_paths(json_path)
     text = json.dumps(board, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     markdown = render_markdown(board)
+    page = render_html(board, json_file.stem)
     try:
         png: bytes | None = render_png(board)
     except MissingExtraError as error:
@@ -50,8 +58,24 @@ def write_leaderboard(board: dict[str, Any], json_path: str | os.PathLike[str]) 
     if png is not None:
         atomic_write_bytes(png_file, png)
     atomic_write_text(md_file, markdown)
+    atomic_write_text(html_file, page)
     atomic_write_text(json_file, text)
-    return json_file, md_file, png_file if png is not None else None
+    return json_file, md_file, png_file if png is not None else None, html_file
+
+
+def write_index(folder: str | os.PathLike[str]) -> Path:
+    """Rewrite ``index.html`` of a leaderboards folder: every leaderboard JSON in it (a JSON file
+    that is not a leaderboard is left out, with a warning naming it and why)."""
+    folder = Path(folder)
+    summaries = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            board = load_leaderboard(path)
+        except LeaderboardError as error:
+            logger.warning("%s: not listed in %s: %s", path, INDEX, error)
+            continue
+        summaries.append(board_summary(board, path.stem, path.with_suffix(".png").exists()))
+    return atomic_write_text(folder / INDEX, render_index(summaries))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,196 @@
+"""What a published leaderboard may say about a row: no machine paths, readable display names.
+
+A fit corpus given as a sentence file is published by its file name (and its sha256 where a fit
+record carries one as ``corpus_sha256``), never by the path it had on the machine that ran it: the
+row's ``experiment_kwargs``, ``fit_corpus``, MTEB experiment name (and so its ``id``) and its fit
+summaries all say ``sts-sick-train.txt``, not ``/tmp/sts-sick-train.txt``. :func:`publish_row`
+applies this to a row, whether just read or loaded from an older leaderboard, and is idempotent.
+
+The display columns (:func:`display_columns`) are what the Markdown, the chart and the HTML page
+show instead of MTEB model names with revision hashes. Standard library only.
+
+>>> corpus_name("/tmp/sts-sick-train.txt"), corpus_name("C:\\\\data\\\\nli.txt"), corpus_name("target")
+('sts-sick-train.txt', 'nli.txt', 'target')
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flow_plugin.cli.leaderboard.schema import NAMESPACE
+
+#: fit-corpus policies; any other value is a sentence file
+POLICIES = ("target", "per-call")
+#: characters MTEB replaces by "_" in an experiment name (its folder name) built from the kwargs
+_MTEB_INVALID = '<>:"|?*\\/\0'
+#: experiment kwargs shown in their own columns (or as the seed count), not among the options
+_OWN_COLUMNS = ("fit_corpus", "fit_duplicates", "calibrator", "pooling")
+
+
+def is_file_corpus(value: Any) -> bool:
+    """True for a fit corpus that names a sentence file (not a policy).
+
+    >>> is_file_corpus("target"), is_file_corpus("/tmp/nli.txt"), is_file_corpus(None)
+    (False, True, False)
+    """
+    return isinstance(value, str) and value not in POLICIES
+
+
+def corpus_name(value: str) -> str:
+    """A policy as it is; a sentence file by its file name (any folder, POSIX or Windows, dropped)."""
+    if not is_file_corpus(value):
+        return value
+    return re.split(r"[\\/]", value.rstrip("\\/"))[-1] or value
+
+
+def corpus_label(value: str, sha256: str | None = None) -> str:
+    """The leaderboard's ``fit_corpus`` text of a corpus: a policy, or ``file <name>`` (and its
+    sha256's first 12 digits when known).
+
+    >>> corpus_label("target"), corpus_label("/tmp/nli.txt"), corpus_label("/tmp/nli.txt", "ab" * 32)
+    ('target', 'file nli.txt', 'file nli.txt (sha256 abababababab)')
+    """
+    if not is_file_corpus(value):
+        return value
+    return f"file {corpus_name(value)}" + (f" (sha256 {sha256[:12]})" if sha256 else "")
+
+
+def _mteb_mangled(value: str) -> str:
+    for char in _MTEB_INVALID:
+        value = value.replace(char, "_")
+    return value
+
+
+def public_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Experiment kwargs with a sentence-file ``fit_corpus`` reduced to its file name.
+
+    >>> public_kwargs({"fit_corpus": "/tmp/nli.txt", "calibrator_params": {"seed": 3}})
+    {'fit_corpus': 'nli.txt', 'calibrator_params': {'seed': 3}}
+    """
+    corpus = kwargs.get("fit_corpus")
+    return {**kwargs, "fit_corpus": corpus_name(corpus)} if is_file_corpus(corpus) else dict(kwargs)
+
+
+def public_experiment(experiment: str | None, kwargs: dict[str, Any]) -> str | None:
+    """MTEB's experiment name with the sentence file's path replaced by its file name, as MTEB
+    would have named the experiment of :func:`public_kwargs` (a hashed ``exp_...`` name holds no path).
+
+    >>> public_experiment("fit_corpus__tmp_sts-sick-train.txt", {"fit_corpus": "/tmp/sts-sick-train.txt"})
+    'fit_corpus_sts-sick-train.txt'
+    >>> public_experiment("fit_corpus_per-call", {"fit_corpus": "per-call"})
+    'fit_corpus_per-call'
+    """
+    corpus = kwargs.get("fit_corpus")
+    if experiment is None or not is_file_corpus(corpus):
+        return experiment
+    return experiment.replace(_mteb_mangled(corpus), _mteb_mangled(corpus_name(corpus)))
+
+
+def public_text(text: Any, kwargs: dict[str, Any]) -> Any:
+    """A text (e.g. a fit record's ``source``) with the sentence file's path replaced by its name.
+
+    >>> public_text("file /tmp/nli.txt, all 20 sentences", {"fit_corpus": "/tmp/nli.txt"})
+    'file nli.txt, all 20 sentences'
+    """
+    corpus = kwargs.get("fit_corpus")
+    if not isinstance(text, str) or not is_file_corpus(corpus) or corpus == corpus_name(corpus):
+        return text
+    return text.replace(corpus, corpus_name(corpus))
+
+
+def public_fits(fits: list[dict[str, Any]] | None, kwargs: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Fit summaries with the sentence file's path replaced by its name (in every text field)."""
+    if fits is None:
+        return None
+    return [{key: public_text(value, kwargs) for key, value in fit.items()} for fit in fits]
+
+
+def _corpus_sha256(row: dict[str, Any]) -> str | None:
+    """The sentence file's sha256 when every fit record of the row that has one agrees."""
+    found = {fit.get("corpus_sha256") for entry in row.get("scores", {}).values() for fit in entry.get("fits") or []}
+    found.discard(None)
+    return found.pop() if len(found) == 1 else None
+
+
+def publish_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Make a row publishable (in place; idempotent): the sentence file by its name in the kwargs,
+    the experiment name, the id, ``fit_corpus`` and the fit summaries."""
+    from flow_plugin.cli.leaderboard.read import row_id
+
+    kwargs = row.get("experiment_kwargs") or {}
+    corpus = kwargs.get("fit_corpus")
+    if not is_file_corpus(corpus):
+        return row
+    for entry in row.get("scores", {}).values():
+        entry["fits"] = public_fits(entry.get("fits"), kwargs)
+    row["experiment"] = public_experiment(row.get("experiment"), kwargs)
+    if isinstance(row.get("fit_corpus"), str):
+        label = corpus_label(corpus, _corpus_sha256(row))
+        text = row["fit_corpus"]
+        for old in (f"file {corpus}", corpus, f"file {corpus_name(corpus)}"):
+            if text.startswith(old) and not text.startswith(label):
+                text = label + text[len(old):]
+                break
+        row["fit_corpus"] = text
+    row["experiment_kwargs"] = public_kwargs(kwargs)
+    row["id"] = row_id(row["model"], row["revision"], row["experiment"])
+    return row
+
+
+# ------------------------------------------------------------------------- display names
+def _format_value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def display_columns(row: dict[str, Any], seeds: list[int] | None = None) -> dict[str, str]:
+    """The columns that name a row in every rendering: backbone, calibrator, pooling, fit corpus,
+    duplicate policy and options (hyper-parameters, other loader kwargs, the seed or seed count).
+    ``seeds``: the seeds of the row's seed group, when it stands for one.
+
+    >>> display_columns({"model": "flow_plugin/m-flow", "backbone": "m", "calibrator": "flow", "pooling": "last-avg",
+    ...                  "fit_corpus": "file nli.txt", "calibrator_params": {"seed": 3, "epochs": 2},
+    ...                  "experiment_kwargs": {"fit_corpus": "nli.txt", "fit_duplicates": "unique",
+    ...                                        "calibrator_params": {"seed": 3, "epochs": 2}}})
+    {'backbone': 'm', 'calibrator': 'flow', 'pooling': 'last-avg', 'fit_corpus': 'nli.txt', 'duplicates': 'unique', 'options': 'epochs=2, seed 3'}
+    """
+    kwargs = row.get("experiment_kwargs") or {}
+    raw = row.get("calibrator") == "raw"
+    fitted = not raw and row.get("fit_corpus") is not None
+    corpus = str(row["fit_corpus"]).split(", unique sentences")[0] if fitted else "—"
+    if corpus.startswith("file "):
+        corpus = corpus[len("file "):]
+    duplicates = str(kwargs.get("fit_duplicates") or ("keep" if row.get("model", "").startswith(NAMESPACE) else "—"))
+    params = dict(row.get("calibrator_params") or {})
+    seed = params.pop("seed", None)
+    options = [f"{key}={_format_value(value)}" for key, value in sorted(params.items())]
+    options += [f"{key}={_format_value(value)}" for key, value in sorted(kwargs.items())
+                if key not in _OWN_COLUMNS and key != "calibrator_params"]
+    if seeds:
+        options.append(f"{len(seeds)} seeds" if len(seeds) > 1 else f"seed {seeds[0]}")
+    elif seed is not None:
+        options.append(f"seed {seed}")
+    return {
+        "backbone": str(row.get("backbone") or row.get("model")),
+        "calibrator": str(row.get("calibrator")),
+        "pooling": str(row.get("pooling") or "—"),
+        "fit_corpus": corpus,
+        "duplicates": duplicates if fitted else "—",
+        "options": ", ".join(options) or "—",
+    }
+
+
+def display_name(columns: dict[str, str], backbone: bool = True) -> str:
+    """One line for a legend: backbone (unless ``backbone`` is false) and calibrator, then what
+    differs from the defaults.
+
+    >>> columns = {"backbone": "m", "calibrator": "flow", "pooling": "last-avg", "fit_corpus": "nli.txt",
+    ...            "duplicates": "keep", "options": "5 seeds"}
+    >>> display_name(columns), display_name(columns, backbone=False)
+    ('m flow (nli.txt, 5 seeds)', 'flow (nli.txt, 5 seeds)')
+    """
+    details = [columns["fit_corpus"]] if columns["fit_corpus"] not in ("—", "target") else []
+    details += ["unique sentences"] if columns["duplicates"] == "unique" else []
+    details += [columns["options"]] if columns["options"] != "—" else []
+    name = f"{columns['backbone']} {columns['calibrator']}" if backbone else columns["calibrator"]
+    return f"{name} ({', '.join(details)})" if details else name

@@ -1,0 +1,462 @@
+"""The leaderboard's HTML page and the published boards.
+
+Without a browser: the page embeds the leaderboard JSON as written, loads nothing from a network,
+stays under 1 MB, and its cells are the JSON's numbers; no published board names a machine path
+or a revision hash in a display name; a sentence-file fit corpus is published by its file name
+from the run on.
+
+In a real headless Chromium (Debian's ``chromium`` package, driven by Playwright; skipped with
+the reason when either is missing): the committed ``minilm-l6-layer0.html`` opened from disk,
+sorted, toggled, filtered and switched between views, shows the JSON's numbers. A screenshot of
+each state is kept under ``$FLOW_PLUGIN_SCREENSHOTS`` (default: pytest's temporary folder) and
+its path printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flow_plugin.cli import leaderboard as lb
+from flow_plugin.cli.main import main as cli_main
+
+REPO = Path(__file__).resolve().parents[1]
+BOARDS = REPO / "leaderboards"
+PUBLISHED = sorted(BOARDS.glob("*.json"))
+PAGE = BOARDS / "minilm-l6-layer0.html"
+LINEAR = ("sn", "natsv", "sn-natsv", "whiten")
+#: what a displayed number may differ from the JSON's: half a unit of the 2 decimals shown
+SHOWN = 0.005 + 1e-9
+#: absolute machine paths: POSIX homes and temporary folders, this project's checkout, Windows drives
+ABSOLUTE_PATH = re.compile(r"/tmp/|/home/|/work/|/root/|/Users/|/var/folders/|\b[A-Za-z]:\\")
+REVISION = re.compile(r"\b[0-9a-f]{40}\b")
+CELL = re.compile(r"^(?P<value>[+-]?\d+\.\d\d)(?: ± (?P<spread>\d+\.\d\d))?"
+                  r"(?: \[(?P<lo>[+-]?\d+\.\d\d), (?P<hi>[+-]?\d+\.\d\d)\])?(?P<sig>\*)?$")
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def groups_by_id(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {group["id"]: group for group in board.get("seed_groups") or []}
+
+
+def parse(text: str) -> dict[str, Any] | None:
+    """A cell's text as numbers (None for "—")."""
+    if text == "—":
+        return None
+    match = CELL.match(text)
+    assert match, f"unexpected cell text {text!r}"
+    return {"value": float(match["value"]), "spread": None if match["spread"] is None else float(match["spread"]),
+            "significant": bool(match["sig"])}
+
+
+# ---------------------------------------------------------------- expected values, straight from the JSON
+def expected_scores(board: dict[str, Any], key: str, protocol: str) -> dict[str, tuple[float, float | None] | None]:
+    """column -> (value, spread) of a displayed row (a row id or a seed group id), from the JSON."""
+    groups = groups_by_id(board)
+    if key in groups:
+        group = groups[key]
+        source = group["scores" if protocol == "all" else "wmean"]
+        out = {t: (source[t]["mean"], source[t]["std"]) if t in source else None for t in board["tasks"]}
+        average = group.get("average" if protocol == "all" else "average_wmean")
+        out["average"] = (average["mean"], average["std"]) if average else None
+        return out
+    row = next(r for r in board["rows"] if r["id"] == key)
+    field = "score" if protocol == "all" else "wmean"
+    out = {t: (row["scores"][t][field], None) if t in row["scores"] and row["scores"][t].get(field) is not None
+           else None for t in board["tasks"]}
+    average = row["average" if protocol == "all" else "average_wmean"]
+    out["average"] = (average, None) if average is not None else None
+    return out
+
+
+def expected_raw_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[float, float | None, bool] | None]:
+    """column -> (Δ, spread, significant) against raw, protocol "all": the JSON's delta fields."""
+    groups = groups_by_id(board)
+    columns = [*board["tasks"], "average"]
+    if key in groups:
+        delta = groups[key].get("delta") or {}
+        return {c: (delta[c]["mean"], delta[c]["std"], delta[c]["significant"]) if c in delta else None for c in columns}
+    row = next(r for r in board["rows"] if r["id"] == key)
+    delta = row.get("delta") or {}
+    return {c: (delta[c], None, False) if c in delta else None for c in columns}
+
+
+def expected_linear_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[float, float | None] | None]:
+    """column -> (Δ, spread) against the best linear baseline (highest "all" average among the
+    complete sn/natsv/sn-natsv/whiten rows with the same backbone, pooling, kwargs and fit corpus),
+    computed here from the rows' scores, independently of the page's code."""
+    groups = groups_by_id(board)
+    rows = {r["id"]: r for r in board["rows"]}
+    members = [rows[i] for i in groups[key]["rows"]] if key in groups else [rows[key]]
+    first = members[0]
+
+    def same_setting(row: dict[str, Any]) -> bool:
+        def kwargs(r: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in r["experiment_kwargs"].items() if k not in ("fit_corpus", "calibrator_params")}
+        return (row["backbone"], row["pooling"], row["fit_corpus"], kwargs(row)) == (
+            first["backbone"], first["pooling"], first["fit_corpus"], kwargs(first))
+
+    candidates = [r for r in board["rows"] if r["calibrator"] in LINEAR and r["complete"] and same_setting(r)]
+    if first["calibrator"] == "raw" or not candidates:
+        return {c: None for c in [*board["tasks"], "average"]}
+    best = max(candidates, key=lambda r: r["average"])
+    per_member = [{t: m["scores"][t]["score"] - best["scores"][t]["score"] for t in board["tasks"]} for m in members]
+    for deltas in per_member:
+        deltas["average"] = statistics.fmean(deltas[t] for t in board["tasks"])
+    out = {}
+    for column in [*board["tasks"], "average"]:
+        values = [d[column] for d in per_member]
+        out[column] = (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None)
+    return out
+
+
+# ---------------------------------------------------------------- without a browser
+@pytest.mark.parametrize("json_path", PUBLISHED, ids=lambda p: p.stem)
+def test_the_page_embeds_the_json_and_needs_no_network(json_path: Path) -> None:
+    page_path = json_path.with_suffix(".html")
+    page = page_path.read_text(encoding="utf-8")
+    assert page_path.stat().st_size < 1_000_000, f"{page_path} is {page_path.stat().st_size} bytes"
+    embedded = lb.embedded_json(page)
+    assert embedded["board-data"] == load(json_path)  # the leaderboard JSON as written, every field
+    assert embedded["view-data"] == lb.page_view(load(json_path))
+    # nothing is loaded from elsewhere: no external script, style sheet, image, font or request
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page, re.I)
+    assert not re.search(r"""<link\b|@import|url\(\s*["']?(?:https?:)?//|\bfetch\(|XMLHttpRequest|\bimport\(""", page)
+    assert page.count("<script>") == 1 and "<script src" not in page
+
+
+@pytest.mark.parametrize("json_path", PUBLISHED, ids=lambda p: p.stem)
+def test_committed_pages_are_what_the_code_renders(json_path: Path) -> None:
+    board = lb.finalize(lb.load_leaderboard(json_path))
+    assert lb.render_html(board, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
+
+
+def test_the_index_lists_every_published_board(tmp_path: Path) -> None:
+    for path in BOARDS.iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    (tmp_path / "not-a-board.json").write_text('{"format": "something-else"}', encoding="utf-8")
+    lb.write_index(tmp_path)
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    committed = (BOARDS / "index.html").read_text(encoding="utf-8")
+    assert index == committed  # the other JSON file is not a leaderboard and is left out
+    for json_path in PUBLISHED:
+        board = load(json_path)
+        line = next(line for line in index.splitlines() if f'href="{json_path.stem}.html"' in line)
+        entries = len(lb.page_view(board)["entries"])
+        assert f'<td class="num">{entries}</td><td class="num">{len(board["rows"])}</td>' in line
+        assert board["updated"][:10] in line and f'href="{json_path.stem}.json"' in line
+        assert all(row["backbone"] in line for row in board["rows"])
+
+
+def test_cells_are_the_json_numbers() -> None:
+    """The page view (what the page prints) of the seeded testbed: scores, spreads and deltas
+    are the JSON's, and the Δ against the best linear baseline is computed as described."""
+    board = load(BOARDS / "minilm-l6-layer0.json")
+    view = lb.page_view(board)
+    assert len(view["entries"]) == len(board["rows"]) - sum(len(g["rows"]) - 1 for g in board["seed_groups"])
+    linear_checked = 0
+    for entry in view["entries"]:
+        for protocol in ("all", "wmean"):
+            for column, expected in expected_scores(board, entry["key"], protocol).items():
+                cell = entry["cells"][protocol]["scores"][column]
+                assert (cell is None) == (expected is None)
+                if cell is not None:
+                    assert cell["value"] == expected[0] and cell["spread"] == expected[1]
+                    assert cell["text"] == f"{expected[0]:.2f}" + ("" if expected[1] is None else f" ± {expected[1]:.2f}")
+        for column, expected in expected_raw_deltas(board, entry["key"]).items():
+            cell = entry["cells"]["all"]["raw"][column]
+            assert (cell is None) == (expected is None), (entry["key"], column)
+            if cell is not None:
+                assert (cell["value"], cell["spread"], bool(cell["significant"])) == expected
+                assert cell["text"].endswith("*") == expected[2]
+        for column, expected in expected_linear_deltas(board, entry["key"]).items():
+            cell = entry["cells"]["all"]["linear"][column]
+            assert (cell is None) == (expected is None), (entry["key"], column)
+            if cell is not None:
+                assert cell["value"] == pytest.approx(expected[0], abs=2e-4)  # per-member 4-decimal rounding
+                if expected[1] is not None:
+                    assert cell["spread"] == pytest.approx(expected[1], abs=2e-4)
+                    assert cell["significant"] == (abs(cell["value"]) > cell["spread"])
+                linear_checked += 1
+    assert linear_checked > 100
+
+
+def test_an_interval_decides_significance_where_the_json_gives_one() -> None:
+    board = load(BOARDS / "minilm-l6-layer0.json")
+    group = board["seed_groups"][0]
+    task = board["tasks"][0]
+    stats = group["delta"][task]
+    assert stats["significant"]  # by the spread
+    stats["ci95"] = [stats["mean"] - 2 * abs(stats["mean"]), stats["mean"] + 2 * abs(stats["mean"])]  # covers 0
+    cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group["id"])["cells"]["all"]["raw"][task]
+    assert cell["ci95"] == stats["ci95"] and cell["basis"] == "ci95" and cell["significant"] is False
+    assert not cell["text"].endswith("*") and f"[{stats['ci95'][0]:+.2f}, {stats['ci95'][1]:+.2f}]" in cell["text"]
+    assert lb.significance({"mean": -1.0, "std": 5.0, "n": 5, "ci95": [-2.0, -0.5]}) == {"significant": True,
+                                                                                       "basis": "ci95"}
+
+
+@pytest.mark.parametrize("path", sorted(p for p in BOARDS.iterdir() if p.suffix in (".json", ".md", ".html")),
+                         ids=lambda p: p.name)
+def test_published_boards_name_no_machine_path_and_no_revision(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert not ABSOLUTE_PATH.search(text), ABSOLUTE_PATH.search(text)
+    if path.name == "index.html":
+        assert not REVISION.search(text)
+        return
+    board = load(path.with_suffix(".json"))
+    for entry in lb.page_view(board)["entries"]:  # the names the page shows
+        shown = [entry["name"], entry["short_name"], *entry["columns"].values()]
+        assert not any(REVISION.search(name) for name in shown), shown
+    if path.suffix == ".md":  # the Markdown tables' name columns
+        for line in text.splitlines():
+            if line.startswith("| ") and not line.startswith("|---"):
+                names = line.strip("|").split("|")[:6]
+                assert not any(REVISION.search(name) for name in names), line
+
+
+def test_render_only_rewrites_the_pages_from_the_json_alone(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    source = BOARDS / "minilm-l6.json"
+    target = tmp_path / "boards" / "minilm-l6.json"
+    target.parent.mkdir()
+    shutil.copy(source, target)
+    assert cli_main(["leaderboard", "--render-only", str(target)]) == 0
+    assert "re-rendered" in capsys.readouterr().out
+    assert target.read_bytes() == source.read_bytes()  # the JSON is its own record: unchanged
+    for suffix in (".md", ".html"):
+        assert target.with_suffix(suffix).read_bytes() == source.with_suffix(suffix).read_bytes()
+    assert (target.parent / "index.html").is_file() and target.with_suffix(".png").is_file()
+    assert cli_main(["leaderboard", "--render-only", str(tmp_path / "missing.json")]) == 2
+    assert "no such leaderboard file" in capsys.readouterr().err
+
+
+def test_an_older_board_with_a_path_is_published_by_file_name(tmp_path: Path) -> None:
+    """A leaderboard written before paths were left out: loading it publishes file names, the
+    row ids follow, and no score changes."""
+    board = load(BOARDS / "minilm-l6-layer0.json")
+    path = "/tmp/sts-sick-train.txt"
+    old_rows = 0
+    for row in board["rows"]:
+        if row["experiment_kwargs"].get("fit_corpus") == "sts-sick-train.txt":
+            row["experiment_kwargs"]["fit_corpus"] = path
+            row["fit_corpus"] = row["fit_corpus"].replace("file sts-sick-train.txt", path)
+            if row["experiment"] == "fit_corpus_sts-sick-train.txt":
+                row["experiment"] = "fit_corpus__tmp_sts-sick-train.txt"
+                row["id"] = row["id"].replace("[fit_corpus_sts-sick-train.txt]", "[fit_corpus__tmp_sts-sick-train.txt]")
+            for entry in row["scores"].values():
+                for fit in entry.get("fits") or []:
+                    fit["fit_corpus"] = f"file {path}"
+                    fit["source"] = fit["source"].replace("file sts-sick-train.txt", f"file {path}")
+            old_rows += 1
+    assert old_rows == 14  # the 6 calibrators fitted once on the file, and 2 flows × 4 more seeds
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(board, indent=2), encoding="utf-8")
+    assert path in old.read_text(encoding="utf-8")
+    migrated = lb.finalize(lb.load_leaderboard(old))
+    assert migrated == lb.finalize(lb.load_leaderboard(BOARDS / "minilm-l6-layer0.json"))
+
+
+@pytest.fixture(scope="module")
+def file_corpus_board(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, minilm_path: Path) -> dict:
+    """A real run (mteb.evaluate, MTEB's small mock STS task) of the whitened MiniLM fitted on a
+    sentence file under an absolute temporary path, merged into a leaderboard."""
+    import mteb
+    from mteb.cache import ResultCache
+    from mteb.mocks.mock_tasks.sts import MockSTSTask
+
+    folder = tmp_path_factory.mktemp("file-corpus")
+    corpus = folder / "corpus" / "headlines-sentences.txt"
+    corpus.parent.mkdir()
+    source = senteval_dir / "downstream" / "STS" / "STS13-en-test" / "STS.input.headlines.txt"
+    sentences = [part for line in source.read_text(encoding="utf-8").splitlines()[:250] for part in line.split("\t")]
+    corpus.write_text("\n".join(s for s in sentences if s.strip()) + "\n", encoding="utf-8")
+    output = folder / "out"
+    model = mteb.get_model("flow_plugin/minilm-l6-whiten", fit_corpus=str(corpus))
+    mteb.evaluate(model, MockSTSTask(), cache=ResultCache(output), co2_tracker=False)
+    board_path = folder / "boards" / "board.json"
+    update = lb.update_leaderboard([output], board_path)
+    return {"corpus": corpus, "board": update.board, "path": board_path, "output": output}
+
+
+def test_a_sentence_file_corpus_is_published_by_its_name(file_corpus_board: dict) -> None:
+    corpus, board, path = file_corpus_board["corpus"], file_corpus_board["board"], file_corpus_board["path"]
+    (row,) = board["rows"]
+    # on disk, MTEB named the experiment after the absolute path
+    (result,) = (file_corpus_board["output"] / "results").glob("*/*/experiments/*/MockSTSTask.json")
+    assert "corpus_headlines-sentences.txt" in result.parent.name and result.parent.name != row["experiment"]
+    assert row["experiment_kwargs"] == {"fit_corpus": "headlines-sentences.txt"}
+    assert row["experiment"] == "fit_corpus_headlines-sentences.txt"
+    assert row["id"].endswith(" [fit_corpus_headlines-sentences.txt]")
+    assert row["fit_corpus"] == "file headlines-sentences.txt"
+    (fit,) = row["scores"]["MockSTSTask"]["fits"]
+    assert fit["fit_corpus"] == "file headlines-sentences.txt" and fit["source"].startswith("file headlines-sentences")
+    assert lb.display_columns(row)["fit_corpus"] == "headlines-sentences.txt"
+    for suffix in (".json", ".md", ".html"):
+        text = path.with_suffix(suffix).read_text(encoding="utf-8")
+        assert str(corpus.parent) not in text and str(corpus.parent).replace("/", "_") not in text
+        assert not ABSOLUTE_PATH.search(text)
+    # merging the same folder again finds the same row (the published id is derived, not stored)
+    again = lb.update_leaderboard([file_corpus_board["output"]], path)
+    assert again.report.rows_added == [] and len(again.report.unchanged) == 1
+
+
+# ---------------------------------------------------------------- in a real browser
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def chromium_path() -> str | None:
+    found = os.environ.get("FLOW_PLUGIN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    return found if found and Path(found).exists() else None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the test extra has it)")
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("no Chromium: install the system package (apt-get install chromium) or set FLOW_PLUGIN_CHROMIUM")
+    with sync_api.sync_playwright() as playwright:
+        try:  # Playwright gives every launch a fresh temporary profile (user data dir)
+            chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_FLAGS)
+        except Exception as error:  # noqa: BLE001 -- any launch failure means "no usable browser here"
+            pytest.skip(f"Chromium at {executable} did not start: {str(error).splitlines()[0]}")
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("FLOW_PLUGIN_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+TABLE_SCRIPT = """() => Array.from(document.querySelectorAll('#board-body tr')).map(tr => ({
+  key: tr.dataset.key,
+  cells: Object.fromEntries(Array.from(tr.children).map(td => [td.dataset.col, td.innerText.trim()]))
+}))"""
+
+
+def test_the_page_in_a_browser_shows_the_json(browser: Any, screenshots: Path) -> None:
+    started = time.perf_counter()
+    board = load(PAGE.with_suffix(".json"))
+    columns = [*board["tasks"], "average"]
+    page = browser.new_page(viewport={"width": 1600, "height": 1100})
+    problems: list[str] = []
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on("console", lambda message: problems.append(message.text) if message.type == "error" else None)
+    page.on("request", lambda request: None if request.url.startswith(("file:", "data:", "about:"))
+            else problems.append(f"network request: {request.url}"))
+    page.goto(PAGE.resolve().as_uri())
+    page.wait_for_selector("body[data-ready=true]")
+    shots = []
+
+    def shoot(name: str) -> None:
+        path = screenshots / f"{PAGE.stem}-{name}.png"
+        page.screenshot(path=str(path), full_page=True)
+        shots.append(path)
+
+    def table() -> list[dict[str, Any]]:
+        return page.evaluate(TABLE_SCRIPT)
+
+    def check_scores(protocol: str) -> None:
+        shown = table()
+        assert shown, "the table is empty"
+        for line in shown:
+            expected = expected_scores(board, line["key"], protocol)
+            for column in columns:
+                cell = parse(line["cells"][column])
+                assert (cell is None) == (expected[column] is None), (line["key"], column)
+                if cell is not None:
+                    assert abs(cell["value"] - expected[column][0]) <= SHOWN, (line["key"], column, cell)
+                    if expected[column][1] is not None:
+                        assert abs(cell["spread"] - expected[column][1]) <= SHOWN
+
+    # 1. scores, protocol "all": every row and seed group, in the JSON's order
+    check_scores("all")
+    assert len(table()) == len(lb.page_view(board)["entries"])
+    shoot("1-scores-all")
+
+    # 2. sort by STS12 with the mouse (highest first), then with the keyboard (lowest first)
+    header = page.locator("th button[data-sort=SentEvalSTS12]")
+    header.click()
+    assert page.locator("th:has(button[data-sort=SentEvalSTS12])").get_attribute("aria-sort") == "descending"
+    values = [parse(line["cells"]["SentEvalSTS12"])["value"] for line in table()]
+    assert values == sorted(values, reverse=True)
+    page.locator("th button[data-sort=SentEvalSTS12]").focus()
+    page.keyboard.press("Enter")
+    assert page.locator("th:has(button[data-sort=SentEvalSTS12])").get_attribute("aria-sort") == "ascending"
+    values = [parse(line["cells"]["SentEvalSTS12"])["value"] for line in table()]
+    assert values == sorted(values)
+    check_scores("all")
+    shoot("2-sorted-by-sts12")
+
+    # 3. protocol wmean
+    page.check("input[name=protocol][value=wmean]")
+    check_scores("wmean")
+    shoot("3-scores-wmean")
+
+    # 4. only the flow (its seed groups: mean ± std over 5 seeds)
+    page.check("input[name=protocol][value=all]")
+    page.select_option("#filter-calibrator", "flow")
+    shown = table()
+    assert {line["cells"]["calibrator"] for line in shown} == {"flow"}
+    flow_keys = {e["key"] for e in lb.page_view(board)["entries"] if e["columns"]["calibrator"] == "flow"}
+    assert {line["key"] for line in shown} == flow_keys and all(k in groups_by_id(board) for k in flow_keys)
+    check_scores("all")
+    shoot("4-filter-flow")
+
+    # 5. Δ against raw: the JSON's deltas, * where the JSON says significant
+    page.select_option("#filter-calibrator", "")
+    page.check("input[name=view][value=raw]")
+    for line in table():
+        expected = expected_raw_deltas(board, line["key"])
+        for column in columns:
+            cell = parse(line["cells"][column])
+            assert (cell is None) == (expected[column] is None), (line["key"], column)
+            if cell is not None:
+                assert abs(cell["value"] - expected[column][0]) <= SHOWN and cell["significant"] == expected[column][2]
+                if expected[column][1] is not None:
+                    assert abs(cell["spread"] - expected[column][1]) <= SHOWN
+    bars = page.eval_on_selector_all("figure[data-col=average] rect.bar", "bars => bars.map(b => b.dataset.value)")
+    assert sorted(float(v) for v in bars) == sorted(d[0] for k in (line["key"] for line in table())
+                                                    if (d := expected_raw_deltas(board, k)["average"]) is not None)
+    shoot("5-delta-raw")
+
+    # 6. Δ against the best linear baseline of the same backbone and fit corpus
+    page.check("input[name=view][value=linear]")
+    for line in table():
+        expected = expected_linear_deltas(board, line["key"])
+        for column in columns:
+            cell = parse(line["cells"][column])
+            assert (cell is None) == (expected[column] is None), (line["key"], column)
+            if cell is not None:
+                assert abs(cell["value"] - expected[column][0]) <= SHOWN + 2e-4, (line["key"], column, cell)
+    shoot("6-delta-best-linear")
+
+    # 7. the provenance of one score of a seed group: each seed's score, hardware and data
+    group = board["seed_groups"][0]
+    page.click(f"tr[data-key=\"{group['id']}\"] td[data-col=SentEvalSTS12] button")
+    panel = page.inner_text("#provenance")
+    first = next(r for r in board["rows"] if r["id"] == group["rows"][0])
+    entry = first["scores"]["SentEvalSTS12"]
+    assert entry["dataset_revision"] in panel and entry["hardware"]["precision"] in panel and entry["date"] in panel
+    assert all(str(seed) in panel for seed in group["seeds"]) and f"{entry['score']}" in panel
+    shoot("7-provenance")
+
+    assert problems == []
+    elapsed = time.perf_counter() - started
+    print(f"\nbrowser test: {elapsed:.1f} s; screenshots:\n  " + "\n  ".join(str(path) for path in shots))
+    assert all(path.stat().st_size > 10_000 for path in shots)

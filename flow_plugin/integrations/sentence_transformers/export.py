@@ -203,13 +203,12 @@ def _agreement(folder: Path, variant: ModelVariant, calibrator: Calibrator, opti
 
 
 def _versions(st_version: str) -> dict[str, str]:
-    import torch
-    import transformers
+    from importlib.metadata import version
 
     from flow_plugin import __version__
 
-    return {"flow-plugin": __version__, "sentence-transformers": st_version, "transformers": transformers.__version__,
-            "torch": torch.__version__}
+    return {"flow-plugin": __version__, "sentence-transformers": st_version, "transformers": version("transformers"),
+            "torch": version("torch")}
 
 
 def export_model(

@@ -74,6 +74,8 @@ class ExportResult:
     model: str
     #: the provenance record (also ``<path>/flow_plugin_export.json``)
     record: dict[str, Any]
+    #: the calibrator in the folder (fitted here, or read from the calibrator file)
+    calibrator: Calibrator
     #: the fit, when the calibrator was fitted here
     fit: FitRecord | None
     size_bytes: int
@@ -353,4 +355,4 @@ def export_model(
         (stage / RECORD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (stage / "README.md").write_text(render_card(record), encoding="utf-8")
     size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
-    return ExportResult(path=out, model=variant.name, record=record, fit=fit, size_bytes=size)
+    return ExportResult(path=out, model=variant.name, record=record, calibrator=calibrator, fit=fit, size_bytes=size)

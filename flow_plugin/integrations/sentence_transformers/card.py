@@ -11,6 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+#: the end-to-end difference beyond which the card says the calibrator magnifies its input's rounding
+#: (the exporter's threshold, flow_plugin.integrations.sentence_transformers.export.SENSITIVE_CALIBRATOR)
+SENSITIVE_CALIBRATOR = 1e-3
+
 
 def _value(value: Any) -> str:
     return "`" + json.dumps(value, ensure_ascii=False) + "`"
@@ -103,8 +107,13 @@ def _agreement(record: dict[str, Any]) -> list[str]:
             f"- of which the backbone and pooling (padded batches here, none in flow-plugin): "
             f"{agreement['pooled_rel_diff']:.2e}, and the calibration module on the same input: "
             f"{agreement['calibration_rel_diff']:.2e}.", "",
-            "A backbone running in bf16 (flow-plugin's `precision=\"auto\"` on GPUs and bf16 CPUs) moves embeddings "
-            "far more than this (README of flow-plugin, \"Export to sentence-transformers\").", ""]
+            *(["A backbone running in bf16 (flow-plugin's `precision=\"auto\"` on GPUs and bf16 CPUs) moves "
+               "embeddings far more than this (README of flow-plugin, \"Export to sentence-transformers\").", ""]
+              if agreement["max_rel_diff"] <= SENSITIVE_CALIBRATOR else
+              [f"**Note:** this calibrator magnifies tiny differences of its input (the pooled embeddings agree to "
+               f"{agreement['pooled_rel_diff']:.1e}), the sign of a poor fit: fit it on more sentences "
+               f"({record['calibrator']['n_samples_fit']} for {record['calibrator']['n_features_in']} dimensions "
+               "now).", ""])]
 
 
 def _benchmark(record: dict[str, Any]) -> list[str]:
@@ -112,7 +121,8 @@ def _benchmark(record: dict[str, Any]) -> list[str]:
     if benchmark is None:
         return []
     lines = ["## Benchmark", "",
-             f"Scores of `{benchmark['model']}` in the leaderboard `{benchmark['leaderboard']}` (row `{benchmark['row']}`"
+             f"Scores of `{benchmark['model']}` in the leaderboard"
+             + (f" `{benchmark['leaderboard']}`" if benchmark.get("leaderboard") else "") + f" (row `{benchmark['row']}`"
              + (f", computed in {benchmark['precision']}" if benchmark.get("precision") else "") + "), in points:", ""]
     exported = record.get("fit_corpus")
     if benchmark.get("fit_corpus") and (exported is None or benchmark["fit_corpus"] != f"file {exported['file']}"):

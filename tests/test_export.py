@@ -289,24 +289,31 @@ def test_embedding_layer_pooling_keeps_no_transformer_layer(minilm_path: Path, t
 
 
 # ------------------------------------------------------------------ MTEB scores the export like the plugin
-def test_mteb_scores_an_exported_whitening_like_the_plugin(exports, fit_corpus: Path, senteval_dir: Path) -> None:
+def test_mteb_scores_an_exported_whitening_like_the_plugin(minilm_path: Path, fit_corpus: Path, senteval_dir: Path,
+                                                            tmp_path: Path) -> None:
     import mteb
 
     from flow_plugin.integrations.mteb.tasks import get_offline_task
 
+    # all of STS16 (2,372 sentences), through both models; all-MiniLM-L6-v2 pooled after its first layer
+    # (minilm-l6-layer1) keeps that to seconds, a sixth of the six-layer model's cost
+    name = "flow_plugin/minilm-l6-layer1-whiten"
+    result = export_model(name, tmp_path / "whiten", fit_corpus=fit_corpus, check_agreement=False)
     task = get_offline_task("SentEvalSTS16", data_dir=senteval_dir)
-    plugin = mteb.get_model("flow_plugin/minilm-l6-whiten", fit_corpus=str(fit_corpus), precision="float32",
-                            device="cpu", show_progress_bar=False)
+    plugin = mteb.get_model(name, fit_corpus=str(fit_corpus), precision="float32", device="cpu",
+                            show_progress_bar=False)
     plugin_scores = mteb.evaluate(plugin, task, cache=None, co2_tracker=False).task_results[0].scores["test"][0]
-    exported = SentenceTransformer(str(exports["whiten"].path), device="cpu")
+    exported = SentenceTransformer(str(result.path), device="cpu")
     export_scores = mteb.evaluate(exported, task, cache=None, co2_tracker=False).task_results[0].scores["test"][0]
     # the same fit: the plugin's calibrator is the exported one, to the last bit
-    assert np.array_equal(plugin.calibrator_for("SentEvalSTS16").transform(pooled("flow_plugin/minilm-l6", "float32")),
-                          exports["whiten"].calibrator.transform(pooled("flow_plugin/minilm-l6", "float32")))
-    # measured: equal to 1e-7 (embeddings agree to 2e-6 of their scale; Spearman moves only where two pairs' cosines
-    # are that close); margin 100x
+    probes = pooled(name, "float32")
+    assert np.array_equal(plugin.calibrator_for("SentEvalSTS16").transform(probes), result.calibrator.transform(probes))
+    # measured: the same scores to the last bit, here and with the six-layer minilm-l6-whiten (the embeddings agree
+    # to 1e-6 of their scale; Spearman moves only where two pairs' cosines are that close); 1e-5 leaves room for
+    # other kernels
     assert export_scores["cosine_spearman"] == pytest.approx(plugin_scores["cosine_spearman"], abs=1e-5)
     assert export_scores["cosine_spearman_wmean"] == pytest.approx(plugin_scores["cosine_spearman_wmean"], abs=1e-5)
+    assert 0.3 < export_scores["cosine_spearman"] < 0.9
 
 
 # ------------------------------------------------------------------ bad input, one line each

@@ -58,7 +58,7 @@ _PROBE_SENTENCES = (
 AGREEMENT_SENTENCES = 60
 #: The agreement check, in two parts, each relative to an embedding's largest component (float32):
 #: the folder's backbone and pooling against flow-plugin's pooled embeddings (measured on all-MiniLM-L6-v2: at
-#: most 1.1e-6, from padded batches; margin 90x: a wrong layer, pooling or truncation is off by 1e-2 or more) ...
+#: most 1.1e-6, from padded batches; margin 90x: a wrong layer, pooling or truncation is off by far more) ...
 POOLED_TOLERANCE = 1e-4
 #: ... and the folder's calibration module against flow-plugin's calibrator on those same pooled embeddings
 #: (measured: 0 for the flow, at most 3.4e-5 for the Dense form z = x W + b, which rounds differently from the

@@ -55,7 +55,7 @@ def _default_modes(folder: Path) -> None:
 def staged_folder(destination: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
     """Yield an empty staging folder beside ``destination``; when the block ends without an
     error, the staging folder becomes ``destination``; otherwise it is removed."""
-    destination = Path(destination)
+    destination = Path(os.path.abspath(destination))  # "." has no name and no parent of its own; links are kept
     check_destination(destination, overwrite=overwrite)
     destination.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", suffix=".partial", dir=destination.parent))

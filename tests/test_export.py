@@ -141,7 +141,7 @@ def test_linear_methods_are_one_standard_dense_and_the_flow_one_flow_plugin_modu
         types = [module["type"].rsplit(".", 1)[-1] for module in modules]
         if method == "flow":
             assert types == ["Transformer", "Pooling", "FlowCalibration"]
-            assert modules[-1]["type"].startswith("flow_plugin.")
+            assert modules[-1]["type"].startswith("flow_plugin.") and "pip install flow-plugin" in modules[-1]["requires"]
             settings = json.loads((result.path / "config_sentence_transformers.json").read_text(encoding="utf-8"))
             assert settings["requirements"]["flow-plugin"]["specifier"].startswith(">=")
             assert (result.path / "2_FlowCalibration" / "calibrator.npz").is_file()

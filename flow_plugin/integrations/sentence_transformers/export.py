@@ -207,6 +207,25 @@ def _agreement(folder: Path, variant: ModelVariant, calibrator: Calibrator, opti
             "device": device}
 
 
+def _declare_flow_plugin(folder: Path, requirements: dict[str, Any]) -> None:
+    """Say in the folder that its flow module needs flow-plugin: ``requirements`` in
+    ``config_sentence_transformers.json`` (sentence-transformers checks them before it loads any
+    module, naming what to install) and a ``requires`` note on the module's ``modules.json`` entry
+    (sentence-transformers reads only the keys it knows)."""
+    settings_path = folder / "config_sentence_transformers.json"
+    settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    settings["requirements"] = requirements
+    settings_path.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    modules_path = folder / "modules.json"
+    modules = json.loads(modules_path.read_text(encoding="utf-8"))
+    specifier = requirements["flow-plugin"]["specifier"]
+    for module in modules:
+        if module["type"].startswith("flow_plugin."):
+            module["requires"] = (f"flow-plugin{specifier} (pip install flow-plugin), and "
+                                  "SentenceTransformer(folder, trust_remote_code=True)")
+    modules_path.write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
+
+
 def _versions(st_version: str) -> dict[str, str]:
     from importlib.metadata import version
 
@@ -345,12 +364,8 @@ def export_model(
 
     with staged_folder(out, overwrite=overwrite) as stage:
         SentenceTransformer(modules=pipeline.modules, device="cpu").save(str(stage), create_model_card=False)
-        if record["requirements"]:
-            # sentence-transformers checks these before it loads any module, naming what to install
-            settings_path = stage / "config_sentence_transformers.json"
-            settings = json.loads(settings_path.read_text(encoding="utf-8"))
-            settings["requirements"] = record["requirements"]
-            settings_path.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if needs_flow_plugin:
+            _declare_flow_plugin(stage, record["requirements"])
         if check_agreement:
             record["agreement"] = _agreement(stage, variant, calibrator, options, corpus, needs_flow_plugin)
             if record["agreement"]["max_rel_diff"] > SENSITIVE_CALIBRATOR:

@@ -1,5 +1,5 @@
 """The ``flow-plugin`` command line: one module per verb (``evaluate``, ``bench``, ``paper``,
-``leaderboard``, ``sweep``), wired together in :mod:`flow_plugin.cli.main`."""
+``leaderboard``, ``sweep``, ``export``), wired together in :mod:`flow_plugin.cli.main`."""
 
 from __future__ import annotations
 

@@ -1,0 +1,36 @@
+"""Export a calibrated registry model as a sentence-transformers folder.
+
+- :mod:`.export`: :func:`export_model`, the one call (``flow-plugin export`` runs it);
+- :mod:`.modules`: backbone, pooling and calibrator as sentence-transformers modules;
+- :mod:`.affine`: a linear calibrator as the affine map of one ``Dense`` layer;
+- :mod:`.flow_module`: :class:`FlowCalibration`, the one custom module (the flow);
+- :mod:`.benchmark`: the leaderboard row an export came from;
+- :mod:`.card`: the folder's model card;
+- :mod:`.folder`: the folder appears whole or not at all.
+
+The names below load on first use, so loading an exported flow (which imports
+:mod:`.flow_module`) does not import the exporter.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "export_model": "flow_plugin.integrations.sentence_transformers.export",
+    "ExportResult": "flow_plugin.integrations.sentence_transformers.export",
+    "benchmark_row": "flow_plugin.integrations.sentence_transformers.benchmark",
+    "FlowCalibration": "flow_plugin.integrations.sentence_transformers.flow_module",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

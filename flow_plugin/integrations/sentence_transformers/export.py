@@ -1,0 +1,381 @@
+"""Export a registry model with a fitted calibrator as a sentence-transformers folder.
+
+:func:`export_model` fits the calibrator of a registry model (``flow_plugin/<backbone>-<method>``)
+on a sentence file exactly as the MTEB model does with ``fit_corpus=<that file>`` (the same seeded
+sample of a large file, canonical order, duplicate policy and small-sample rule:
+:func:`flow_plugin.catalog.fitting.fit_calibrator`), or takes a saved calibrator file, and writes
+a folder that ``SentenceTransformer(folder)`` loads (modules: :mod:`.modules`). Before the folder
+is moved into place it is loaded back and its embeddings are compared with flow-plugin's own;
+the figures go into the model card (:mod:`.card`) and ``flow_plugin_export.json``.
+
+The fit runs in float32 by default (``precision=``), the precision the folder computes in.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flow_plugin.calibration import Calibrator, calibrator_class
+from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, FitRecord, fit_calibrator
+from flow_plugin.catalog.registry import ModelVariant
+from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+from flow_plugin.data.fit_corpus import read_sentence_file
+from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
+from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError
+from flow_plugin.integrations.sentence_transformers.benchmark import benchmark_summary, check_row
+from flow_plugin.integrations.sentence_transformers.card import SENSITIVE_CALIBRATOR, render_card
+from flow_plugin.integrations.sentence_transformers.folder import check_destination, staged_folder
+
+logger = logging.getLogger(__name__)
+
+#: the provenance record written into every export folder (the model card is rendered from it)
+RECORD_FILE = "flow_plugin_export.json"
+RECORD_FORMAT = "flow-plugin-export"
+#: the oldest sentence-transformers that writes and reads the folder layout used here
+MIN_SENTENCE_TRANSFORMERS = "6.0"
+#: sentences of every agreement check (lengths from 3 to past 64 word pieces, so batches are padded and one
+#: sentence is truncated), before up to ``AGREEMENT_SENTENCES`` of the fit corpus
+_PROBE_SENTENCES = (
+    "A man is playing a guitar.",
+    "Dogs run.",
+    "A woman is slicing an onion on a wooden board in a small kitchen while the radio plays.",
+    "Two children are kicking a ball across a muddy field after school on a rainy afternoon in late November, "
+    "while their parents watch from under umbrellas and a dog chases the ball back and forth along the fence, "
+    "barking at every kick and at the passing cars on the road beyond the trees at the edge of the field.",
+)
+AGREEMENT_SENTENCES = 60
+#: The agreement check, in two parts, each relative to an embedding's largest component (float32):
+#: the folder's backbone and pooling against flow-plugin's pooled embeddings (measured on all-MiniLM-L6-v2: at
+#: most 1.1e-6, from padded batches; margin 90x: a wrong layer, pooling or truncation is off by far more) ...
+POOLED_TOLERANCE = 1e-4
+#: ... and the folder's calibration module against flow-plugin's calibrator on those same pooled embeddings
+#: (measured: 0 for the flow, at most 3.4e-5 for the Dense form z = x W + b, which rounds differently from the
+#: calibrators' centred arithmetic and grows with the map's condition; margin 300x: a wrong map is off by ~1).
+CALIBRATION_TOLERANCE = 1e-2
+#: Beyond this end-to-end difference (:data:`.card.SENSITIVE_CALIBRATOR`), the calibrator itself magnifies the ~1e-6
+#: padding difference of the pooled embeddings while both parts above agree: a warning, and a note in the card. Seen
+#: with a flow fitted on fewer sentences than dimensions (flow-white, 220 sentences for 384: 3.3 of the scale).
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_model` wrote."""
+
+    path: Path
+    model: str
+    #: the provenance record (also ``<path>/flow_plugin_export.json``)
+    record: dict[str, Any]
+    #: the calibrator in the folder (fitted here, or read from the calibrator file)
+    calibrator: Calibrator
+    #: the fit, when the calibrator was fitted here
+    fit: FitRecord | None
+    size_bytes: int
+
+    @property
+    def needs_flow_plugin(self) -> bool:
+        return bool(self.record["needs_flow_plugin"])
+
+    def summary(self) -> list[str]:
+        """A few lines for a command line."""
+        lines = [f"wrote {self.path} ({self.size_bytes / 2**20:.1f} MiB): {self.model} for sentence-transformers"]
+        lines += [f"  {index}. {line}" for index, line in enumerate(self.record["modules"])]
+        if self.fit is not None:
+            lines.append(f"  fit: {self.fit.summary()}")
+        agreement = self.record.get("agreement")
+        if agreement:
+            lines.append(f"  checked on {agreement['sentences']} sentences against flow-plugin (float32): embeddings within "
+                         f"{agreement['max_rel_diff']:.1e} of their scale, cosine similarities within "
+                         f"{agreement['max_cosine_diff']:.1e}")
+        load = f'SentenceTransformer("{self.path}"' + (", trust_remote_code=True)" if self.needs_flow_plugin else ")")
+        lines.append(f"  load with {load}" + (" (needs flow-plugin installed)" if self.needs_flow_plugin else ""))
+        return lines
+
+
+def _check_sentence_transformers() -> str:
+    try:
+        import sentence_transformers
+    except ImportError:
+        raise MissingExtraError("exporting needs sentence-transformers: pip install 'flow-plugin[export]'") from None
+    version = sentence_transformers.__version__
+    if tuple(int(part) for part in version.split(".")[:1]) < (int(MIN_SENTENCE_TRANSFORMERS.split(".")[0]),):
+        raise MissingExtraError(f"exporting needs sentence-transformers >= {MIN_SENTENCE_TRANSFORMERS}, found {version}: "
+                                "pip install 'flow-plugin[export]'")
+    return version
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_fit_corpus(path: Path) -> list[str]:
+    try:
+        return read_sentence_file(path)
+    except DataFolderError as error:
+        raise DataFolderError(f"{error}; --fit-corpus (fit_corpus=) takes a UTF-8 text file with one sentence per line") \
+            from None
+
+
+def _load_calibrator(path: Path, variant: ModelVariant) -> Calibrator:
+    """The calibrator file, checked against the model's method and width (``Calibrator.load``)."""
+    method_class = calibrator_class(variant.calibrator)
+    assert method_class is not None  # a resolved variant names a known calibrator
+    try:
+        return method_class.load(path, n_features=variant.backbone.embedding_dim)
+    except CalibratorFileError as error:
+        raise CalibratorFileError(
+            f"{error}; --calibrator (calibrator_path=) must hold a {method_class.method} calibrator fitted on "
+            f"{variant.backbone.name}'s {variant.backbone.embedding_dim}-dimensional embeddings for {variant.name}"
+        ) from None
+
+
+def _encoder_options(encoder_options: dict[str, Any], model: str) -> EncoderOptions:
+    unknown = sorted(set(encoder_options) - set(EncoderOptions.names()))
+    if unknown:
+        accepted = list(EncoderOptions.names())
+        hints = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, accepted, n=1))
+                               else "") for key in unknown]
+        raise InputError(f"export of {model}: unknown argument(s) {', '.join(hints)}; encoder options: {', '.join(accepted)}")
+    # float32 by default: the precision the exported folder computes in
+    return EncoderOptions(**{"precision": "float32", **encoder_options})
+
+
+def _relative_difference(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float]:
+    """(largest absolute difference, largest difference of a row / that row's largest component)."""
+    difference = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+    scale = np.maximum(np.abs(ours.astype(np.float64)).max(axis=1), np.finfo(np.float32).tiny)
+    return float(difference.max()), float((difference.max(axis=1) / scale).max())
+
+
+def _cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """The largest difference between the cosine similarities of two rows, over all pairs of rows."""
+    def cosines(matrix: np.ndarray) -> np.ndarray:
+        unit = matrix.astype(np.float64) / np.maximum(np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True),
+                                                      np.finfo(np.float64).tiny)
+        return unit @ unit.T
+
+    return float(np.abs(cosines(ours) - cosines(theirs)).max())
+
+
+def _agreement(folder: Path, variant: ModelVariant, calibrator: Calibrator, options: EncoderOptions,
+               corpus: list[str] | None, needs_flow_plugin: bool) -> dict[str, Any]:
+    """Load the written folder with sentence-transformers and compare it with flow-plugin (float32
+    backbone, the calibrator) on a few sentences: the pooled embeddings, the calibration module on
+    the same inputs, and the embeddings a user gets. A part off by more than its tolerance is an
+    error (nothing is written)."""
+    from sentence_transformers import SentenceTransformer
+
+    probes = list(dict.fromkeys([*_PROBE_SENTENCES, *(corpus or [])[: AGREEMENT_SENTENCES * 2]]))
+    probes = probes[: len(_PROBE_SENTENCES) + AGREEMENT_SENTENCES]
+    reference_encoder = build_encoder(variant, options.replace(precision="float32", show_progress_bar=False))
+    pooled = reference_encoder.encode(probes)
+    ours = calibrator.transform(pooled)
+    device = str(reference_encoder.backbone.device)
+    model = SentenceTransformer(str(folder), device=device, trust_remote_code=needs_flow_plugin, local_files_only=True)
+    theirs = model.encode(probes, convert_to_numpy=True, show_progress_bar=False)
+    backbone_and_pooling = SentenceTransformer(modules=list(model)[:-1], device=device)
+    theirs_pooled = backbone_and_pooling.encode(probes, convert_to_numpy=True, show_progress_bar=False)
+    if theirs.shape != ours.shape or theirs_pooled.shape != pooled.shape:
+        raise InputError(f"the exported folder gives embeddings of shape {theirs.shape} ({theirs_pooled.shape} pooled), "
+                         f"flow-plugin {ours.shape} ({pooled.shape}); nothing was written: please report this")
+    pooled_difference = _relative_difference(pooled, theirs_pooled)[1]
+    calibration_difference = _relative_difference(calibrator.transform(theirs_pooled), theirs)[1]
+    for part, difference, tolerance in (("backbone and pooling", pooled_difference, POOLED_TOLERANCE),
+                                        ("calibration", calibration_difference, CALIBRATION_TOLERANCE)):
+        if difference > tolerance:
+            raise InputError(f"the exported folder's {part} differs from flow-plugin's by {difference:.1e} of the "
+                             f"embeddings' scale (more than {tolerance:.0e}); nothing was written: please report this")
+    largest, relative = _relative_difference(ours, theirs)
+    return {"sentences": len(probes), "max_abs_diff": largest, "max_rel_diff": relative,
+            "max_cosine_diff": _cosine_difference(ours, theirs), "pooled_rel_diff": pooled_difference,
+            "calibration_rel_diff": calibration_difference, "precision": "float32", "reference_precision": "float32",
+            "device": device}
+
+
+def _declare_flow_plugin(folder: Path, requirements: dict[str, Any]) -> None:
+    """Say in the folder that its flow module needs flow-plugin: ``requirements`` in
+    ``config_sentence_transformers.json`` (sentence-transformers checks them before it loads any
+    module, naming what to install) and a ``requires`` note on the module's ``modules.json`` entry
+    (sentence-transformers reads only the keys it knows)."""
+    settings_path = folder / "config_sentence_transformers.json"
+    settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    settings["requirements"] = requirements
+    settings_path.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    modules_path = folder / "modules.json"
+    modules = json.loads(modules_path.read_text(encoding="utf-8"))
+    specifier = requirements["flow-plugin"]["specifier"]
+    for module in modules:
+        if module["type"].startswith("flow_plugin."):
+            module["requires"] = (f"flow-plugin{specifier} (pip install flow-plugin), and "
+                                  "SentenceTransformer(folder, trust_remote_code=True)")
+    modules_path.write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
+
+
+def _versions(st_version: str) -> dict[str, str]:
+    from importlib.metadata import version
+
+    from flow_plugin import __version__
+
+    return {"flow-plugin": __version__, "sentence-transformers": st_version, "transformers": version("transformers"),
+            "torch": version("torch")}
+
+
+def export_model(
+    model: str | ModelVariant,
+    out_dir: str | os.PathLike[str],
+    *,
+    fit_corpus: str | os.PathLike[str] | None = None,
+    calibrator_path: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    leaderboard_row: Mapping[str, Any] | None = None,
+    leaderboard_name: str | None = None,
+    fit_duplicates: str = "keep",
+    max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
+    fit_seed: int = DEFAULT_FIT_SEED,
+    calibrator_params: dict[str, Any] | None = None,
+    check_agreement: bool = True,
+    **encoder_options: Any,
+) -> ExportResult:
+    """Write ``model`` (a registry model name such as ``flow_plugin/minilm-l6-whiten``) with its
+    calibrator fitted on ``fit_corpus`` (a text file, one sentence per line) or read from
+    ``calibrator_path`` (``Calibrator.save``'s file) as a sentence-transformers folder ``out_dir``.
+
+    ``fit_duplicates``, ``max_fit_sentences``, ``fit_seed`` and ``calibrator_params`` are the MTEB
+    loader arguments of the same names; ``leaderboard_row`` (a row of a leaderboard JSON,
+    :func:`.benchmark.benchmark_row`) puts the model's benchmark scores in the model card.
+    ``out_dir`` must not exist, or be empty, or (``overwrite``) hold a model folder, which is then
+    replaced. ``check_agreement`` loads the folder back before moving it into place, measures how
+    far its float32 embeddings are from flow-plugin's (the figures go into the model card), and
+    fails if its pooling or its calibration module is off (``POOLED_TOLERANCE``,
+    ``CALIBRATION_TOLERANCE``).
+    The encoder options (``device``, ``precision`` (default float32), ``batch_size``,
+    ``cache_dir``, ``show_progress_bar``) say how the backbone runs for the fit.
+    """
+    st_version = _check_sentence_transformers()
+    variant = resolve(model)
+    spec = variant.backbone
+    options = _encoder_options(encoder_options, variant.name)
+    max_fit_sentences, fit_seed = check_cap(max_fit_sentences, fit_seed)
+    if fit_duplicates not in DUPLICATE_POLICIES:
+        raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
+    if fit_corpus is not None and calibrator_path is not None:
+        raise InputError(f"export of {variant.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
+                         "(--calibrator), not both")
+    if leaderboard_row is not None:
+        check_row(leaderboard_row, variant)
+    out = Path(out_dir).expanduser()
+    check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
+
+    corpus_path = Path(fit_corpus).expanduser() if fit_corpus is not None else None
+    corpus: list[str] | None = _read_fit_corpus(corpus_path) if corpus_path is not None else None
+    record_corpus: dict[str, Any] | None = None
+    fit: FitRecord | None = None
+    from_file: dict[str, Any] | None = None
+    if variant.calibrator == "raw":
+        calibrator = build_calibrator(variant)
+        calibrator.n_features_in_, calibrator.n_samples_fit_ = spec.embedding_dim, 0  # raw embeddings need no fit
+        if corpus_path is not None or calibrator_path is not None:
+            logger.warning("%s: raw embeddings need no fit; the %s is not used", variant.name,
+                           "fit corpus" if corpus_path is not None else "calibrator file")
+    elif calibrator_path is not None:
+        path = Path(calibrator_path).expanduser()
+        calibrator = _load_calibrator(path, variant)
+        from_file = {"name": path.name, "sha256": _file_sha256(path)}
+    elif corpus_path is not None and corpus is not None:
+        encoder = build_encoder(variant, options)
+        template = build_calibrator(variant, device=str(encoder.backbone.device), **(calibrator_params or {}))
+        part = CorpusPart(corpus_path.name, lambda: iter([corpus]))
+        sample = sample_corpus([part], cap=max_fit_sentences, seed=fit_seed)
+        source = f"file {corpus_path.name}"
+        try:
+            calibrator, fit = fit_calibrator(encoder, template, sample.sentences, model=variant.name,
+                                             source=f"{source}, {sample.describe()}", duplicates=fit_duplicates,
+                                             context={"fit_corpus": source}, sampling=sample.as_dict())
+        except InputError as error:
+            raise InputError(f"{variant.name}: cannot fit {variant.calibrator} on {corpus_path.name} "
+                             f"({sample.describe()}): {error}; fit on more sentences") from None
+        record_corpus = {
+            "file": corpus_path.name, "sha256": _file_sha256(corpus_path), "sentences": len(corpus),
+            "unique_sentences": len(set(corpus)), "fit_sentences": len(sample.sentences),
+            "sampling": sample.describe(), "duplicates": fit_duplicates, "max_fit_sentences": max_fit_sentences,
+            "fit_seed": fit_seed,
+        }
+    else:
+        raise InputError(f"{variant.name} needs its {variant.calibrator} calibrator: pass a fit corpus "
+                         "(--fit-corpus FILE, one sentence per line) or a saved calibrator (--calibrator PATH)")
+    if calibrator.method == "flow":
+        # the folder's flow runs where it is loaded (CUDA when available, else the CPU), not where it was fitted
+        calibrator.set_params(device=None, show_progress_bar=False)
+
+    from flow_plugin.integrations.sentence_transformers.modules import build_pipeline
+
+    pipeline = build_pipeline(spec, calibrator)
+    needs_flow_plugin = calibrator.method == "flow"
+    versions = _versions(st_version)
+    record: dict[str, Any] = {
+        "format": RECORD_FORMAT,
+        "format_version": 1,
+        "model": variant.name,
+        "revision": variant.revision,
+        "backbone": {
+            "name": spec.name, "hub_id": spec.hub_id, "revision": spec.revision, "description": spec.description,
+            "pooling": spec.pooling, "max_seq_length": pipeline.max_seq_length, "layers_kept": pipeline.layers_kept,
+            "layers_total": pipeline.layers_total, "embedding_dim": spec.embedding_dim, "license": spec.license,
+            "reference": spec.reference,
+        },
+        "calibrator": {
+            "method": calibrator.method, "class": type(calibrator).__name__, "params": calibrator.result_params(),
+            "n_features_in": int(calibrator.n_features_in_), "n_features_out": int(calibrator.n_features_out_),
+            "n_samples_fit": int(calibrator.n_samples_fit_), "adapted": fit.adapted if fit else None,
+            "fit_log_likelihood": getattr(calibrator, "fit_log_likelihood_", None),
+            "fit_bits_per_dim": getattr(calibrator, "fit_bits_per_dim_", None),
+            "from_file": from_file,
+        },
+        "fit_corpus": record_corpus,
+        "fit": None if fit is None else {key: value for key, value in fit.as_dict().items() if key not in ("served", "calls")},
+        "fit_precision": options.precision if fit is not None else None,
+        "modules": pipeline.descriptions,
+        "needs_flow_plugin": needs_flow_plugin,
+        "requirements": ({"flow-plugin": {"specifier": f">={versions['flow-plugin']}",
+                                          "reason": "the flow is flow-plugin's FlowCalibration module"}}
+                         if needs_flow_plugin else {}),
+        "agreement": None,
+        "benchmark": benchmark_summary(leaderboard_row, board_name=leaderboard_name) if leaderboard_row else None,
+        "versions": versions,
+        "created": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+    from sentence_transformers import SentenceTransformer
+
+    with staged_folder(out, overwrite=overwrite) as stage:
+        SentenceTransformer(modules=pipeline.modules, device="cpu").save(str(stage), create_model_card=False)
+        if needs_flow_plugin:
+            _declare_flow_plugin(stage, record["requirements"])
+        if check_agreement:
+            record["agreement"] = _agreement(stage, variant, calibrator, options, corpus, needs_flow_plugin)
+            if record["agreement"]["max_rel_diff"] > SENSITIVE_CALIBRATOR:
+                logger.warning(
+                    "%s: the fitted %s magnifies tiny differences of its input: the folder's embeddings are %.1e of "
+                    "their scale from flow-plugin's although its pooling agrees to %.1e; a fit on more sentences "
+                    "(%d now, %d dimensions) is steadier", variant.name, calibrator.method,
+                    record["agreement"]["max_rel_diff"], record["agreement"]["pooled_rel_diff"],
+                    calibrator.n_samples_fit_, calibrator.n_features_in_)
+        (stage / RECORD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (stage / "README.md").write_text(render_card(record), encoding="utf-8")
+    size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
+    return ExportResult(path=out, model=variant.name, record=record, calibrator=calibrator, fit=fit, size_bytes=size)

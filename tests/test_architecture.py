@@ -1,4 +1,4 @@
-"""The architecture README describes: the import contract of pyproject.toml holds, and the
+"""What docs/architecture.md describes: the import contract of pyproject.toml holds, and the
 light rooms stay light (no torch behind the linear calibrators, the data readers or the CLI)."""
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Every test here needs a CUDA device and is skipped, with the reason, on a machin
 run what a GPU user runs: the backbone's encode, the calibrators' fit and transform (the flow on the
 GPU), the MTEB wrapper on an offline task, a bench of one backbone and a one-job sweep with
 ``device = "cuda"``, and compare each with the CPU in float32. The tolerances are first guesses from the
-CPU's measured bf16-against-float32 differences (0.018 points on STS16, README "Reproducibility"),
-widened for GPU kernels; a GPU run that measures them writes its figures into README.
+CPU's measured bf16-against-float32 differences (0.018 points on STS16, docs/reproducibility.md),
+widened for GPU kernels; a GPU run that measures them writes its figures into docs/performance.md.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def test_qnli_retrieval_data(glue_dir: Path) -> None:
     task.load_data()
     split = task.dataset["default"]["test"]
     relevant = split["relevant_docs"]
-    assert sum(len(docs) for docs in relevant.values()) <= 2702  # entailment pairs (README), repeats merged
+    assert sum(len(docs) for docs in relevant.values()) <= 2702  # entailment pairs (docs/mteb.md), repeats merged
     assert len(split["queries"]) == len(relevant) > 2000
     assert 3000 < len(split["corpus"]) <= 5463 and set(split["queries"].column_names) >= {"id", "text"}
     assert task.metadata.dataset["revision"].startswith("sha256:")

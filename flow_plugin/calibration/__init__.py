@@ -5,6 +5,8 @@
 (:data:`CALIBRATOR_VARIANTS`). Importing this package loads only the names; the classes load
 with scikit-learn on first use, and the flow imports torch and nflows when it builds a flow.
 
+Examples
+--------
 >>> make_calibrator("whiten", n_components=4)
 Whitening(n_components=4, shrinkage=0.0)
 >>> make_calibrator("flow-lu").permutation
@@ -61,6 +63,8 @@ def make_calibrator(name: str, **params: Any) -> Any:
 def default_seed(name: str) -> int | None:
     """The seed calibrator ``name`` uses when none is given; ``None`` for one without a seed.
 
+    Examples
+    --------
     >>> default_seed("flow"), default_seed("flow-ens"), default_seed("whiten")
     (1234, 1234, None)
     """

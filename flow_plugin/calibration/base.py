@@ -12,6 +12,8 @@ embeddings:
   ``load(path)`` restores it, refusing a file of another method or dimension, and any
   unreadable file with :class:`CalibratorFileError` naming it.
 
+Examples
+--------
 >>> import numpy as np
 >>> from flow_plugin.calibration import make_calibrator
 >>> X = np.random.default_rng(0).normal(size=(100, 4)).astype(np.float32)
@@ -55,6 +57,8 @@ def half_of_span(n_distinct: int) -> int:
     them sets every row at the same distance from every other, so that cosines keep nothing but
     rounding; nulling them all leaves nothing to compare.
 
+    Examples
+    --------
     >>> half_of_span(201), half_of_span(1)
     (100, 0)
     """
@@ -64,6 +68,8 @@ def half_of_span(n_distinct: int) -> int:
 def calibrator_class(name: str) -> type[Calibrator] | None:
     """The class of a calibrator method or variant name, or ``None``.
 
+    Examples
+    --------
     >>> calibrator_class("whiten").__name__, calibrator_class("flow-lu").__name__
     ('Whitening', 'FlowCalibrator')
     """
@@ -133,6 +139,8 @@ class Calibrator(TransformerMixin, BaseEstimator):
         whitens at most half of them. Every other calibrator is unchanged (fewer than 2 distinct
         samples stay an error).
 
+        Examples
+        --------
         >>> from flow_plugin.calibration import make_calibrator
         >>> make_calibrator("whiten").for_sample_size(10, 384)
         (Whitening(n_components=None, shrinkage='auto'), 'whitening 384 directions needs at least 769 distinct sentences (twice as many), got 10: Ledoit-Wolf shrinkage (shrinkage=auto) instead')

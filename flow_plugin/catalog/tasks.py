@@ -2,6 +2,8 @@
 the leaderboard and the command lines list them. :mod:`flow_plugin.integrations.mteb.tasks`
 builds one task class per entry, in this order.
 
+Examples
+--------
 >>> OFFLINE_TASKS[-2:]
 ('SentEvalSTSBenchmark', 'SentEvalSICKR')
 """

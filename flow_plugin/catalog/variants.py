@@ -3,6 +3,8 @@
 This is the library-level meaning of a model name such as ``flow_plugin/bert-base-flow``;
 the MTEB wrapper and the SentEval adapter are thin layers over it.
 
+Examples
+--------
 >>> variant = resolve("flow_plugin/minilm-l6-whiten")
 >>> build_calibrator(variant)
 Whitening(n_components=None, shrinkage=0.0)
@@ -36,6 +38,7 @@ def build_encoder(variant: ModelVariant, options: EncoderOptions | None = None) 
         trust_remote_code=spec.trust_remote_code,
         expected_embedding_dim=spec.embedding_dim,
         source=str(spec.source_file),
+        install_hint=spec.install_hint(),
         **options.backbone_kwargs(),
     )
     logger.debug("backbone %s from %s (%s)", spec.name, location, source)

@@ -12,6 +12,8 @@ Three policies:
   the two sides of a pair land in different spaces: only to reproduce that ablation (it
   warns). It was called ``"inputs"``; that name is an error pointing here.
 
+Examples
+--------
 >>> FitCorpus.parse("per-call").describe()
 'per-call'
 >>> FitCorpus.parse("inputs")

@@ -17,6 +17,8 @@ sentences, their hashes, at most ``4 cap`` more hashes and one chunk. So the num
 sentences is counted up to ``4 cap`` of them and estimated beyond from the sketch
 (``(cap - 1) / (largest kept hash / 2**64)``, the KMV estimator; ``unique_exact`` says which).
 
+Examples
+--------
 >>> parts = [CorpusPart("test/queries", lambda: iter([["a", "b"], ["c"]])),
 ...          CorpusPart("test/corpus", lambda: iter([["d", "a"]]))]
 >>> small = sample_corpus(parts, cap=10, seed=0)
@@ -89,6 +91,8 @@ class CorpusSample:
     def describe(self) -> str:
         """One phrase: "all 4 sentences" or "3 distinct of 5 sentences (4 distinct), seed 0".
 
+        Examples
+        --------
         >>> CorpusSample(["a"], 9, 4, True, 1, 0).describe()
         'a seeded sample of 1 distinct of 9 sentences (4 distinct; cap 1, seed 0)'
         """
@@ -102,6 +106,8 @@ class CorpusSample:
 def check_cap(cap: Any, seed: Any) -> tuple[int, int]:
     """``(cap, seed)`` checked: a positive int and an int >= 0.
 
+    Examples
+    --------
     >>> check_cap(0, 0)
     Traceback (most recent call last):
     ...

@@ -1,6 +1,8 @@
 """The names of the evaluation sets, in one place (standard library only, so that tables and
 command lines can list them without loading any data code).
 
+Examples
+--------
 >>> SENTEVAL_TASKS
 ('STS12', 'STS13', 'STS14', 'STS15', 'STS16', 'STSBenchmark', 'SICKRelatedness')
 >>> TASK_LABELS["SICKRelatedness"]

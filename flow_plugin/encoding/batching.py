@@ -19,6 +19,8 @@ its scale), so results are reproducible only for the same inputs and batch size.
 measured against the exact plan on a GPU (``python -m benchmarks.perf --device cuda``); the backbone's
 cache key names the plan.
 
+Examples
+--------
 >>> [batch.tolist() for batch in length_exact_batches(np.array([3, 5, 3, 3, 5]), batch_size=2)]
 [[1, 4], [0, 2], [3]]
 """
@@ -48,6 +50,8 @@ def length_exact_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarra
 def padded_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Indices of each batch of the ``"padded"`` plan: longest sentences first, ``batch_size`` at a time.
 
+    Examples
+    --------
     >>> [batch.tolist() for batch in padded_batches(np.array([3, 5, 3, 3, 5]), batch_size=2)]
     [[1, 4], [0, 2], [3]]
     """

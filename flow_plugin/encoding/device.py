@@ -25,6 +25,8 @@ BF16_MIN_CAPABILITY = (8, 0)
 def precision_for_capability(capability: tuple[int, int]) -> str:
     """The ``auto`` precision of a CUDA device of compute capability ``(major, minor)``.
 
+    Examples
+    --------
     >>> precision_for_capability((9, 0)), precision_for_capability((8, 6)), precision_for_capability((7, 5))
     ('bf16', 'bf16', 'fp16')
     """

@@ -6,6 +6,8 @@ turned into command-line flags from here (:func:`flow_plugin.cli._options.add_en
 None of them changes what an embedding means; ``precision`` can change its last bits, so it is
 part of the embedding cache's key (:class:`flow_plugin.encoding.backbone.BackboneKey`).
 
+Examples
+--------
 >>> EncoderOptions(precision="float32", batch_size=32).backbone_kwargs()
 {'device': None, 'precision': 'float32', 'batch_size': 32, 'show_progress_bar': None}
 >>> EncoderOptions(batch_size=0)
@@ -35,6 +37,8 @@ def check_batch_size(value: Any) -> int | None:
     means the default and is returned as is), else an error naming it and the remedy. The one
     check of a batch size, wherever one is accepted (these options, ``Backbone``, ``encode``).
 
+    Examples
+    --------
     >>> check_batch_size(1.5)
     Traceback (most recent call last):
     ...

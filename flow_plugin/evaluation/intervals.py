@@ -31,6 +31,8 @@ how many.
 scipy's ``scipy.stats.bootstrap`` gives the same percentile interval for the pairs-only case (the
 tests check it), but it resamples neither within strata nor over a second stage, hence this function.
 
+Examples
+--------
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
 >>> gold = rng.normal(size=400)

@@ -37,6 +37,8 @@ def member_seeds(seed: int, ensemble: int) -> list[int]:
     itself; the members of different seeds never share a seed (the map (seed, m) -> seed * ensemble + m
     is one-to-one), so runs of seeds 1234..1238 are independent, as an interval over seeds needs.
 
+    Examples
+    --------
     >>> member_seeds(1234, 5), member_seeds(1235, 5), member_seeds(1234, 1)
     ([6170, 6171, 6172, 6173, 6174], [6175, 6176, 6177, 6178, 6179], [1234])
     """
@@ -102,6 +104,8 @@ class FlowCalibrator(Calibrator):
     show_progress_bar:
         ``None`` shows a bar for long fits.
 
+    Examples
+    --------
     >>> import numpy as np
     >>> X = np.random.default_rng(0).normal(size=(600, 8)).astype(np.float32) * 3 + 1
     >>> flow = FlowCalibrator(n_levels=2, show_progress_bar=False).fit(X)
@@ -164,6 +168,8 @@ class FlowCalibrator(Calibrator):
         """With ``whiten_first``, the whitening keeps at most half of the ``n_distinct - 1`` directions the
         rows span (see ``whiten_components``); the paper's flow is unchanged.
 
+        Examples
+        --------
         >>> FlowCalibrator(whiten_first=True).for_sample_size(201, 384)[1]
         'whitening first on all the directions 201 distinct sentences span would leave their cosines nothing but rounding: whiten_components=100 (half of them)'
         >>> FlowCalibrator(whiten_first=True).for_sample_size(5000, 384)[1] is None

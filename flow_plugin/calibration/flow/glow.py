@@ -15,6 +15,8 @@ The other choices here are the official code's alternatives: a seeded random per
 Glow's invertible 1×1 convolution in LU form (``"lu"``), and affine couplings
 (x₂ ← x₂ · σ(s + 2) + t, as Glow).
 
+Examples
+--------
 >>> flow = build_glow(16, n_levels=2, depth=2, hidden_features=8, permutation="reverse", coupling="additive")
 >>> [type(step.coupling).__name__ for step in glow_steps(flow)]
 ['AdditiveCouplingTransform', 'AdditiveCouplingTransform', 'AdditiveCouplingTransform', 'AdditiveCouplingTransform']

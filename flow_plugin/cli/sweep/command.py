@@ -27,7 +27,7 @@ DEFAULT_LEADERBOARD_DIR = Path("leaderboards")
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """The options of ``flow-plugin sweep``."""
-    parser.add_argument("sweep_file", type=Path, metavar="SWEEP.toml", help="the sweep file (see the README)")
+    parser.add_argument("sweep_file", type=Path, metavar="SWEEP.toml", help="the sweep file (see docs/sweeps.md)")
     parser.add_argument("--address", default=None,
                         help="Ray cluster: ray://HEAD:10001, HEAD:6379 or auto (default: $RAY_ADDRESS, else a new "
                              "local Ray instance)")

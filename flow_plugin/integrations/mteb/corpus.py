@@ -260,6 +260,8 @@ def _query_chunks(queries: Any, where: str) -> Callable[[], Iterator[list[str]]]
 def document_text(text: str, title: str | None) -> str:
     """A corpus entry as the model reads it: title and text joined, stripped.
 
+    Examples
+    --------
     >>> document_text("A passage. ", "Title"), document_text(" A passage.", "")
     ('Title A passage.', 'A passage.')
     """
@@ -270,6 +272,8 @@ def query_text(text: Any, instruction: str | None, where: str = "query") -> str:
     """A query as the model reads it: its text then its instruction; a dialog (list of turns)
     flattened to "role: content; ..." with the instruction in front.
 
+    Examples
+    --------
     >>> query_text("what is flow?", "Retrieve a passage.")
     'what is flow? Retrieve a passage.'
     >>> query_text([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], None)

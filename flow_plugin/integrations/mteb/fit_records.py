@@ -9,6 +9,8 @@ mteb's ``ResultCache`` (``*/*/*.json``) and flow-plugin's result scans (``<Task>
 task results. Files are written atomically; records of other subsets (an earlier run that
 evaluated other subsets) are kept.
 
+Examples
+--------
 >>> fits_path(Path("out/results/m/rev/STS12.json")).as_posix()
 'out/results/m/rev/flow-plugin-fits/STS12.fits.json'
 """
@@ -74,6 +76,8 @@ def summarize_fit(record: dict[str, Any]) -> dict[str, Any]:
     """The leaderboard's view of one fit record: what was fitted, on what, how many sentences,
     the sampling (corpus size, cap, seed), time and log-likelihood.
 
+    Examples
+    --------
     >>> summarize_fit({"hf_subset": "default", "calibrator": "sn", "n_sentences": 4, "sampling": {"sampled": False,
     ...                "corpus_sentences": 4, "max_fit_sentences": 10, "seed": 0}})["sampled"]
     False

@@ -54,6 +54,8 @@ EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded
 def model_folder(output_folder: Path, model: str) -> Path:
     """Where MTEB keeps the results of ``model`` in an output folder.
 
+    Examples
+    --------
     >>> model_folder(Path("out"), "flow_plugin/minilm-l6").as_posix()
     'out/results/flow_plugin__minilm-l6'
     """
@@ -193,6 +195,8 @@ def run_key(model: str | None, revision: str | None, experiment: str | None, tas
             date: float | None) -> tuple[Any, ...]:
     """What ties a run record to a result: model run, task and the result's date (to the ms).
 
+    Examples
+    --------
     >>> run_key("m", "r", None, "STS12", 1795368982.195808)
     ('m', 'r', None, 'STS12', 1795368982.196)
     """
@@ -406,6 +410,8 @@ def _describe_problem(problem: dict[str, Any]) -> str:
 def runs_file_for(output_folder: str | os.PathLike[str]) -> Path:
     """The run-records file of an output folder.
 
+    Examples
+    --------
     >>> runs_file_for("out").as_posix()
     'out/flow-plugin-runs.jsonl'
     """

@@ -29,6 +29,8 @@ from flow_plugin.errors import DataFolderError, RegistryError
 def known_task_names() -> list[str]:
     """Every name :func:`resolve_tasks` accepts: offline tasks, MTEB tasks, benchmark names.
 
+    Examples
+    --------
     >>> names = known_task_names()
     >>> "SentEvalSTS13" in names and "STSBenchmark" in names and "MTEB(eng, v2)" in names
     True
@@ -62,6 +64,8 @@ def quiet_mteb() -> Iterator[None]:
 def unknown_task_message(name: str, candidates: Iterable[str] | None = None) -> str:
     """The error text for a name that is no task and no benchmark, with close names.
 
+    Examples
+    --------
     >>> unknown_task_message("SentEvalSTS31", ["SentEvalSTS13", "STS13"])
     "unknown task or benchmark 'SentEvalSTS31'. Close names: SentEvalSTS13."
     """

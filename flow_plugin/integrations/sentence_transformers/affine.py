@@ -5,6 +5,8 @@ so one matrix and one bias express it exactly. They are computed here in float64
 fitted state (which the calibrators store in float32) and handed over as float64; the caller
 stores them in the precision its layer runs in.
 
+Examples
+--------
 >>> import numpy as np
 >>> from flow_plugin.calibration import make_calibrator
 >>> X = np.random.default_rng(0).normal(size=(200, 6)).astype(np.float32) * [1, 2, 3, 4, 5, 6] + 3

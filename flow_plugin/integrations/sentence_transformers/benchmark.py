@@ -5,6 +5,8 @@ experiment. The row of an export is the one of its model name at this configurat
 (:attr:`flow_plugin.catalog.registry.ModelVariant.revision`): a row of another revision was
 computed with another registry configuration or procedure, so its scores are not this model's.
 
+Examples
+--------
 >>> board = {"name": "demo", "rows": [{"id": "m@r1", "model": "flow_plugin/x-sn", "revision": "r1", "experiment": None,
 ...          "fit_corpus": "target", "scores": {"T": {"score": 80.0, "metric": "cosine_spearman", "protocol": "all"}},
 ...          "average": 80.0, "n_tasks": 1}]}

@@ -108,7 +108,7 @@ def _agreement(record: dict[str, Any]) -> list[str]:
             f"{agreement['pooled_rel_diff']:.2e}, and the calibration module on the same input: "
             f"{agreement['calibration_rel_diff']:.2e}.", "",
             *(["A backbone running in bf16 (flow-plugin's `precision=\"auto\"` on GPUs and bf16 CPUs) moves "
-               "embeddings far more than this (README of flow-plugin, \"Export to sentence-transformers\").", ""]
+               "embeddings far more than this (flow-plugin's documentation, docs/export.md, \"Agreement\").", ""]
               if agreement["max_rel_diff"] <= SENSITIVE_CALIBRATOR else
               [f"**Note:** this calibrator magnifies tiny differences of its input (the pooled embeddings agree to "
                f"{agreement['pooled_rel_diff']:.1e}), the sign of a poor fit: fit it on more sentences "

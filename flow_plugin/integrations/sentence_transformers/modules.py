@@ -26,7 +26,7 @@ from sentence_transformers.sentence_transformer.modules import Dense, Module, Po
 
 from flow_plugin.calibration import Calibrator
 from flow_plugin.catalog.registry import BackboneSpec
-from flow_plugin.encoding.backbone import drop_unused_layers
+from flow_plugin.encoding.backbone import drop_unused_layers, weights_unavailable
 from flow_plugin.encoding.pooling import parse_pooling
 from flow_plugin.integrations.sentence_transformers.affine import affine_map
 from flow_plugin.integrations.sentence_transformers.flow_module import FlowCalibration
@@ -60,8 +60,14 @@ def transformer_module(spec: BackboneSpec) -> tuple[Transformer, int, int]:
     pooling = parse_pooling(spec.pooling)
     location, revision, _ = spec.weights_location()
     kwargs = _load_kwargs(spec, location, revision)
-    transformer = Transformer(location, model_kwargs=dict(kwargs), processor_kwargs=dict(kwargs),
-                              config_kwargs=dict(kwargs))
+    try:
+        transformer = Transformer(location, model_kwargs=dict(kwargs), processor_kwargs=dict(kwargs),
+                                  config_kwargs=dict(kwargs))
+    except OSError as error:
+        hint = spec.install_hint()
+        if hint is None:
+            raise
+        raise weights_unavailable(spec.hub_id, error, hint, str(spec.source_file)) from error
     tokenizer_limit = transformer.max_seq_length
     limit = spec.max_seq_length
     if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:

@@ -195,7 +195,7 @@ def test_cells_are_the_json_numbers() -> None:
                 linear = ((record.get("intervals") or {}).get("all") or {}).get("linear")
                 assert bool(cell.get("significant")) == bool(linear and linear["significant"].get(column))
                 linear_checked += 1
-    assert linear_checked > 100
+    assert linear_checked >= 32  # at least 4 rows compared with the best linear baseline, 8 columns each
 
 
 def test_an_interval_decides_significance_where_the_json_gives_one() -> None:
@@ -255,7 +255,7 @@ def test_render_only_rewrites_the_pages_from_the_json_alone(tmp_path: Path,
 def test_an_older_board_with_a_path_is_published_by_file_name(tmp_path: Path) -> None:
     """A leaderboard written before paths were left out: loading it publishes file names, the
     row ids follow, and no score changes."""
-    board = load(BOARDS / "minilm-l6-layer0.json")
+    board = load(BOARDS / "minilm-l6-layer1.json")
     path = "/tmp/sts-sick-train.txt"
     old_rows = 0
     for row in board["rows"]:
@@ -275,7 +275,7 @@ def test_an_older_board_with_a_path_is_published_by_file_name(tmp_path: Path) ->
     old.write_text(json.dumps(board, indent=2), encoding="utf-8")
     assert path in old.read_text(encoding="utf-8")
     migrated = lb.finalize(lb.load_leaderboard(old))
-    assert migrated == lb.finalize(lb.load_leaderboard(BOARDS / "minilm-l6-layer0.json"))
+    assert migrated == lb.finalize(lb.load_leaderboard(BOARDS / "minilm-l6-layer1.json"))
 
 
 @pytest.fixture(scope="module")

@@ -84,11 +84,29 @@ def cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
 
 #: float32, flow-plugin's backbone against the folder: the largest relative difference (see relative_difference).
 #: Measured with this corpus, on PROBES and on the export's own 64 check sentences, at 1 and 2 threads, with
-#: AVX512-BF16 and emulated (ONEDNN_MAX_CPU_ISA=AVX2) oneDNN kernels. The folder's padded batches move the pooled
-#: embeddings by ~1e-6; the Dense form z = x W + b rounds differently from flow-plugin's centred arithmetic, most
-#: for SN+NATSV (x / scale is large where a dimension barely varies: cancellation against the bias). Margin 5x.
-RELATIVE_F32_MEASURED = {"raw": 1.0e-6, "sn": 4.5e-6, "natsv": 1.6e-6, "sn-natsv": 3.5e-5, "whiten": 4.9e-6,
+#: AVX512-BF16 and emulated (ONEDNN_MAX_CPU_ISA=AVX2) oneDNN kernels; re-measured (2 threads, AVX512-BF16 only)
+#: when the linear maps became a centring Dense then a projection Dense: raw 9.7e-7, sn 5.1e-6, natsv 1.8e-6,
+#: sn-natsv 5.4e-6 (3.5e-5 with one folded Dense x W + b, whose float32 cancellation against the bias dominated),
+#: whitening 4.5e-6, flow 4.9e-6. What is left is mostly the folder's padded batches, which move the pooled
+#: embeddings by ~1e-6, stretched by the calibrator (SN divides by small spreads). Margin 5x, capped for the linear
+#: methods at the 1e-5 they must meet (SN and SN+NATSV then have only ~2x).
+RELATIVE_F32_MEASURED = {"raw": 1.0e-6, "sn": 5.1e-6, "natsv": 1.8e-6, "sn-natsv": 5.4e-6, "whiten": 4.9e-6,
                          "flow": 4.9e-6}
+#: The issue's requirement for the linear exports: within 1e-5 of flow-plugin's float32 embeddings.
+LINEAR_RELATIVE_LIMIT = 1e-5
+#: The Dense modules alone against the calibrator on the same pooled input (the export's calibration_rel_diff):
+#: measured at most 2.3e-6 (whitening fitted on this small corpus; 1.1e-6 SN+NATSV, 1.0e-6 NATSV, 1.1e-7 SN). One
+#: folded Dense x W + b was 9.8e-6 for SN+NATSV on 1,000 SICK sentences, from float32 cancellation of the large
+#: common mean. Margin 4x.
+LINEAR_CALIBRATION_TOLERANCE = 1e-5
+
+
+def relative_tolerance(method: str) -> float:
+    """5x the measured end-to-end difference, and never beyond the 1e-5 a linear export must meet."""
+    tolerance = 5 * RELATIVE_F32_MEASURED[method]
+    return tolerance if method == "flow" else min(tolerance, LINEAR_RELATIVE_LIMIT)
+
+
 #: bf16 backbone in flow-plugin against the float32 folder: the largest difference of a cosine similarity between
 #: PROBES, measured as above: 1.2e-3 to 1.5e-3 (bf16 rounds the backbone's activations). Margin 4x (AMX kernels,
 #: not available here, round differently again).
@@ -125,17 +143,20 @@ def test_each_method_gives_flow_plugins_embeddings_in_float32_and_bf16(exports) 
         folder = SentenceTransformer(str(result.path), device="cpu", trust_remote_code=result.needs_flow_plugin)
         theirs = folder.encode(PROBES, convert_to_numpy=True)
         assert theirs.shape == (len(PROBES), 384) and theirs.dtype == np.float32
-        assert relative_difference(result.calibrator.transform(float32), theirs) <= 5 * RELATIVE_F32_MEASURED[method]
+        measured = relative_difference(result.calibrator.transform(float32), theirs)
+        agreement = result.record["agreement"]
+        assert measured <= relative_tolerance(method)
         assert cosine_difference(result.calibrator.transform(bf16), theirs) <= 4 * COSINE_BF16_MEASURED[method]
         # the export measured itself the same way, on its own sentences, and says so in the card
-        agreement = result.record["agreement"]
-        assert agreement["max_rel_diff"] <= 5 * RELATIVE_F32_MEASURED[method] and agreement["sentences"] >= 60
+        assert agreement["max_rel_diff"] <= relative_tolerance(method) and agreement["sentences"] >= 60
+        if method != "flow":  # the Dense modules alone, on the same pooled input as the calibrator
+            assert agreement["calibration_rel_diff"] <= LINEAR_CALIBRATION_TOLERANCE
         # a different calibrator is far off: the comparison can fail
         if method != "raw":
             assert relative_difference(exports["raw"].calibrator.transform(float32), theirs) > 1e-2
 
 
-def test_linear_methods_are_one_standard_dense_and_the_flow_one_flow_plugin_module(exports) -> None:
+def test_linear_methods_are_standard_dense_layers_and_the_flow_one_flow_plugin_module(exports) -> None:
     for method, result in exports.items():
         modules = json.loads((result.path / "modules.json").read_text(encoding="utf-8"))
         types = [module["type"].rsplit(".", 1)[-1] for module in modules]
@@ -146,10 +167,18 @@ def test_linear_methods_are_one_standard_dense_and_the_flow_one_flow_plugin_modu
             assert settings["requirements"]["flow-plugin"]["specifier"].startswith(">=")
             assert (result.path / "2_FlowCalibration" / "calibrator.npz").is_file()
         else:
-            assert types == ["Transformer", "Pooling", "Dense"]
+            # raw is one identity Dense; the others a centring Dense (x - mean), then the projection Dense
+            dense_folders = ["2_Dense"] if method == "raw" else ["2_Dense", "3_Dense"]
+            assert types == ["Transformer", "Pooling", *["Dense"] * len(dense_folders)]
             assert all(module["type"].startswith("sentence_transformers.") for module in modules)
-            dense = json.loads((result.path / "2_Dense" / "config.json").read_text(encoding="utf-8"))
-            assert dense["activation_function"] == "torch.nn.modules.linear.Identity" and dense["bias"] is True
+            for name in dense_folders:
+                dense = json.loads((result.path / name / "config.json").read_text(encoding="utf-8"))
+                assert dense["activation_function"] == "torch.nn.modules.linear.Identity" and dense["bias"] is True
+            if method != "raw":
+                centring = SentenceTransformer(str(result.path), device="cpu")[2].linear
+                mean = (result.calibrator.standardize_ if method == "sn-natsv" else result.calibrator).mean_
+                assert np.array_equal(centring.weight.detach().numpy(), np.eye(384, dtype=np.float32))
+                assert np.array_equal(centring.bias.detach().numpy(), -mean)
         assert json.loads((result.path / "tokenizer_config.json").read_text(encoding="utf-8"))["model_max_length"] == 64
 
 
@@ -183,7 +212,7 @@ def test_linear_exports_load_where_flow_plugin_cannot_be_imported(exports, tmp_p
     float32 = pooled("flow_plugin/minilm-l6", "float32")
     for method in linear:
         theirs = np.load(tmp_path / f"{method}.npy")
-        assert relative_difference(exports[method].calibrator.transform(float32), theirs) <= 5 * RELATIVE_F32_MEASURED[method]
+        assert relative_difference(exports[method].calibrator.transform(float32), theirs) <= relative_tolerance(method)
 
 
 def test_the_flow_needs_trust_remote_code(exports) -> None:
@@ -278,7 +307,7 @@ def test_registry_poolings_as_standard_modules(pooling: str, types: list[str], l
     assert all(module["type"].startswith("sentence_transformers.") for module in modules)
     assert result.record["backbone"]["layers_kept"] == layers_kept
     theirs = SentenceTransformer(str(result.path), device="cpu").encode(PROBES)
-    assert relative_difference(pooled(variant, "float32"), theirs) <= 5 * RELATIVE_F32_MEASURED["raw"]
+    assert relative_difference(pooled(variant, "float32"), theirs) <= relative_tolerance("raw")
 
 
 def test_embedding_layer_pooling_keeps_no_transformer_layer(minilm_path: Path, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 - :mod:`.export`: :func:`export_model`, the one call (``flow-plugin export`` runs it);
 - :mod:`.modules`: backbone, pooling and calibrator as sentence-transformers modules;
-- :mod:`.affine`: a linear calibrator as the affine map of one ``Dense`` layer;
+- :mod:`.affine`: a linear calibrator as a centring and an affine projection (two ``Dense`` layers);
 - :mod:`.flow_module`: :class:`FlowCalibration`, the one custom module (the flow);
 - :mod:`.benchmark`: the leaderboard row an export came from;
 - :mod:`.card`: the folder's model card;

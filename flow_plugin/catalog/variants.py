@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from flow_plugin.calibration import Calibrator, make_calibrator
+from flow_plugin.calibration.names import calibrator_method
 from flow_plugin.catalog.registry import ModelVariant, parse_model_name
 from flow_plugin.encoding.cache import CachedEncoder, shared_encoder
 from flow_plugin.encoding.options import EncoderOptions
@@ -44,9 +45,9 @@ def build_encoder(variant: ModelVariant, options: EncoderOptions | None = None) 
 
 def build_calibrator(variant: ModelVariant, *, device: str | None = None, **overrides: Any) -> Calibrator:
     """An unfitted calibrator: registry hyper-parameters, then ``overrides``; a flow runs on
-    ``device`` (the backbone's) unless told otherwise."""
+    ``device`` (the backbone's) unless told otherwise (the flow variants too)."""
     params = {**variant.calibrator_params, **overrides}
-    if variant.calibrator == "flow" and "device" not in params:
+    if calibrator_method(variant.calibrator) == "flow" and "device" not in params:
         params["device"] = device
     return make_calibrator(variant.calibrator, **params)
 

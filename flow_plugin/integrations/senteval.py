@@ -202,8 +202,10 @@ class SentEvalAdapter:
             else:
                 from flow_plugin.calibration import make_calibrator
 
+                from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
+
                 params = dict(calibrator_params or {})
-                if method == "flow":
+                if method in CALIBRATOR_NAMES and calibrator_method(method) == "flow":
                     params.setdefault("device", device_name)
                 self._template = make_calibrator(method, **params)
         else:

@@ -11,6 +11,7 @@ from typing import Any
 
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
+from flow_plugin.calibration.names import calibrator_method
 from flow_plugin.catalog.registry import BackboneSpec, ModelVariant, default_registry
 
 BERT_FLOW_CITATION = r"""@inproceedings{li2020bertflow,
@@ -62,6 +63,7 @@ def _embed_dim(variant: ModelVariant) -> int:
 def model_meta(variant: ModelVariant) -> ModelMeta:
     spec: BackboneSpec = variant.backbone
     entry = mteb_entry(spec.hub_id)
+    flow = calibrator_method(variant.calibrator) == "flow"  # the paper's flow and each flow variant
     embedding_parameters = spec.n_embedding_parameters or (entry.n_embedding_parameters if entry else None)
     return ModelMeta(
         loader=load_model,
@@ -77,7 +79,7 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
         embed_dim=_embed_dim(variant),
         license=spec.license,
         open_weights=True,
-        public_training_code=BERT_FLOW_CODE if variant.calibrator == "flow" else (
+        public_training_code=BERT_FLOW_CODE if flow else (
             entry.public_training_code if entry else None),
         public_training_data=None,
         framework=["PyTorch"],
@@ -86,7 +88,7 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
         use_instructions=False,
         training_datasets=_training_datasets(entry),
         adapted_from=entry.name if entry is not None else spec.hub_id,
-        citation=BERT_FLOW_CITATION if variant.calibrator == "flow" else None,
+        citation=BERT_FLOW_CITATION if flow else None,
     )
 
 

@@ -5,7 +5,7 @@ then the backbone's leaderboard.
 
 runs ``flow_plugin/<backbone>[-sn|-natsv|-sn-natsv|-whiten|-flow]`` on SentEvalSTS12..16,
 SentEvalSTSBenchmark and SentEvalSICKR (task by task, all six variants of a task in turn),
-through :func:`flow_plugin.eval_command.evaluate_models`, so the results are MTEB's
+through :func:`flow_plugin.cli.evaluate.evaluate_models`, so the results are MTEB's
 standard result JSON under ``<output-folder>/results/``. Then it merges them into
 ``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.cli.leaderboard`).
 

@@ -3,8 +3,9 @@
 ``Backbone`` loads any ``AutoModel``/``AutoTokenizer`` pair by hub id or local folder,
 freezes it, and turns sentences into pooled float32 embeddings:
 
-- sentences are tokenized once, sorted by length and batched, so each batch is padded
-  only to its own longest sentence; results come back in input order;
+- sentences are tokenized once and batched by the length-exact plan
+  (:mod:`flow_plugin.encoding.batching`): a batch holds sentences of one token length, so
+  nothing is padded; results come back in input order;
 - the forward pass runs under ``torch.inference_mode()`` with the chosen autocast
   precision (see :mod:`flow_plugin.encoding.device`); for bf16/fp16 the weights of the linear layers
   are stored in that dtype once at load (autocast would otherwise re-cast them on every

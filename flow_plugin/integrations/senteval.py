@@ -317,7 +317,7 @@ def batcher(params: Any, batch: Any) -> np.ndarray:
     ):
         raise NotPreparedError(
             "batcher called before prepare: SentEval calls prepare(params, samples) first (pass "
-            "flow_plugin.senteval.prepare to senteval.engine.SE), which builds and fits the model in "
+            "flow_plugin.integrations.senteval.prepare to senteval.engine.SE), which builds and fits the model in "
             f"params[{PARAMS_KEY!r}]"
         )
     return adapter_from_params(params).batcher(params, batch)

@@ -22,6 +22,7 @@ import pytest
 from flow_plugin.catalog.registry import parse_model_name
 from flow_plugin.cli import leaderboard as lb
 from flow_plugin.cli.leaderboard import write as lb_write
+from flow_plugin.cli.leaderboard.write import LOCK_FILE
 from flow_plugin.cli.main import main as cli_main
 from flow_plugin.errors import DataFolderError
 
@@ -396,7 +397,8 @@ def test_without_matplotlib_the_chart_is_skipped_with_one_warning(
     assert len(warnings) == 1, warnings
     assert str(tmp_path / "board.png") in warnings[0] and "pip install 'flow-plugin[plots]'" in warnings[0]
     assert update.paths == (out, tmp_path / "board.md", None, tmp_path / "board.html")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["board.html", "board.json", "board.md", "index.html"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == ["board.html", "board.json", "board.md",
+                                                                                "index.html"]
     lb.print_update(update)
     assert "no chart" in capsys.readouterr().out
     written = {name: (tmp_path / name).read_bytes() for name in ("board.json", "board.md", "board.html")}
@@ -416,7 +418,7 @@ def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp
     out = tmp_path / "lb" / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out, models=[RAW])
     before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
-    assert sorted(before) == ["board.html", "board.json", "board.md", "board.png", "index.html"]
+    assert sorted(before) == [LOCK_FILE, "board.html", "board.json", "board.md", "board.png", "index.html"]
 
     def boom(*args: object, **kwargs: object) -> None:
         raise OSError(f"simulated failure in {failure}")
@@ -440,7 +442,7 @@ def test_cli_writes_four_files_and_the_index_and_prints_the_schema(result_dirs: 
     out = tmp_path / "leaderboards" / "minilm-l6.json"
     assert cli_main(["leaderboard", str(result_dirs["sts"] / "results"), "-o", str(out), "-m", RAW, "-m", WHITEN]) == 0
     assert "2 new rows" in capsys.readouterr().out
-    assert sorted(p.name for p in out.parent.iterdir()) == ["index.html", "minilm-l6.html", "minilm-l6.json",
+    assert sorted(p.name for p in out.parent.iterdir() if p.name != LOCK_FILE) == ["index.html", "minilm-l6.html", "minilm-l6.json",
                                                             "minilm-l6.md", "minilm-l6.png"]
     assert json.loads(out.read_text())["name"] == "minilm-l6"
     assert cli_main(["leaderboard", "--schema"]) == 0

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flow_plugin._io import atomic_write_bytes, atomic_write_text, make_output_folder, output_errors
+from flow_plugin._io import atomic_write_bytes, atomic_write_text, file_lock, make_output_folder
 from flow_plugin.cli.leaderboard.html import board_summary, render_html, render_index
 from flow_plugin.cli.leaderboard.merge import load_leaderboard
 from flow_plugin.cli.leaderboard.render import render_markdown, render_png
@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 
 INDEX = "index.html"
+#: the lock file of a leaderboards folder (hidden; left in place, like every lock file)
+LOCK_FILE = ".flow-plugin-leaderboards.lock"
 
 
 def output_paths(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path, Path]:
@@ -80,18 +82,8 @@ def write_index(folder: str | os.PathLike[str]) -> Path:
 
 @contextlib.contextmanager
 def folder_lock(folder: Path) -> Iterator[None]:
-    """Serialise read-merge-write of leaderboards in one folder (POSIX advisory lock)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover -- Windows: no locking
-        yield
-        return
+    """Serialise read-merge-write of the leaderboards of one folder (its :data:`LOCK_FILE`, see
+    :func:`flow_plugin._io.file_lock`)."""
     make_output_folder(folder, "leaderboard folder")
-    with output_errors(folder, "leaderboard folder"):
-        handle = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with file_lock(folder / LOCK_FILE):
         yield
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        os.close(handle)

@@ -53,22 +53,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def sweep_lock(work: Path) -> Iterator[None]:
-    """One sweep at a time per output folder (a POSIX lock: across nodes on shared storage)."""
-    import fcntl
+    """One sweep at a time per output folder (``<work>/lock``, :func:`flow_plugin._io.file_lock`:
+    across nodes on shared storage)."""
+    from flow_plugin._io import file_lock
 
-    from flow_plugin._io import make_output_folder, output_errors
-
-    make_output_folder(work)
-    with output_errors(work, "output folder"):
-        handle = os.open(work / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+            stack.enter_context(file_lock(work / "lock", blocking=False))
+        except BlockingIOError:
             raise SweepError(f"another sweep is running on this output folder (lock {work / 'lock'})") from None
         yield
-    finally:
-        os.close(handle)
 
 
 def _count(number: int | float, noun: str) -> str:

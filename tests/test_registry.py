@@ -222,3 +222,14 @@ def test_a_max_seq_length_above_the_models_limit_is_an_error_when_the_weights_lo
     backbone = Backbone(weights, max_seq_length=16, precision="float32")
     long_sentence = " ".join(["the man plays guitar"] * 10)
     assert len(backbone.tokenize([long_sentence])[0]) == 16 == backbone.key.max_seq_length
+
+
+def test_split_archives_unpack_into_the_users_cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import platformdirs
+
+    from flow_plugin.catalog.local_weights import WEIGHTS_DIR_ENV, weights_cache_dir
+
+    monkeypatch.delenv(WEIGHTS_DIR_ENV, raising=False)
+    assert weights_cache_dir() == platformdirs.user_cache_path("flow-plugin", appauthor=False) / "weights"
+    monkeypatch.setenv(WEIGHTS_DIR_ENV, str(tmp_path / "weights"))
+    assert weights_cache_dir() == tmp_path / "weights"

@@ -26,6 +26,10 @@ Sections (``--sections``, default all):
     an empty cache.
 ``scaling``
     Encoding and flow fitting of 1k, 10k, 100k sentences: time and memory per sentence.
+``gpu`` (the default with ``--device cuda``)
+    On a CUDA device: ours against ``SentenceTransformer.encode`` at equal precision (fp16, bf16),
+    batch sizes 32-512, both batch plans, peak GPU memory, Spearman against float32; the flow fit on
+    the GPU against the CPU (:mod:`benchmarks.gpu`).
 
 Every measurement that reports memory runs in a fresh subprocess and reads its peak RSS
 (``ru_maxrss``; per phase through ``/proc/self/clear_refs`` where Linux allows it). The
@@ -53,6 +57,8 @@ from pathlib import Path
 from typing import Any
 
 SECTIONS: tuple[str, ...] = ("encode", "flow", "variants", "scaling")
+#: the sections a CUDA device adds (the default with --device cuda)
+GPU_SECTIONS: tuple[str, ...] = ("gpu",)
 DEFAULT_MODELS = "minilm-l6,mpnet-base"
 SENTENCE_SETS = ("stsb-test", "sts7-test")
 #: The targets of issue #6 (benchmark targets, never test assertions).
@@ -80,8 +86,9 @@ _QUICK = {
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small inputs, MiniLM only, one repeat: checks every code path in a few minutes")
-    parser.add_argument("--sections", default=",".join(SECTIONS),
-                        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all; 'encode' includes efficiency)")
+    parser.add_argument("--sections", default=None,
+                        help=f"comma-separated subset of {','.join(SECTIONS + GPU_SECTIONS)} (default: all CPU sections; "
+                             "with --device cuda: gpu; 'encode' includes efficiency)")
     parser.add_argument("--models", default=None,
                         help=f"registry backbones (or local model folders) for the encode section (default: {DEFAULT_MODELS}; "
                              "--quick: minilm-l6)")
@@ -91,8 +98,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="SentEval data folder (default: $FLOW_PLUGIN_SENTEVAL_DATA, else ../shared/data/senteval)")
     parser.add_argument("--output", type=Path, default=Path("perf-results.json"),
                         help="JSON result file (default: perf-results.json)")
-    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda; with CUDA available the encode "
-                                                       "section also runs on the GPU either way")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: the GPU section (with CUDA "
+                                                       "available the encode section also runs on the GPU either way)")
+    parser.add_argument("--gpu-batch-sizes", default=None,
+                        help="batch sizes of the GPU section (default 32,64,128,256,512)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads in every worker (default: torch's default)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass, all contenders")
@@ -163,6 +172,11 @@ def run(args: argparse.Namespace) -> int:
             atomic_write_json(args.output, report)
         if "scaling" in plan["sections"]:
             report["sections"]["scaling"] = _section_scaling(runner, plan)
+            atomic_write_json(args.output, report)
+        if "gpu" in plan["sections"]:
+            from benchmarks.gpu import section_gpu
+
+            report["sections"]["gpu"] = section_gpu(runner, plan, _say)
     finally:
         runner.close()
         report["memory"] = _memory_summary(report["sections"])
@@ -187,11 +201,19 @@ def _say(message: str) -> None:
 
 
 def _plan(args: argparse.Namespace) -> dict[str, Any]:
-    sections = [name.strip() for name in args.sections.split(",") if name.strip()]
+    default = GPU_SECTIONS if str(args.device).startswith("cuda") else SECTIONS
+    sections = [name.strip() for name in (args.sections or ",".join(default)).split(",") if name.strip()]
     sections = ["encode" if name == "efficiency" else name for name in sections]
-    unknown = sorted(set(sections) - set(SECTIONS))
+    unknown = sorted(set(sections) - set(SECTIONS + GPU_SECTIONS))
     if unknown:
-        raise SystemExit(f"flow-plugin perf: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+        raise SystemExit(f"flow-plugin perf: unknown section(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(SECTIONS + GPU_SECTIONS)}")
+    if "gpu" in sections:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit(f"flow-plugin perf: the gpu section needs a CUDA device, and this machine has none "
+                             f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
     sets = [name.strip() for name in args.sets.split(",") if name.strip()]
     if set(sets) - set(SENTENCE_SETS):
         raise SystemExit(f"flow-plugin perf: --sets takes {', '.join(SENTENCE_SETS)}")
@@ -222,6 +244,7 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
             else (_QUICK["variant_tasks"] if quick else None)
         ),
         "sizes": [int(size) for size in sizes.split(",") if size.strip()],
+        "gpu_batch_sizes": [int(size) for size in args.gpu_batch_sizes.split(",")] if args.gpu_batch_sizes else None,
     }
 
 
@@ -340,7 +363,11 @@ def _worker_main(args: argparse.Namespace) -> int:
     from flow_plugin._io import atomic_write_json
 
     params = json.loads(Path(args.worker_input).read_text(encoding="utf-8"))
+    from benchmarks.gpu import job_gpu_encode, job_gpu_flow
+
     jobs = {
+        "gpu-encode": job_gpu_encode,
+        "gpu-flow": job_gpu_flow,
         "encode": _job_encode,
         "encode-memory": _job_encode_memory,
         "flow": _job_flow,
@@ -1207,6 +1234,12 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("5. PEAK RSS per worker process (MiB)")
         for label, value in memory.items():
             lines.append(f"   {label:<70} {_num(value):>8}")
+    gpu = report["sections"].get("gpu")
+    if gpu:
+        from benchmarks.gpu import format_gpu
+
+        lines.append("-" * 100)
+        lines.append("6. " + format_gpu(gpu))
     lines.append("=" * 100)
     return "\n".join(lines)
 

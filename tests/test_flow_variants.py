@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flow_plugin.calibration import CALIBRATOR_VARIANTS, Calibrator, make_calibrator
+from flow_plugin.calibration import CALIBRATOR_VARIANTS, Calibrator, make_calibrator, member_seeds
 from flow_plugin.errors import NotFittedError
 
 DIM = 16
@@ -81,7 +81,8 @@ def test_an_ensemble_is_the_mean_of_its_flows_cosines(fitted: dict, train: np.nd
     ensemble = fitted["flow-ens"]
     assert ensemble.n_features_out_ == 5 * DIM and len(ensemble.flows_) == 5
     joint = ensemble.transform(heldout)
-    members = [make_calibrator("flow", **QUICK, seed=ensemble.seed + k).fit(train).transform(heldout) for k in range(5)]
+    members = [make_calibrator("flow", **QUICK, seed=seed).fit(train).transform(heldout)
+               for seed in member_seeds(ensemble.seed, 5)]
 
     def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
@@ -128,3 +129,30 @@ def test_whitening_first_models_only_the_directions_the_rows_span(train: np.ndar
     assert make_calibrator("flow-white", **QUICK).fit(train).n_flow_features_ == DIM  # full rank: every direction
     few = train[: DIM // 2]  # fewer rows than dimensions: they span DIM // 2 - 1 directions
     assert make_calibrator("flow-white", **{**QUICK, "n_levels": 2}).fit(few).n_flow_features_ == DIM // 2 - 1
+
+
+def test_ensembles_of_different_seeds_share_no_member(train: np.ndarray) -> None:
+    """Seeds 1234..1238 of flow-ens are independent runs only if no member flow is shared (they were
+    seed, seed + 1, ...: seeds 1234 and 1235 shared four of five); the fit record names them."""
+    import torch
+
+    from flow_plugin.catalog.fitting import fit_calibrator
+
+    members = {seed: set(member_seeds(seed, 5)) for seed in range(1234, 1239)}
+    assert all(members[a].isdisjoint(members[b]) for a in members for b in members if a < b)
+
+    class Rows:  # an encoder that hands back fixed rows
+        def encode(self, sentences: list[str]) -> np.ndarray:
+            return train[[int(s) for s in sentences]]
+
+    sentences = [str(i) for i in range(600)]
+    first, record = fit_calibrator(Rows(), make_calibrator("flow-ens", seed=1234, **QUICK), sentences, model="m",
+                                   source="rows")
+    second, _ = fit_calibrator(Rows(), make_calibrator("flow-ens", seed=1235, **QUICK), sentences, model="m",
+                               source="rows")
+    assert record.member_seeds == first.member_seeds_ == [6170, 6171, 6172, 6173, 6174]
+    assert record.as_dict()["member_seeds"] == [6170, 6171, 6172, 6173, 6174]
+    # no member flow of seed 1234 is one of seed 1235: their latents of the same rows all differ
+    latents = [flow.transform_to_noise(torch.from_numpy(train[:5])).detach().numpy()
+               for flow in (*first.flows_, *second.flows_)]
+    assert not any(np.allclose(latents[i], latents[5 + j]) for i in range(5) for j in range(5))

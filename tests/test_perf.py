@@ -157,3 +157,23 @@ def test_quick_variants_section_through_the_eval_path(senteval_dir: Path, tmp_pa
     assert len(six["scores"]) == 6 and all(0 < score <= 1 for per_task in six["scores"].values() for score in per_task.values())
     assert _positive(variants["six_over_flow"]) and _positive(variants["six_over_raw"])
     assert all(_positive(value) for value in variants["peak_rss_mib"].values())
+
+
+def test_the_gpu_section_s_jobs_run_their_code_paths_on_the_cpu(minilm_path: Path, senteval_dir: Path) -> None:
+    """No GPU here: the GPU section's jobs run on the CPU on a few sentences, so every code path but the
+    CUDA calls is checked (`python -m benchmarks.perf --device cuda` measures on a GPU)."""
+    from benchmarks.gpu import format_gpu, job_gpu_encode, job_gpu_flow
+
+    common = {"data": str(senteval_dir), "max_length": 64, "device": "cpu", "model": str(minilm_path)}
+    encode = job_gpu_encode(common | {"sentences": 48, "pairs": 40, "chunk": 24, "repeats": 1, "batch_sizes": [16],
+                                      "precisions": ["bf16"]})
+    numbers = encode["batch_sizes"]["16"]["bf16"]
+    assert set(numbers["sentences_per_second"]) == {"sentence-transformers bf16", "flow-plugin bf16 length-exact",
+                                                    "flow-plugin bf16 padded"}
+    assert all(value > 0 for value in numbers["sentences_per_second"].values())
+    # raw all-MiniLM-L6-v2 embeddings of 40 STS-B pairs: bf16 within a point of float32, whoever computes them
+    assert all(abs(value) < 1.0 for value in encode["quality_minus_float32_points"].values())
+    flow = job_gpu_flow(common | {"task": "STSBenchmark", "sentences": 600})
+    assert flow["cuda"]["device"] == "cpu" and flow["cpu"]["fit_log_likelihood"] > 0
+    text = format_gpu({"encode": {"minilm": encode}, "flow": flow})
+    assert "batch  16 bf16" in text and "flow fit (600 sentences)" in text

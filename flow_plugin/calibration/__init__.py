@@ -30,6 +30,7 @@ _LAZY = {
     "StandardNormalizationNATSV": "flow_plugin.calibration.linear",
     "Whitening": "flow_plugin.calibration.linear",
     "FlowCalibrator": "flow_plugin.calibration.flow",
+    "member_seeds": "flow_plugin.calibration.flow.calibrator",
 }
 
 
@@ -80,4 +81,5 @@ __all__ = [
     "Whitening",
     "calibrator_class",
     "make_calibrator",
+    "member_seeds",
 ]

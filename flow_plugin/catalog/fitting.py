@@ -60,6 +60,8 @@ class FitRecord:
     n_distinct_embeddings: int | None = None
     #: why the calibrator was changed for a small corpus (see ``Calibrator.for_sample_size``), or None
     adapted: str | None = None
+    #: the seeds of an ensemble's flows (``FlowCalibrator.member_seeds_``), or None
+    member_seeds: list[int] | None = None
     #: Spearman correlation of the calibrated cosines with themselves after bf16-size rounding of the
     #: inputs (:func:`flow_plugin.calibration.stability.cosine_stability`); None: too few distinct sentences
     cosine_stability: float | None = None
@@ -176,6 +178,8 @@ def fit_calibrator(
         sampling=sampling,
         context=dict(context or {}),
     )
+    if getattr(calibrator, "ensemble", 1) > 1:
+        record.member_seeds = list(calibrator.member_seeds_)
     if hasattr(calibrator, "fit_log_likelihood_"):
         record.fit_log_likelihood = float(calibrator.fit_log_likelihood_)
         record.fit_bits_per_dim = float(calibrator.fit_bits_per_dim_)

@@ -3,9 +3,11 @@
 ``Backbone`` loads any ``AutoModel``/``AutoTokenizer`` pair by hub id or local folder,
 freezes it, and turns sentences into pooled float32 embeddings:
 
-- sentences are tokenized once and batched by the length-exact plan
-  (:mod:`flow_plugin.encoding.batching`): a batch holds sentences of one token length, so
-  nothing is padded; results come back in input order;
+- sentences are tokenized once and batched by the batch plan (:mod:`flow_plugin.encoding.batching`;
+  by default each batch holds sentences of one length, so nothing is padded); results come back
+  in input order;
+- on a CUDA device, a batch that runs out of memory is split in halves and retried (the
+  length-exact plan makes the halves give the same embeddings); ``oom_halvings`` counts it;
 - the forward pass runs under ``torch.inference_mode()`` with the chosen autocast
   precision (see :mod:`flow_plugin.encoding.device`); for bf16/fp16 the weights of the linear layers
   are stored in that dtype once at load (autocast would otherwise re-cast them on every
@@ -31,7 +33,7 @@ from tqdm.auto import tqdm
 
 from flow_plugin._validation import check_sentences
 from flow_plugin._machine import bf16_kernel_family, resolve_device
-from flow_plugin.encoding.batching import BATCH_PLAN, length_exact_batches
+from flow_plugin.encoding.batching import BATCH_PLAN, BATCH_PLANS, plan_batches
 from flow_plugin.encoding.device import autocast_dtype, resolve_precision
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, check_batch_size
 from flow_plugin.errors import InputError
@@ -101,6 +103,9 @@ class Backbone:
         ``"auto"``, ``"float32"``, ``"bf16"`` or ``"fp16"`` autocast for the forward pass.
     show_progress_bar:
         ``None`` shows a bar for inputs longer than a few batches.
+    batch_plan:
+        ``"length-exact"`` (default: no padding, an embedding never depends on its batch mates) or
+        ``"padded"`` (length-sorted batches padded to their longest; see :mod:`flow_plugin.encoding.batching`).
     trust_remote_code:
         Passed to ``from_pretrained`` for backbones that need custom code.
     expected_embedding_dim, source:
@@ -121,12 +126,18 @@ class Backbone:
         device: str | torch.device | None = None,
         precision: str = "auto",
         show_progress_bar: bool | None = None,
+        batch_plan: str = BATCH_PLAN,
         trust_remote_code: bool = False,
         expected_embedding_dim: int | None = None,
         source: str | None = None,
     ) -> None:
         if not isinstance(max_seq_length, int) or max_seq_length < 2:
             raise InputError(f"max_seq_length must be an int >= 2, got {max_seq_length!r}")
+        if batch_plan not in BATCH_PLANS:
+            raise InputError(f"unknown batch_plan {batch_plan!r}; use one of {', '.join(BATCH_PLANS)}")
+        self.batch_plan = batch_plan
+        #: batches split in halves after a CUDA out-of-memory error, since this backbone was built
+        self.oom_halvings = 0
         batch_size = check_batch_size(batch_size)
         self.model_name_or_path = str(model_name_or_path)
         self.name = name or self.model_name_or_path
@@ -156,6 +167,7 @@ class Backbone:
             max_seq_length=self.max_seq_length,
             precision=self.precision,
             kernels=self.kernels,
+            batch_plan=self.batch_plan,
         )
 
     @property
@@ -305,7 +317,7 @@ class Backbone:
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
         lengths, flat_ids = self._token_arrays(sentences)
-        batches = length_exact_batches(lengths, batch_size)  # no padding: see flow_plugin.encoding.batching
+        batches = plan_batches(self.batch_plan, lengths, batch_size)
         if show_progress_bar is None:
             show_progress_bar = self.show_progress_bar
         if show_progress_bar is None:
@@ -314,7 +326,6 @@ class Backbone:
         # every id in one flat array, so a batch is gathered with one vectorised index
         starts = np.zeros(len(sentences), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-        model = self.model
         dtype = autocast_dtype(self.precision)
         with torch.inference_mode(), torch.autocast(
             device_type=self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
@@ -325,21 +336,7 @@ class Backbone:
                 unit="batch",
                 disable=not show_progress_bar,
             ):
-                width = int(lengths[batch_index[0]])
-                ids = flat_ids[starts[batch_index, None] + np.arange(width, dtype=np.int64)]
-                input_ids = torch.from_numpy(ids).to(self.device, non_blocking=True)
-                attention_mask = torch.ones_like(input_ids)
-                outputs = model(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    output_hidden_states=self.pooling.needs_all_hidden_states,
-                    return_dict=True,
-                )
-                hidden_states = outputs.hidden_states if self.pooling.needs_all_hidden_states else None
-                if not hidden_states:  # last layer only, or no transformer layer kept (pooling [0])
-                    hidden_states = (outputs.last_hidden_state,)
-                pooled = self.pooling(hidden_states, attention_mask)
-                output[batch_index] = pooled.cpu().numpy()
+                self._encode_batch(batch_index, lengths, starts, flat_ids, output)
         if not np.isfinite(output).all():
             bad = np.flatnonzero(~np.isfinite(output).all(axis=1))
             raise InputError(
@@ -347,6 +344,54 @@ class Backbone:
                 f"e.g. index {int(bad[0])}: {sentences[int(bad[0])]!r:.80}; try precision='float32'"
             )
         return output
+
+
+    def _encode_batch(self, batch_index: np.ndarray, lengths: np.ndarray, starts: np.ndarray, flat_ids: np.ndarray,
+                      output: np.ndarray) -> None:
+        """Pool one batch into ``output[batch_index]``; after a CUDA out-of-memory error, each half of it."""
+        try:
+            output[batch_index] = self._forward(batch_index, lengths, starts, flat_ids)
+        except torch.OutOfMemoryError:
+            if len(batch_index) == 1:
+                raise InputError(
+                    f"backbone {self.model_name_or_path} ran out of {self.device} memory on a single sentence of "
+                    f"{int(lengths[batch_index[0]])} tokens; use a smaller max_seq_length or another device"
+                ) from None
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self.oom_halvings += 1
+            half = len(batch_index) // 2
+            logger.warning("%s: out of %s memory on a batch of %d sentences; going on with batches of %d",
+                           self.model_name_or_path, self.device, len(batch_index), half)
+            self._encode_batch(batch_index[:half], lengths, starts, flat_ids, output)
+            self._encode_batch(batch_index[half:], lengths, starts, flat_ids, output)
+
+    def _forward(self, batch_index: np.ndarray, lengths: np.ndarray, starts: np.ndarray,
+                 flat_ids: np.ndarray) -> np.ndarray:
+        """The pooled embeddings of one batch (ids to the device once, pooled rows back once)."""
+        batch_lengths = lengths[batch_index]
+        width = int(batch_lengths.max())
+        positions = np.arange(width, dtype=np.int64)
+        if int(batch_lengths.min()) == width:  # one length: no padding (the length-exact plan's every batch)
+            ids = flat_ids[starts[batch_index, None] + positions]
+            mask = None
+        else:
+            valid = positions < batch_lengths[:, None]
+            gathered = flat_ids[starts[batch_index, None] + np.minimum(positions, batch_lengths[:, None] - 1)]
+            ids = np.where(valid, gathered, self.tokenizer.pad_token_id or 0)
+            mask = torch.from_numpy(valid.astype(np.int64)).to(self.device, non_blocking=True)
+        input_ids = torch.from_numpy(ids).to(self.device, non_blocking=True)
+        attention_mask = torch.ones_like(input_ids) if mask is None else mask
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=self.pooling.needs_all_hidden_states,
+            return_dict=True,
+        )
+        hidden_states = outputs.hidden_states if self.pooling.needs_all_hidden_states else None
+        if not hidden_states:  # last layer only, or no transformer layer kept (pooling [0])
+            hidden_states = (outputs.last_hidden_state,)
+        return self.pooling(hidden_states, attention_mask).float().cpu().numpy()
 
 
 def drop_unused_layers(model: torch.nn.Module, deepest: int) -> int:

@@ -1,7 +1,7 @@
 """The batch plan: which sentences go through the backbone together.
 
-Plan ``"length-exact"`` (the only one): a batch holds sentences of one token length, so no
-sentence is ever padded. Padding is what made an embedding depend on its batch mates: in
+Plan ``"length-exact"`` (the default on every device): a batch holds sentences of one token length,
+so no sentence is ever padded. Padding is what made an embedding depend on its batch mates: in
 bf16, a sentence batched with a longer one came out up to 3.5e-3 different from the same
 sentence alone (the attention and matrix products run over the padded width and round
 differently). Without padding, every row sees the same arithmetic whatever else is in the
@@ -12,6 +12,13 @@ block the rows differently for different batch sizes.
 The price is a few more, smaller batches: one partial batch per distinct length (at most
 ``max_seq_length`` of them), which on the STS sets is about 60 extra forward passes.
 
+Plan ``"padded"``: sentences sorted by length, ``batch_size`` at a time, each batch padded to its
+longest. Fewer, fuller batches, which may be faster on a GPU, where a small batch leaves most of the
+device idle; but an embedding then depends on its batch mates in its last bits (bf16: up to 3.5e-3 of
+its scale), so results are reproducible only for the same inputs and batch size. It is there to be
+measured against the exact plan on a GPU (``python -m benchmarks.perf --device cuda``); the backbone's
+cache key names the plan.
+
 >>> [batch.tolist() for batch in length_exact_batches(np.array([3, 5, 3, 3, 5]), batch_size=2)]
 [[1, 4], [0, 2], [3]]
 """
@@ -20,7 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-#: the plan's name, part of every embedding cache key and result provenance
+#: the plans; the name is part of every embedding cache key and result provenance
+BATCH_PLANS: tuple[str, ...] = ("length-exact", "padded")
+#: the default plan
 BATCH_PLAN = "length-exact"
 
 
@@ -34,3 +43,18 @@ def length_exact_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarra
     for group in np.split(order, boundaries):
         batches.extend(group[start : start + batch_size] for start in range(0, len(group), batch_size))
     return batches
+
+
+def padded_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Indices of each batch of the ``"padded"`` plan: longest sentences first, ``batch_size`` at a time.
+
+    >>> [batch.tolist() for batch in padded_batches(np.array([3, 5, 3, 3, 5]), batch_size=2)]
+    [[1, 4], [0, 2], [3]]
+    """
+    order = np.argsort(-lengths, kind="stable")
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def plan_batches(plan: str, lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """The batches of ``plan`` (one of :data:`BATCH_PLANS`)."""
+    return length_exact_batches(lengths, batch_size) if plan == "length-exact" else padded_batches(lengths, batch_size)

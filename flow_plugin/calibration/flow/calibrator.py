@@ -32,6 +32,17 @@ INFERENCE_CHUNK = 2048
 logger = logging.getLogger(__name__)
 
 
+def member_seeds(seed: int, ensemble: int) -> list[int]:
+    """The seeds of an ensemble's flows: ``seed * ensemble + m`` for member m. One flow keeps ``seed``
+    itself; the members of different seeds never share a seed (the map (seed, m) -> seed * ensemble + m
+    is one-to-one), so runs of seeds 1234..1238 are independent, as an interval over seeds needs.
+
+    >>> member_seeds(1234, 5), member_seeds(1235, 5), member_seeds(1234, 1)
+    ([6170, 6171, 6172, 6173, 6174], [6175, 6176, 6177, 6178, 6179], [1234])
+    """
+    return [seed * ensemble + member for member in range(ensemble)]
+
+
 class FlowCalibrator(Calibrator):
     """BERT-flow: map embeddings onto an isotropic Gaussian with a learned invertible flow.
 
@@ -78,7 +89,8 @@ class FlowCalibrator(Calibrator):
         keep the best parameters; ``epochs`` is then the most it may train. ``0``: no hold-out,
         exactly ``epochs`` epochs (the paper).
     ensemble:
-        Fit this many flows, seeds ``seed``, ``seed + 1``, ...; the calibrated embedding
+        Fit this many flows, seeded by :func:`member_seeds` (``seed * ensemble + m``: the members of
+        two seeds never overlap, so seeds are independent runs); the calibrated embedding
         concatenates their latents, each scaled to unit length and by ``1/sqrt(ensemble)``,
         so a cosine in it is the mean of the flows' cosines. ``1``: one flow (the paper).
     fast_path:
@@ -239,7 +251,8 @@ class FlowCalibrator(Calibrator):
                     f"directions, too few for {self.n_levels} levels; fit on more sentences or use fewer levels"
                 )
             X = self._inputs(X)
-        results = [self._fit_member(X, self.seed + member) for member in range(self.ensemble)]
+        self.member_seeds_ = member_seeds(self.seed, self.ensemble)
+        results = [self._fit_member(X, seed) for seed in self.member_seeds_]
         self.flows_ = [flow for flow, _, _ in results]
         self.flow_ = self.flows_[0]
         first = results[0][1]
@@ -379,10 +392,11 @@ class FlowCalibrator(Calibrator):
             self.whitening_.n_features_in_, self.whitening_.n_samples_fit_ = n_features, self.n_samples_fit_
         self.n_flow_features_ = (self.whitening_.output_width(n_features) - self.whitening_.n_degenerate_
                                  if self.whiten_first else n_features)
+        self.member_seeds_ = member_seeds(self.seed, self.ensemble)
         self.flows_ = []
         for member in range(self.ensemble):
             prefix = "flow/" if member == 0 else f"flow{member}/"
-            flow = self._build(self.n_flow_features_, self.seed + member)
+            flow = self._build(self.n_flow_features_, self.member_seeds_[member])
             weights = {key[len(prefix):]: torch.from_numpy(np.array(value)) for key, value in state.items()
                        if key.startswith(prefix)}
             flow.load_state_dict(weights, strict=True)

@@ -233,3 +233,19 @@ def test_split_archives_unpack_into_the_users_cache_folder(tmp_path: Path, monke
     assert weights_cache_dir() == platformdirs.user_cache_path("flow-plugin", appauthor=False) / "weights"
     monkeypatch.setenv(WEIGHTS_DIR_ENV, str(tmp_path / "weights"))
     assert weights_cache_dir() == tmp_path / "weights"
+
+
+def test_bench_and_sweep_plan_runs_with_the_registry_pinned_seed(tmp_path: Path) -> None:
+    # one run expander for bench and sweep: a seed pinned in the registry is the default seed of
+    # both (no calibrator_params kwarg, so the same MTEB result folder); the sweep ignored it
+    from flow_plugin.studies.runs import expand_runs
+
+    write(tmp_path, "tiny", VALID + '\n[calibrators.flow]\nseed = 7\n')
+    spec = get_backbone("tiny", load_registry([tmp_path]))
+    bench = expand_runs(spec, ["raw", "flow"], seeds=2)
+    sweep = expand_runs(spec, ["raw", "flow"], seeds=[7, 8], precision="float32")
+    assert [(run.kwargs, run.seed) for run in bench] == [({}, None), ({}, 7), ({"calibrator_params": {"seed": 8}}, 8)]
+    assert [run.kwargs.get("calibrator_params") for run in sweep] == [None, None, {"seed": 8}]
+    assert [run.label for run in sweep] == [
+        "flow_plugin/tiny [precision=float32]", "flow_plugin/tiny-flow [seed=7, precision=float32]",
+        "flow_plugin/tiny-flow [seed=8, precision=float32]"]

@@ -49,6 +49,8 @@ from flow_plugin.errors import RegistryError
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "flow_plugin"
+#: what the MTEB names of the registry's models start with (``flow_plugin/minilm-l6-flow``)
+MODEL_PREFIX = f"{NAMESPACE}/"
 REGISTRY_ENV = "FLOW_PLUGIN_REGISTRY"
 #: Raised whenever flow-plugin changes how a registry model's numbers come about, so results of the
 #: old procedure are filed apart (2: fit corpora in canonical order, the length-exact batch plan).

@@ -47,6 +47,8 @@ from typing import Any
 from flow_plugin.catalog.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, TARGET
+from flow_plugin.studies.runs import Run, expand_runs
 
 from flow_plugin._io import make_output_folder
 from flow_plugin.errors import OutputError, RegistryError
@@ -59,54 +61,6 @@ CACHE_SUBFOLDER = "embedding-cache"
 
 
 # ------------------------------------------------------------------------- report
-@dataclass(frozen=True)
-class BenchRun:
-    """One model to run: a registry model name, with the loader arguments of this run (a seed of
-    a seeded calibrator, the fit corpus, the duplicate policy); ``seed`` is ``None`` for the
-    calibrators that have none."""
-
-    model: str
-    kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
-    seed: int | None = None
-
-    @property
-    def label(self) -> str:
-        return self.model + ("" if self.seed is None else f" (seed {self.seed})")
-
-
-def bench_runs(spec: Any, names: Sequence[str], *, seeds: int = 1, fit_corpus: str = "target",
-               fit_duplicates: str = "keep") -> list[BenchRun]:
-    """The runs of ``bench``: each calibrator name once, a seeded one (the flow and its variants)
-    with ``seeds`` seeds: its default seed (the paper's 1234), then the next ones.
-
-    >>> from flow_plugin.catalog.registry import get_backbone
-    >>> [run.label for run in bench_runs(get_backbone("minilm-l6"), ["raw", "flow"], seeds=2)]
-    ['flow_plugin/minilm-l6', 'flow_plugin/minilm-l6-flow (seed 1234)', 'flow_plugin/minilm-l6-flow (seed 1235)']
-    >>> [run.kwargs for run in bench_runs(get_backbone("minilm-l6"), ["raw", "sn"], fit_duplicates="unique")]
-    [{}, {'fit_duplicates': 'unique'}]
-    """
-    from flow_plugin.calibration import make_calibrator
-    from flow_plugin.catalog.registry import ModelVariant
-
-    shared: dict[str, Any] = {}
-    if fit_corpus != "target":
-        shared["fit_corpus"] = fit_corpus
-    if fit_duplicates != "keep":
-        shared["fit_duplicates"] = fit_duplicates
-    runs = []
-    for name in names:
-        model = spec.model_name(name)
-        calibrator = make_calibrator(name, **ModelVariant(spec, name).calibrator_params)
-        default_seed = calibrator.get_params().get("seed")
-        if default_seed is None:  # raw fits nothing: no fit corpus or duplicate policy to tell its runs apart
-            runs.append(BenchRun(model, {} if name == "raw" else dict(shared)))
-            continue
-        for seed in range(default_seed, default_seed + seeds):
-            kwargs = dict(shared) if seed == default_seed else {**shared, "calibrator_params": {"seed": seed}}
-            runs.append(BenchRun(model, kwargs, seed))
-    return runs
-
-
 @dataclass
 class TaskOutcome:
     model: str
@@ -127,7 +81,7 @@ class BenchReport:
     output_folder: Path
     cache_dir: Path
     outcomes: list[TaskOutcome] = field(default_factory=list)
-    runs: list[BenchRun] = field(default_factory=list)
+    runs: tuple[Run, ...] = ()
     #: sentences the backbone encoded in this run / served from the embedding cache
     n_encoded: int = 0
     n_cache_hits: int = 0
@@ -195,8 +149,8 @@ def run_bench(
     calibrators: Sequence[str] | None = None,
     options: EncoderOptions | None = None,
     seeds: int = 1,
-    fit_corpus: str = "target",
-    fit_duplicates: str = "keep",
+    fit_corpus: str = TARGET,
+    fit_duplicates: str = DEFAULT_DUPLICATES,
     overwrite: bool = False,
     replace: bool = False,
     fail_fast: bool = False,
@@ -242,7 +196,7 @@ def run_bench(
     options = options or EncoderOptions()
     cache_folder = default_cache_dir(output, options.cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
-    report.runs = bench_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpus=fit_corpus,
+    report.runs = expand_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpora=[fit_corpus],
                              fit_duplicates=fit_duplicates)
 
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
@@ -347,11 +301,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=1, metavar="N",
                         help="run each seeded calibrator (the flow and its variants) with N seeds: its default "
                         "(1234) and the next N-1; the leaderboard shows their mean ± standard deviation")
-    parser.add_argument("--fit-corpus", default="target",
+    parser.add_argument("--fit-corpus", default=TARGET,
                         help="what the calibrators are fitted on: 'target' (each task's own sentences, the default), "
                         "'per-call' (each encode() call on its own; warns), or a text file with one sentence per line (e.g. NLI sentences: the paper's "
                         "'flow (NLI)')")
-    parser.add_argument("--fit-duplicates", default="keep", choices=("keep", "unique"),
+    parser.add_argument("--fit-duplicates", default=DEFAULT_DUPLICATES, choices=DUPLICATE_POLICIES,
                         help="fit on every occurrence of a sentence (keep, the official code's way) or on each "
                         "distinct sentence once (unique)")
     add_encoder_arguments(parser)  # --cache-dir defaults to $FLOW_PLUGIN_CACHE_DIR, else <output-folder>/embedding-cache
@@ -393,4 +347,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["BenchReport", "BenchRun", "TaskOutcome", "bench_runs", "configure_parser", "run", "run_bench"]
+__all__ = ["BenchReport", "TaskOutcome", "configure_parser", "run", "run_bench"]

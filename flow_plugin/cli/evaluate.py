@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.data.fit_corpus import TARGET
 from flow_plugin.catalog.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, EncoderOptions
@@ -29,7 +30,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help=f"offline task, MTEB task or MTEB benchmark name (repeatable): {offline_tasks_help()}")
     parser.add_argument("--output-folder", type=Path, default=Path("results"),
                         help="MTEB result folder (default: results)")
-    parser.add_argument("--fit-corpus", default="target",
+    parser.add_argument("--fit-corpus", default=TARGET,
                         help="'target' (default), 'per-call', or a text file with one sentence per line")
     add_encoder_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="recompute results that already exist")
@@ -187,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
 
         os.environ[CACHE_DIR_ENV] = str(options.cache_dir)
     kwargs: dict[str, Any] = {}
-    if args.fit_corpus != "target":
+    if args.fit_corpus != TARGET:
         kwargs["fit_corpus"] = args.fit_corpus
     evaluations = evaluate_models(args.model, args.data, args.task, args.output_folder, options=options,
                                   model_kwargs=kwargs, overwrite=args.overwrite)

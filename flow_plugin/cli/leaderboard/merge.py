@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin._io import read_json
+from flow_plugin.catalog.registry import MODEL_PREFIX
 from flow_plugin.cli.leaderboard.describe import describe_model
 from flow_plugin.cli.leaderboard.public import public_kwargs, publish_row
 from flow_plugin.cli.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
@@ -234,7 +235,7 @@ def _weights(row: dict[str, Any]) -> str:
     """The weights commit of a row's revision (without flow-plugin's configuration digest)."""
     from flow_plugin.catalog.registry import weights_revision
 
-    return weights_revision(row["revision"]) if row["model"].startswith("flow_plugin/") else row["revision"]
+    return weights_revision(row["revision"]) if row["model"].startswith(MODEL_PREFIX) else row["revision"]
 
 
 def finalize(board: dict[str, Any]) -> dict[str, Any]:

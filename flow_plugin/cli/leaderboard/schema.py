@@ -17,7 +17,6 @@ FORMAT_VERSION = 1
 DEFAULT_TOLERANCE = 1e-4
 #: Row order within a backbone, and the calibrators a model name's suffix can name.
 CALIBRATOR_ORDER = CALIBRATOR_NAMES  # table order: the methods, then the flow variants
-NAMESPACE = "flow_plugin/"  # MTEB names of the registry's models start with this
 DECIMALS = 4  # points with 4 decimals = MTEB's 6 decimals on the 0-1 scale
 
 SCHEMA = """\

@@ -25,12 +25,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.data.fit_corpus import POLICIES as FIT_POLICIES, TARGET
+from flow_plugin.encoding.options import PRECISIONS
 from flow_plugin._io import read_toml
 from flow_plugin.errors import RegistryError, SweepError
 
 
-#: fit corpora that are policies, not files (see :mod:`flow_plugin.data.fit_corpus`)
-FIT_POLICIES = ("target", "per-call")
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -43,7 +43,7 @@ class ResourcesTable(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     cpus_per_job: float = Field(default=1, gt=0)
     gpus_per_job: float = Field(default=1, gt=0, le=1)
-    precision: Literal["auto", "float32", "bf16", "fp16"] = "auto"
+    precision: Literal[PRECISIONS] = "auto"  # type: ignore[valid-type]  # (the tuple spreads into the Literal)
     batch_size: int | None = Field(default=None, ge=1)
     max_retries: int = Field(default=2, ge=0, le=20)
 
@@ -57,7 +57,7 @@ class SweepFile(BaseModel):
     backbones: list[str] = Field(min_length=1)
     calibrators: list[str] | None = None
     tasks: list[str] = Field(default=list(OFFLINE_TASKS), min_length=1)
-    fit_corpora: list[str] = Field(default=["target"], min_length=1)
+    fit_corpora: list[str] = Field(default=[TARGET], min_length=1)
     seeds: list[int] = []
     data: str | None = None
     output: str | None = None

@@ -12,7 +12,7 @@ from typing import Any
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from flow_plugin.calibration.names import calibrator_method
-from flow_plugin.catalog.registry import BackboneSpec, ModelVariant, default_registry
+from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, ModelVariant, default_registry
 
 BERT_FLOW_CITATION = r"""@inproceedings{li2020bertflow,
   title = {On the Sentence Embeddings from Pre-trained Language Models},
@@ -42,7 +42,7 @@ def mteb_entry(hub_id: str) -> ModelMeta | None:
     module = sys.modules.get(MODELS_MODULE)
     registry = getattr(module, "MODEL_REGISTRY", None) or {}
     entry = registry.get(hub_id)
-    return entry if isinstance(entry, ModelMeta) and not entry.name.startswith("flow_plugin/") else None
+    return entry if isinstance(entry, ModelMeta) and not entry.name.startswith(MODEL_PREFIX) else None
 
 
 def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[str]:

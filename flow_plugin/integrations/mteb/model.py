@@ -33,7 +33,8 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
-from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, FitRecord, fit_calibrator
+from flow_plugin.catalog.fitting import FitRecord, fit_calibrator
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET
 from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
 from flow_plugin.data.sampling import (
@@ -94,10 +95,10 @@ class FlowPluginModel(AbsEncoder):
         model_name: str,
         revision: str | None = None,
         *,
-        fit_corpus: str | os.PathLike[str] = "target",
+        fit_corpus: str | os.PathLike[str] = TARGET,
         max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
         fit_seed: int = DEFAULT_FIT_SEED,
-        fit_duplicates: str = "keep",
+        fit_duplicates: str = DEFAULT_DUPLICATES,
         calibrator_params: dict[str, Any] | None = None,
         embed_dim: int | None = None,
         **encoder_options: Any,
@@ -138,7 +139,7 @@ class FlowPluginModel(AbsEncoder):
         self._records: list[FitRecord] = []
         self._tasks: dict[str, Any] = {}  # task name -> task object given to prepare_task
         self._lock = threading.RLock()
-        if self.fit_corpus.kind == "per-call" and not self._is_raw:
+        if self.fit_corpus.kind == PER_CALL and not self._is_raw:
             message = (f"{self.name}: fit_corpus='per-call' fits a new calibrator for every encode() call, so the two "
                        "sides of a pair (sentence1/sentence2, queries/documents, train/test) land in different "
                        "spaces; use the default 'target' for one fit per (task, subset)")
@@ -196,7 +197,7 @@ class FlowPluginModel(AbsEncoder):
                  task: Any = None) -> tuple[_Fit, str]:
         """(the fit serving this call, the subset it belongs to), fitting on first use."""
         with self._lock:
-            if self.fit_corpus.kind == "per-call" and not self._is_raw:
+            if self.fit_corpus.kind == PER_CALL and not self._is_raw:
                 part = CorpusPart("inputs", lambda: iter([inputs]))
                 return self._fit(task_name, hf_subset, [part], "per-call: the sentences of this encode() call"), hf_subset
             if self.fit_corpus.kind == "file" and not self._is_raw:
@@ -278,7 +279,7 @@ class FlowPluginModel(AbsEncoder):
         """Fit now, for every subset of a task object (MTEB's missing fit hook; any task type),
         and remember the task for later calls; returns the fit records."""
         self._tasks[task.metadata.name] = task
-        if self.fit_corpus.kind == "per-call":
+        if self.fit_corpus.kind == PER_CALL:
             return []
         records = []
         for subset in hf_subsets or getattr(task, "hf_subsets", None) or ["default"]:

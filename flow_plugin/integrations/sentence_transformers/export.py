@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from flow_plugin.calibration import Calibrator, calibrator_class
-from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, FitRecord, fit_calibrator
+from flow_plugin.catalog.fitting import FitRecord, fit_calibrator
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from flow_plugin.catalog.registry import ModelVariant
 from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
 from flow_plugin.data.fit_corpus import read_sentence_file
@@ -244,7 +245,7 @@ def export_model(
     overwrite: bool = False,
     leaderboard_row: Mapping[str, Any] | None = None,
     leaderboard_name: str | None = None,
-    fit_duplicates: str = "keep",
+    fit_duplicates: str = DEFAULT_DUPLICATES,
     max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
     fit_seed: int = DEFAULT_FIT_SEED,
     calibrator_params: dict[str, Any] | None = None,

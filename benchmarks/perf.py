@@ -917,7 +917,7 @@ def reference_flow_fit(X: Any, *, seed: int = 1234, device: str = "cpu") -> dict
 
 # --------------------------------------------------------------------------- job: variants
 def _job_variants(p: dict[str, Any]) -> dict[str, Any]:
-    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
     from flow_plugin.encoding.options import EncoderOptions
 
     with tempfile.TemporaryDirectory(prefix="flow-plugin-perf-variants-") as folder, _Phase() as phase:

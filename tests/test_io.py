@@ -58,7 +58,7 @@ def test_a_file_lock_excludes_another_taker_until_released(tmp_path: Path) -> No
 
 
 def test_a_second_sweep_on_one_output_folder_is_refused(tmp_path: Path) -> None:
-    from flow_plugin.cli.sweep.command import sweep_lock
+    from flow_plugin.sweep.publish import sweep_lock
     from flow_plugin.errors import SweepError
 
     with sweep_lock(tmp_path / ".flow-plugin-sweep"):

@@ -40,7 +40,7 @@ def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, mi
     from mteb.cache import ResultCache
     from mteb.mocks.mock_tasks.sts import MockSTSTask
 
-    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
 
     sts = tmp_path_factory.mktemp("sts-results")
     evaluate_models([RAW, WHITEN], senteval_dir, [TASK], sts)

@@ -5,7 +5,7 @@ then the backbone's leaderboard.
 
 runs ``flow_plugin/<backbone>[-sn|-natsv|-sn-natsv|-whiten|-flow]`` on SentEvalSTS12..16,
 SentEvalSTSBenchmark and SentEvalSICKR (task by task, all six variants of a task in turn),
-through :func:`flow_plugin.cli.evaluate.evaluate_models`, so the results are MTEB's
+through :func:`flow_plugin.integrations.mteb.evaluate.evaluate_models`, so the results are MTEB's
 standard result JSON under ``<output-folder>/results/``. Then it merges them into
 ``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.cli.leaderboard`).
 
@@ -245,7 +245,7 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
 
 def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,
               progress: Callable[[str], None]) -> None:
-    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
 
     output = report.output_folder
     total = len(report.runs) * len(report.tasks)

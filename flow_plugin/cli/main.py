@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "paper": ("flow_plugin.cli.paper", "run every evaluation of the BERT-flow paper (STS all/wmean, QNLI AUC, lexical, isotropy)"),
     "bench": ("flow_plugin.cli.bench", "run all six variants of a backbone over the 7 STS sets and update its leaderboard"),
     "leaderboard": ("flow_plugin.cli.leaderboard.command", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
-    "sweep": ("flow_plugin.cli.sweep.command", "run a sweep file (backbones x calibrators x tasks x fit corpora x seeds) on Ray"),
+    "sweep": ("flow_plugin.cli.sweep", "run a sweep file (backbones x calibrators x tasks x fit corpora x seeds) on Ray"),
     "export": ("flow_plugin.cli.export", "write a registry model with its fitted calibrator as a sentence-transformers folder"),
 }
 

@@ -3,7 +3,7 @@
 A sweep file is TOML. Unknown keys, wrong types and unknown names (backbones, calibrators,
 fit corpora) are errors that name the file and the key, with the name you probably meant.
 Relative paths in the file are relative to the file's folder. Task names need MTEB and are
-checked when the jobs are planned (:func:`flow_plugin.cli.sweep.plan.resolve_task_refs`).
+checked when the jobs are planned (:func:`flow_plugin.sweep.plan.resolve_task_refs`).
 
 >>> import tempfile
 >>> with tempfile.TemporaryDirectory() as folder:

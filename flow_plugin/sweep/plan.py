@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flow_plugin.cli.sweep.jobs import Job, Run
+from flow_plugin.sweep.jobs import Job, Run
 from flow_plugin.errors import DataFolderError, FlowPluginError, RegistryError
 
 @dataclass(frozen=True)

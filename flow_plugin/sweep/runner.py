@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flow_plugin.cli.sweep.job import JobOutcome, run_job
-from flow_plugin.cli.sweep.jobs import Job, Settings
-from flow_plugin.cli.sweep.progress import read_attempts
-from flow_plugin.cli.sweep.spec import Resources
+from flow_plugin.sweep.job import JobOutcome, run_job
+from flow_plugin.sweep.jobs import Job, Settings
+from flow_plugin.sweep.progress import read_attempts
+from flow_plugin.sweep.spec import Resources
 
 
 @dataclass

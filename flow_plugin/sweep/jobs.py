@@ -3,7 +3,7 @@
 One job loads its backbone once and serves all of its runs, planned by the one run expander of
 bench and sweep (:func:`flow_plugin.studies.runs.expand_runs`: calibrators × fit corpora × seeds).
 
->>> from flow_plugin.cli.sweep.spec import Sweep
+>>> from flow_plugin.sweep.spec import Sweep
 >>> sweep = Sweep(Path("s.toml"), "s", ("minilm-l6",), ("raw", "flow"), ("SentEvalSTS13",),
 ...               ("target", "per-call"), (1, 2))
 >>> [run.label for run in expand_jobs(sweep)[0].runs]  # doctest: +NORMALIZE_WHITESPACE
@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow_plugin.cli.sweep.spec import Sweep
+from flow_plugin.sweep.spec import Sweep
 from flow_plugin.studies.runs import Run, expand_runs
 
 #: the folder of an output folder where a sweep keeps its own state (next to MTEB's results/)

@@ -335,14 +335,14 @@ def _task_name(value: str):
     [
         ('{"task_name": "SentEvalSTS13", "scores": {"test": [{"main_', "not valid JSON"),
         ("", "empty"),
-        ('{"task_name": "SentEvalSTS13", "dataset_revision": "x"}', "missing 'scores'"),
+        ('{"task_name": "SentEvalSTS13", "dataset_revision": "x"}', "missing required key 'scores'"),
         # one field of the real result file changed (the rest is what mteb requires of a result)
         (_main_score("high"), "main_score must be a finite number"),
         (_task_name("SentEvalSTS12"), "file is named"),
         (_main_score(1.5), r"main_score 1.5 is outside \[-1, 1\]"),
         # mteb's TaskResult requires what every MTEB result has
         ('{"task_name": "SentEvalSTS13", "dataset_revision": "x", "scores": {"test": [{"main_score": 0.5}]}}',
-         "missing 'mteb_version'.*hf_subset should be in scores"),
+         "missing required key 'mteb_version'.*hf_subset should be in scores"),
     ],
 )
 def test_malformed_result_file_error_names_it(result_dirs: dict[str, Path], tmp_path: Path, content: object,

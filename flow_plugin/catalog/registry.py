@@ -43,6 +43,7 @@ from flow_plugin.catalog.local_weights import KINDS as LOCAL_WEIGHT_KINDS
 from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
 from flow_plugin._io import read_toml
+from flow_plugin._validation_errors import describe_validation_error
 from flow_plugin.errors import RegistryError
 
 
@@ -132,53 +133,15 @@ class BackboneFile(BaseModel):
         return value
 
 
-_TYPE_NAMES = {"int_type": "int", "string_type": "str", "bool_type": "bool", "list_type": "a list",
-               "dict_type": "a table", "model_type": "a table", "float_type": "float"}
-
-
-def _allowed_keys(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
-    if location[:1] == ("local_weights",):
-        return list(LocalWeightsTable.model_fields)
-    return list(model.model_fields)
+def _known_keys(location: tuple[Any, ...]) -> list[str]:
+    return list(LocalWeightsTable.model_fields if location[:1] == ("local_weights",) else BackboneFile.model_fields)
 
 
 def _messages(path: Path, error: ValidationError) -> str:
-    """One line naming the file and every bad key, from pydantic's structured errors."""
-    unknown: list[str] = []
-    missing: list[str] = []
-    problems: list[str] = []
-    seen: set[str] = set()
-    for item in error.errors():
-        location = tuple(part for part in item["loc"] if not isinstance(part, str) or part not in ("str", "list[int]"))
-        key = ".".join(str(part) for part in location)
-        kind, text = item["type"], item["msg"]
-        if kind == "extra_forbidden":
-            close = difflib.get_close_matches(str(location[-1]), _allowed_keys(BackboneFile, location), n=1)
-            unknown.append(f"{key!r}" + (f" (did you mean {'.'.join([*map(str, location[:-1]), close[0]])!r}?)" if close else ""))
-        elif kind == "missing":
-            missing.append(repr(key))
-        elif key in seen:
-            continue  # the other branch of a union said the same thing
-        elif key == "pooling" and kind in _TYPE_NAMES:
-            problems.append("key 'pooling' must be str or a list of int layer indices")
-        elif kind in _TYPE_NAMES:
-            value = item.get("input")
-            problems.append(f"key {key!r} must be {_TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
-        elif kind == "literal_error":
-            problems.append(f"{key} must be one of {item['ctx']['expected']}, got {item.get('input')!r}")
-        elif kind == "value_error":
-            reason = str(item.get("ctx", {}).get("error") or text.removeprefix("Value error, "))
-            problems.append(f"key {key!r} {reason}" if reason.startswith("must") else f"key {key!r}: {reason}")
-        else:
-            problems.append(f"key {key!r}: {text}")
-        seen.add(key)
-    parts = []
-    if unknown:
-        parts.append(f"unknown key(s) {', '.join(unknown)}")
-    if missing:
-        parts.append(f"missing required key(s) {', '.join(missing)}")
-    parts.extend(problems)
-    return f"{path}: " + "; ".join(parts)
+    """One line naming the file and every bad key (:func:`flow_plugin._validation_errors.describe_validation_error`)."""
+    phrases = describe_validation_error(error, _known_keys, ignore=("str", "list[int]"), special={
+        "pooling": "key 'pooling' must be str or a list of int layer indices"})
+    return f"{path}: " + "; ".join(phrases)
 
 
 # ---------------------------------------------------------------------------- specs

@@ -413,20 +413,10 @@ def load_task_result(path: Path) -> TaskResult:
             if not str(problems[0].get("input", "")).strip():
                 raise DataFolderError(f"{path}: MTEB task result is empty (an interrupted write?)") from None
             raise DataFolderError(f"{path}: MTEB task result is not valid JSON: {problems[0]['msg']}") from None
-        raise DataFolderError(
-            f"{path}: malformed MTEB task result: {'; '.join(_describe_problem(p) for p in problems)}"
-        ) from None
+        from flow_plugin._validation_errors import describe_validation_error
 
-
-def _describe_problem(problem: dict[str, Any]) -> str:
-    """One pydantic validation problem as text: "missing 'scores'", "'date': Input should be ..."."""
-    where = ""
-    for part in problem.get("loc", ()):
-        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-    if problem.get("type") == "missing":
-        return f"missing {where!r}"
-    message = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"{where!r}: {message}" if where else message
+        phrases = describe_validation_error(cause, lambda location: list(TaskResult.model_fields))
+        raise DataFolderError(f"{path}: malformed MTEB task result: {'; '.join(phrases)}") from None
 
 
 def runs_file_for(output_folder: str | os.PathLike[str]) -> Path:

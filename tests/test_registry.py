@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from flow_plugin.calibration import CALIBRATOR_VARIANTS
+from flow_plugin.calibration import FLOW_VARIANTS
 from flow_plugin.errors import RegistryError
 from flow_plugin.catalog.registry import (
-    VARIANT_SUFFIXES,
+    MODEL_NAME_SUFFIXES,
     default_registry,
     get_backbone,
     load_registry,
@@ -53,8 +53,8 @@ def test_every_shipped_file_parses_and_expands_to_the_six_names_and_the_flow_var
             f"flow_plugin/{name}-whiten",
             f"flow_plugin/{name}-flow",
         ]
-        assert spec.model_names[6:] == [f"flow_plugin/{name}-{variant}" for variant in CALIBRATOR_VARIANTS]
-        for method in VARIANT_SUFFIXES:
+        assert spec.model_names[6:] == [f"flow_plugin/{name}-{variant}" for variant in FLOW_VARIANTS]
+        for method in MODEL_NAME_SUFFIXES:
             assert parse_model_name(spec.model_name(method), registry).calibrator == method
 
 
@@ -193,7 +193,7 @@ def test_a_max_seq_length_above_the_models_limit_is_an_error_when_the_weights_lo
     import re
     import shutil
 
-    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.catalog.builders import build_encoder, resolve
     from flow_plugin.encoding.backbone import Backbone
     from flow_plugin.encoding.cache import clear_shared_encoders
     from flow_plugin.errors import InputError

@@ -20,7 +20,7 @@ CALIBRATOR_METHODS: tuple[str, ...] = ("raw", "sn", "natsv", "sn-natsv", "whiten
 
 #: flow variants beyond the paper's configuration (which stays ``flow``, the reference), to study what
 #: makes the flow better; each is a registry calibrator name, so ``bench`` and MTEB can run it
-CALIBRATOR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # the official code's alternative to the fixed permutation: Glow's invertible 1x1 convolution (LU form)
     "flow-lu": ("flow", {"permutation": "lu", "fast_path": False}),
     # Glow's affine coupling instead of the paper's additive one
@@ -36,7 +36,7 @@ CALIBRATOR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 #: every name, methods first
-CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *CALIBRATOR_VARIANTS)
+CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *FLOW_VARIANTS)
 
 
 def calibrator_method(name: str) -> str:
@@ -52,5 +52,5 @@ def resolve_name(name: str) -> tuple[str, dict[str, Any]]:
     """``(method, the variant's hyper-parameters)`` of a calibrator name; ``KeyError`` if unknown."""
     if name in CALIBRATOR_METHODS:
         return name, {}
-    method, params = CALIBRATOR_VARIANTS[name]
+    method, params = FLOW_VARIANTS[name]
     return method, dict(params)

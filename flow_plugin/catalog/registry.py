@@ -59,17 +59,17 @@ PROCEDURE_VERSION = 2
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$")
 
 
-def variant_suffixes() -> dict[str, str]:
+def model_name_suffixes() -> dict[str, str]:
     """calibrator name -> model-name suffix (``raw`` has none), in table order.
 
-    >>> variant_suffixes()["sn-natsv"]
+    >>> model_name_suffixes()["sn-natsv"]
     '-sn-natsv'
     """
-    return dict(VARIANT_SUFFIXES)
+    return dict(MODEL_NAME_SUFFIXES)
 
 
 #: calibrator name -> model-name suffix, from the one list of names
-VARIANT_SUFFIXES: dict[str, str] = {name: "" if name == "raw" else f"-{name}" for name in CALIBRATOR_NAMES}
+MODEL_NAME_SUFFIXES: dict[str, str] = {name: "" if name == "raw" else f"-{name}" for name in CALIBRATOR_NAMES}
 
 
 # ---------------------------------------------------------------------------- the file schema
@@ -171,11 +171,11 @@ class BackboneSpec:
     n_embedding_parameters: int | None = None
 
     def model_name(self, calibrator: str = "raw") -> str:
-        return f"{NAMESPACE}/{self.name}{variant_suffixes()[calibrator]}"
+        return f"{NAMESPACE}/{self.name}{model_name_suffixes()[calibrator]}"
 
     @property
     def model_names(self) -> list[str]:
-        return [self.model_name(method) for method in variant_suffixes()]
+        return [self.model_name(method) for method in model_name_suffixes()]
 
     def weights_location(self) -> tuple[str, str | None, str]:
         """(what to pass to ``from_pretrained``, revision, human-readable source).
@@ -190,7 +190,7 @@ class BackboneSpec:
 
 
 @dataclass(frozen=True)
-class ModelVariant:
+class RegistryModel:
     """A backbone and a calibrator method: what one model name means.
 
     >>> variant = parse_model_name("flow_plugin/minilm-l6-flow")
@@ -240,7 +240,7 @@ _RESULT_REVISION = re.compile(r"^(?P<weights>.+)-(?P<configuration>[0-9a-f]{12})
 
 
 def weights_revision(result_revision: str) -> str:
-    """The weights' commit inside a result revision (:attr:`ModelVariant.revision`); any other
+    """The weights' commit inside a result revision (:attr:`RegistryModel.revision`); any other
     revision is returned as it is.
 
     >>> weights_revision("8b3219a92973c328a8e22fadcfa821b5dc75636a-62dcf5441270")
@@ -278,7 +278,7 @@ def _check_calibrator_tables(path: Path, tables: dict[str, dict[str, Any]], embe
     values it accepts for ``embedding_dim``-dimensional embeddings."""
     from flow_plugin.calibration import calibrator_class
 
-    suffixes = variant_suffixes()
+    suffixes = model_name_suffixes()
     for method, params in tables.items():
         if method not in suffixes:
             close = difflib.get_close_matches(method, list(suffixes), n=1)
@@ -306,7 +306,7 @@ def parse_backbone_file(path: Path) -> BackboneSpec:
     name = path.stem
     if not _NAME_PATTERN.match(name):
         raise RegistryError(f"{path}: backbone name {name!r} must be lower-case letters, digits, '.' and '-'")
-    for method, suffix in variant_suffixes().items():
+    for method, suffix in model_name_suffixes().items():
         if suffix and name.endswith(suffix):
             raise RegistryError(
                 f"{path}: backbone name {name!r} ends with {suffix!r}, which would clash with the {method} variant"
@@ -431,17 +431,17 @@ def get_backbone(name: str, registry: dict[str, BackboneSpec] | None = None) -> 
     )
 
 
-def parse_model_name(model_name: str, registry: dict[str, BackboneSpec] | None = None) -> ModelVariant:
+def parse_model_name(model_name: str, registry: dict[str, BackboneSpec] | None = None) -> RegistryModel:
     """``flow_plugin/bert-base-flow`` (or ``bert-base-flow``) -> (bert-base, flow)."""
     known = registry if registry is not None else default_registry()
     short = model_name.removeprefix(f"{NAMESPACE}/")
-    suffixes = variant_suffixes()
+    suffixes = model_name_suffixes()
     # longest suffix first, so "-sn-natsv" wins over "-natsv"
     for method, suffix in sorted(suffixes.items(), key=lambda item: -len(item[1])):
         if suffix and short.endswith(suffix) and short[: -len(suffix)] in known:
-            return ModelVariant(known[short[: -len(suffix)]], method)
+            return RegistryModel(known[short[: -len(suffix)]], method)
     if short in known:
-        return ModelVariant(known[short], "raw")
+        return RegistryModel(known[short], "raw")
     names = all_model_names(known)
     close = difflib.get_close_matches(f"{NAMESPACE}/{short}", names, n=4, cutoff=0.6)
     hint = f" Close names: {', '.join(close)}." if close else ""

@@ -165,7 +165,7 @@ def run_bench(
     being computed.
     """
     from flow_plugin.catalog.tasks import OFFLINE_TASKS
-    from flow_plugin.catalog.registry import VARIANT_SUFFIXES, get_backbone
+    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_backbone
     from flow_plugin.data.senteval import resolve_senteval_root
 
     from flow_plugin.calibration import CALIBRATOR_METHODS
@@ -174,10 +174,10 @@ def run_bench(
     spec = get_backbone(backbone)
     methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
     if methods == ["all"]:
-        methods = list(VARIANT_SUFFIXES)
-    unknown = [method for method in methods if method not in VARIANT_SUFFIXES]
+        methods = list(MODEL_NAME_SUFFIXES)
+    unknown = [method for method in methods if method not in MODEL_NAME_SUFFIXES]
     if unknown:
-        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(VARIANT_SUFFIXES)}")
+        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise RegistryError(f"seeds must be a positive int, got {seeds!r}")
     from flow_plugin.data.fit_corpus import FitCorpus
@@ -221,7 +221,7 @@ def run_bench(
 
 def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,
                progress: Callable[[str], None]) -> None:
-    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.catalog.builders import build_encoder, resolve
 
     output = report.output_folder
     # the same shared encoder (same key, device and cache folder) the six models will use

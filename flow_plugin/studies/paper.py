@@ -139,15 +139,15 @@ class _PaperRun:
     """State of one run: the shared encoder, the calibrator templates, the fit log."""
 
     def __init__(self, spec: Any, calibrators: list[str], *, options: Any, max_pairs: int | None) -> None:
-        from flow_plugin.catalog.registry import ModelVariant
-        from flow_plugin.catalog.variants import build_calibrator, build_encoder
+        from flow_plugin.catalog.registry import RegistryModel
+        from flow_plugin.catalog.builders import build_calibrator, build_encoder
 
         self.spec = spec
         self.calibrators = calibrators
         self.max_pairs = max_pairs
-        self.encoder = build_encoder(ModelVariant(spec, "raw"), options)
+        self.encoder = build_encoder(RegistryModel(spec, "raw"), options)
         device_name = str(self.encoder.backbone.device)
-        self.templates = {name: build_calibrator(ModelVariant(spec, name), device=device_name) for name in calibrators}
+        self.templates = {name: build_calibrator(RegistryModel(spec, name), device=device_name) for name in calibrators}
         self.fits: list[dict[str, Any]] = []
         #: calibrator fits that failed ("<calibrator> on <corpus>: <error>")
         self.errors: list[str] = []

@@ -67,9 +67,9 @@ def default_seed(backbone: Any, calibrator: str) -> int | None:
     (1234, None)
     """
     from flow_plugin.calibration import make_calibrator
-    from flow_plugin.catalog.registry import ModelVariant
+    from flow_plugin.catalog.registry import RegistryModel
 
-    return make_calibrator(calibrator, **ModelVariant(backbone, calibrator).calibrator_params).get_params().get("seed")
+    return make_calibrator(calibrator, **RegistryModel(backbone, calibrator).calibrator_params).get_params().get("seed")
 
 
 def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Sequence[str] = (TARGET,),

@@ -70,7 +70,7 @@ def run_job(job: Job, settings: Settings) -> JobOutcome:
 
 
 def _run_items(job: Job, settings: Settings, log: AttemptLog, stage: Stage, outcome: JobOutcome) -> None:
-    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.catalog.builders import build_encoder, resolve
     from flow_plugin.integrations.mteb.evaluate import evaluate_models
     from flow_plugin.encoding.options import EncoderOptions
     from flow_plugin.sweep.plan import plan_job, resolve_task_refs

@@ -38,7 +38,7 @@ class Item:
 def resolve_task_refs(refs: tuple[str, ...], data: str | os.PathLike[str] | None, source: Path | None = None) -> list[Any]:
     """MTEB task objects for the sweep's task names (offline tasks, MTEB tasks, benchmarks);
     errors name the sweep file and its ``tasks`` (or ``data``) key."""
-    from flow_plugin.integrations.mteb.task_lookup import resolve_tasks
+    from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 
     where = f"{source}: key 'tasks': " if source is not None else ""
     try:

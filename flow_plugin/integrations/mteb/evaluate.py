@@ -2,7 +2,7 @@
 (what ``flow-plugin eval``, ``bench`` and the sweep jobs run).
 
 Tasks are our offline SentEval-format STS tasks (the default: all seven), MTEB task names or
-MTEB benchmark names (see :mod:`flow_plugin.integrations.mteb.task_lookup`)."""
+MTEB benchmark names (see :mod:`flow_plugin.integrations.mteb.task_resolver`)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def evaluate_models(
         set_aside_stale_results,
         set_aside_unrecorded_results,
     )
-    from flow_plugin.integrations.mteb.task_lookup import resolve_tasks
+    from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 
     register()  # idempotent; makes this work with the start-up hook turned off too
     check_model_names(models)

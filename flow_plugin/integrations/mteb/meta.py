@@ -12,7 +12,7 @@ from typing import Any
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from flow_plugin.calibration.names import calibrator_method
-from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, ModelVariant, default_registry
+from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry
 
 BERT_FLOW_CITATION = r"""@inproceedings{li2020bertflow,
   title = {On the Sentence Embeddings from Pre-trained Language Models},
@@ -54,13 +54,13 @@ def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[st
     return set()
 
 
-def _embed_dim(variant: ModelVariant) -> int:
+def _embed_dim(variant: RegistryModel) -> int:
     from flow_plugin.calibration import make_calibrator
 
     return make_calibrator(variant.calibrator, **variant.calibrator_params).output_width(variant.backbone.embedding_dim)
 
 
-def model_meta(variant: ModelVariant) -> ModelMeta:
+def model_meta(variant: RegistryModel) -> ModelMeta:
     spec: BackboneSpec = variant.backbone
     entry = mteb_entry(spec.hub_id)
     flow = calibrator_method(variant.calibrator) == "flow"  # the paper's flow and each flow variant
@@ -94,6 +94,6 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
 
 def all_model_metas(registry: dict[str, BackboneSpec] | None = None) -> list[ModelMeta]:
     registry = registry if registry is not None else default_registry()
-    from flow_plugin.catalog.registry import variant_suffixes
+    from flow_plugin.catalog.registry import model_name_suffixes
 
-    return [model_meta(ModelVariant(spec, method)) for spec in registry.values() for method in variant_suffixes()]
+    return [model_meta(RegistryModel(spec, method)) for spec in registry.values() for method in model_name_suffixes()]

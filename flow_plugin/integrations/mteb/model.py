@@ -2,7 +2,7 @@
 
 MTEB has no fit hook: it calls ``encode()`` once per split and side (sentence1 and sentence2,
 queries and documents, train and test) of each subset. So the first ``encode()`` of a (task,
-subset) gathers that task's text (:mod:`.corpus`, found through :mod:`.lookup`), fits a fresh
+subset) gathers that task's text (:mod:`.corpus`, found through :mod:`.call_stack`), fits a fresh
 calibrator on it, and every later call of the same (task, subset) reuses that one fit: both
 sides of every comparison share one space. Which sentences are used is the ``fit_corpus``
 policy (:mod:`flow_plugin.data.fit_corpus`); a corpus larger than ``max_fit_sentences`` is
@@ -35,7 +35,7 @@ from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
 from flow_plugin.catalog.fitting import FitRecord, fit_calibrator
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET
-from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
 from flow_plugin.data.sampling import (
     DEFAULT_FIT_SEED,
@@ -48,7 +48,7 @@ from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
 from flow_plugin.integrations.mteb.fit_records import write_fits
-from flow_plugin.integrations.mteb.lookup import result_destination, running_task
+from flow_plugin.integrations.mteb.call_stack import result_destination, running_task
 
 logger = logging.getLogger(__name__)
 

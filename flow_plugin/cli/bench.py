@@ -11,9 +11,9 @@ standard result JSON under ``<output-folder>/results/``. Then it merges them int
 
 Nothing is computed twice:
 
-* embeddings: ``$FLOW_PLUGIN_CACHE_DIR`` is set, unless it already is or ``--cache-dir``
-  is given, to ``<output-folder>/embedding-cache``; each sentence goes through the backbone
-  once, ever, for all six variants and every rerun;
+* embeddings: they are kept in ``--cache-dir``, else ``$FLOW_PLUGIN_CACHE_DIR``, else
+  ``<output-folder>/embedding-cache`` (passed down as ``EncoderOptions.cache_dir``); each
+  sentence goes through the backbone once, ever, for all six registry models and every rerun;
 * results: MTEB's result cache (``overwrite_strategy="only-missing"``) skips every task
   whose result file exists with its run record, so a bench that was interrupted (Ctrl-C,
   killed, a failure) resumes where it stopped. A result file left truncated by a kill or a
@@ -33,13 +33,11 @@ leaderboard merge then fails if a score did not reproduce.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,21 +110,6 @@ def _stderr(message: str) -> None:
 
 
 # ------------------------------------------------------------------------- helpers
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """Set environment variables for the duration of the run, then restore them."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def default_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
     """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR``, else ``<output_folder>/embedding-cache``."""
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
@@ -199,12 +182,9 @@ def run_bench(
     report.runs = expand_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpora=[fit_corpus],
                              fit_duplicates=fit_duplicates)
 
-    from flow_plugin.encoding.cache import CACHE_DIR_ENV
-
-    with _environment(**{CACHE_DIR_ENV: str(cache_folder)}):
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        _run_tasks(report, data_root, options=options.replace(cache_dir=cache_folder), overwrite=overwrite,
-                   fail_fast=fail_fast, progress=progress)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # (Hugging Face tokenizers' own setting)
+    _run_tasks(report, data_root, options=options.replace(cache_dir=cache_folder), overwrite=overwrite,
+               fail_fast=fail_fast, progress=progress)
 
     if leaderboard is not None and not report.interrupted:
         have_results = any(outcome.status != "failed" for outcome in report.outcomes)

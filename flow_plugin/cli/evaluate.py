@@ -31,11 +31,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    options = encoder_options(args)
-    if options.cache_dir is not None:  # where embeddings are kept does not change results: not a model kwarg
-        from flow_plugin.encoding.cache import CACHE_DIR_ENV
-
-        os.environ[CACHE_DIR_ENV] = str(options.cache_dir)
+    options = encoder_options(args)  # its cache_dir reaches the models as data (evaluate_models)
     kwargs: dict[str, Any] = {}
     if args.fit_corpus != TARGET:
         kwargs["fit_corpus"] = args.fit_corpus

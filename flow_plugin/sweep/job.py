@@ -40,20 +40,11 @@ class JobOutcome:
     n_cache_hits: int = 0
 
 
-def _set_environment(settings: Settings) -> None:
-    from flow_plugin.encoding.cache import CACHE_DIR_ENV
-    from flow_plugin.integrations.mteb.tasks import DATA_ENV
-
-    os.environ[CACHE_DIR_ENV] = str(settings.cache_dir)
-    if settings.data is not None:
-        os.environ[DATA_ENV] = str(settings.data)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
 def run_job(job: Job, settings: Settings) -> JobOutcome:
     """Evaluate every item of ``job`` not done yet; return what happened."""
     started = time.perf_counter()
-    _set_environment(settings)
+    # the cache folder and the data folder travel as arguments (EncoderOptions, evaluate_models' data)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # (Hugging Face tokenizers' own setting)
     log = AttemptLog(settings.progress, job.id)
     outcome = JobOutcome(job.id, log.state["host"], log.state["pid"])
     stage = Stage(settings.staging, job.id, log.attempt, settings.output).open()

@@ -7,13 +7,39 @@ MTEB benchmark names (see :mod:`flow_plugin.integrations.mteb.task_resolver`).""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, DEFAULT_PRECISION, EncoderOptions
 from flow_plugin.errors import RegistryError
+
+
+@contextlib.contextmanager
+def _loader_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Iterator[None]:
+    """``cache_dir`` for the model MTEB's loader builds, for the duration of the load.
+
+    Every keyword of ``mteb.get_model`` becomes an experiment parameter and names a result
+    folder of its own; where embeddings are kept changes no number, so it reaches the loader as
+    ``$FLOW_PLUGIN_CACHE_DIR`` (read by :func:`flow_plugin.encoding.cache.shared_encoder` when the
+    model builds its encoder), set here and restored: the one place flow-plugin writes it.
+    """
+    from flow_plugin.encoding.cache import CACHE_DIR_ENV
+
+    if cache_dir is None:
+        yield
+        return
+    saved = os.environ.get(CACHE_DIR_ENV)
+    os.environ[CACHE_DIR_ENV] = str(cache_dir)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(CACHE_DIR_ENV, None)
+        else:
+            os.environ[CACHE_DIR_ENV] = saved
 
 
 @dataclass
@@ -70,7 +96,7 @@ def evaluate_models(
 
     ``options`` says how the backbone runs: the device goes to ``mteb.get_model``, an explicit
     precision becomes a loader argument, the batch size goes to ``encode``, and the cache folder
-    is the process's ``$FLOW_PLUGIN_CACHE_DIR``. ``model_kwargs`` (``fit_corpus``,
+    is ``options.cache_dir``, else the process's ``$FLOW_PLUGIN_CACHE_DIR``. ``model_kwargs`` (``fit_corpus``,
     ``calibrator_params``) go to ``mteb.get_model``; MTEB records loader arguments as experiment
     parameters (they name a separate result folder), so pass only settings that change the numbers.
 
@@ -117,7 +143,8 @@ def evaluate_models(
     with output_errors(output, "output folder"):  # MTEB's writes, and ours: a full disk is named as such
         quarantine_truncated_results(output, models, task_names)
         for model_name in models:
-            model = mteb.get_model(model_name, device=options.device, **loader_kwargs)
+            with _loader_cache_dir(options.cache_dir):
+                model = mteb.get_model(model_name, device=options.device, **loader_kwargs)
             repair_model_meta(output, model.mteb_model_meta, task_objects)
             if not overwrite:
                 set_aside_stale_results(output, model.mteb_model_meta, task_objects)

@@ -99,3 +99,23 @@ def test_protocols_and_averages_over_sets() -> None:
 def test_bad_input_is_one_line(call, message: str) -> None:
     with pytest.raises(InputError, match=message):
         call(draw(np.random.default_rng(0), 50, 2, 0.1))
+
+
+@pytest.mark.parametrize("protocol", ["all", "wmean"])
+def test_a_resample_is_scored_as_scipy_scores_the_drawn_pairs(protocol: str) -> None:
+    """The counted ranks (ties included: gold on a 0-5 grid, predictions rounded) are scipy's Spearman."""
+    from flow_plugin.evaluation.intervals import SetResampler
+
+    rng = np.random.default_rng(2)
+    gold = [np.round(rng.uniform(0, 5, size=n) * 5) / 5 for n in (40, 25)]
+    predicted = [np.round(g + rng.normal(size=len(g)), 1) for g in gold]
+    resampler = SetResampler(gold, 20, np.random.default_rng(0))
+    scores = resampler.scores(predicted, protocol)
+    for b in range(20):
+        picked_gold = [g[d[b]] for g, d in zip(gold, resampler.draws)]
+        picked = [p[d[b]] for p, d in zip(predicted, resampler.draws)]
+        if protocol == "all":
+            expected = stats.spearmanr(np.concatenate(picked), np.concatenate(picked_gold)).statistic
+        else:
+            expected = sum(len(g) * stats.spearmanr(p, g).statistic for p, g in zip(picked, picked_gold)) / 65
+        assert scores[b] == pytest.approx(expected, abs=1e-12)

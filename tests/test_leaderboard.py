@@ -163,7 +163,10 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
     whiten = row(board, WHITEN)
     raw = row(board, RAW)
     expected = whiten["scores"][TASK]["score"] - raw["scores"][TASK]["score"]
-    assert deltas[1][deltas[0].index(TASK)] == f"{expected:+.2f}"
+    interval = whiten["intervals"]["all"]["raw"]  # the results of this test keep their per-pair cosines
+    low, high = interval["ci95"][TASK]
+    assert deltas[1][deltas[0].index(TASK)] == (f"{expected:+.2f} [{low:+.2f}, {high:+.2f}]"
+                                                + ("*" if interval["significant"][TASK] else ""))
     assert deltas[1][deltas[0].index("MockSTSTask")] == "—"
 
     png = (tmp_path / "board.png").read_bytes()

@@ -84,12 +84,14 @@ def expected_raw_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[floa
     """column -> (Δ, spread, significant) against raw, protocol "all": the JSON's delta fields."""
     groups = groups_by_id(board)
     columns = [*board["tasks"], "average"]
+    record = groups[key] if key in groups else next(r for r in board["rows"] if r["id"] == key)
+    significant = ((record.get("intervals") or {}).get("all", {}).get("raw") or {}).get("significant", {})
     if key in groups:
         delta = groups[key].get("delta") or {}
-        return {c: (delta[c]["mean"], delta[c]["std"], delta[c]["significant"]) if c in delta else None for c in columns}
-    row = next(r for r in board["rows"] if r["id"] == key)
-    delta = row.get("delta") or {}
-    return {c: (delta[c], None, False) if c in delta else None for c in columns}
+        return {c: (delta[c]["mean"], delta[c]["std"], significant.get(c, False)) if c in delta else None
+                for c in columns}
+    delta = record.get("delta") or {}
+    return {c: (delta[c], None, significant.get(c, False)) if c in delta else None for c in columns}
 
 
 def expected_linear_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[float, float | None] | None]:
@@ -111,6 +113,8 @@ def expected_linear_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[f
     if first["calibrator"] == "raw" or not candidates:
         return {c: None for c in [*board["tasks"], "average"]}
     best = max(candidates, key=lambda r: r["average"])
+    if best["id"] == key:  # the best baseline is not compared with itself
+        return {c: None for c in [*board["tasks"], "average"]}
     per_member = [{t: m["scores"][t]["score"] - best["scores"][t]["score"] for t in board["tasks"]} for m in members]
     for deltas in per_member:
         deltas["average"] = statistics.fmean(deltas[t] for t in board["tasks"])
@@ -187,7 +191,9 @@ def test_cells_are_the_json_numbers() -> None:
                 assert cell["value"] == pytest.approx(expected[0], abs=2e-4)  # per-member 4-decimal rounding
                 if expected[1] is not None:
                     assert cell["spread"] == pytest.approx(expected[1], abs=2e-4)
-                    assert cell["significant"] == (abs(cell["value"]) > cell["spread"])
+                record = groups_by_id(board).get(entry["key"]) or next(r for r in board["rows"] if r["id"] == entry["key"])
+                linear = ((record.get("intervals") or {}).get("all") or {}).get("linear")
+                assert bool(cell.get("significant")) == bool(linear and linear["significant"].get(column))
                 linear_checked += 1
     assert linear_checked > 100
 
@@ -197,11 +203,16 @@ def test_an_interval_decides_significance_where_the_json_gives_one() -> None:
     group = board["seed_groups"][0]
     task = board["tasks"][0]
     stats = group["delta"][task]
-    assert stats["significant"]  # by the spread
-    stats["ci95"] = [stats["mean"] - 2 * abs(stats["mean"]), stats["mean"] + 2 * abs(stats["mean"])]  # covers 0
+    assert abs(stats["mean"]) > 3 * stats["std"]  # a spread that would once have counted as significant
+    interval = [stats["mean"] - 2 * abs(stats["mean"]), stats["mean"] + 2 * abs(stats["mean"])]  # covers 0
+    group["intervals"] = {"all": {"raw": {"against": group["baseline"], "delta": {task: stats["mean"]},
+                                          "ci95": {task: interval}, "significant": {task: False}}}}
     cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group["id"])["cells"]["all"]["raw"][task]
-    assert cell["ci95"] == stats["ci95"] and cell["basis"] == "ci95" and cell["significant"] is False
-    assert not cell["text"].endswith("*") and f"[{stats['ci95'][0]:+.2f}, {stats['ci95'][1]:+.2f}]" in cell["text"]
+    assert cell["ci95"] == interval and cell["basis"] == "ci95" and cell["significant"] is False
+    assert not cell["text"].endswith("*") and f"[{interval[0]:+.2f}, {interval[1]:+.2f}]" in cell["text"]
+    other = board["tasks"][1]  # no interval: undecided, never marked, whatever the spread
+    cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group["id"])["cells"]["all"]["raw"][other]
+    assert cell["significant"] is None and not cell["text"].endswith("*")
     assert lb.significance({"mean": -1.0, "std": 5.0, "n": 5, "ci95": [-2.0, -0.5]}) == {"significant": True,
                                                                                        "basis": "ci95"}
 
@@ -418,7 +429,7 @@ def test_the_page_in_a_browser_shows_the_json(browser: Any, screenshots: Path) -
     check_scores("all")
     shoot("4-filter-flow")
 
-    # 5. Δ against raw: the JSON's deltas, * where the JSON says significant
+    # 5. Δ against raw: the JSON's deltas, * where the JSON's interval excludes 0
     page.select_option("#filter-calibrator", "")
     page.check("input[name=view][value=raw]")
     for line in table():

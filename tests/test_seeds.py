@@ -50,11 +50,56 @@ def test_the_leaderboard_shows_mean_and_spread_over_seeds(seeded: dict) -> None:
     mean = sum(scores) / 3
     assert stats["std"] == pytest.approx((sum((s - mean) ** 2 for s in scores) / 2) ** 0.5, abs=1e-4) and stats["std"] > 0
     delta = group["delta"][TASK]
-    assert delta["significant"] == (abs(delta["mean"]) > delta["std"])
+    assert "significant" not in delta  # the spread decides nothing: only an interval does
     markdown = seeded["board"].with_suffix(".md").read_text(encoding="utf-8")
     assert "| minilm-l6 | flow | last-avg | target | keep | 3 seeds |" in markdown  # one row for the group
     assert f"{stats['mean']:.2f} ± {stats['std']:.2f}" in markdown
-    assert "A difference counts only when it exceeds that spread" in markdown
+    assert "only those count as differences" in markdown
+
+
+def test_every_delta_carries_a_confidence_interval_and_only_it_marks_significance(seeded: dict) -> None:
+    board = json.loads(seeded["board"].read_text(encoding="utf-8"))
+    (group,) = board["seed_groups"]
+    by_id = {row["id"]: row for row in board["rows"]}
+    (whiten,) = [row for row in board["rows"] if row["calibrator"] == "whiten" and row["fit_corpus"] == "target"]
+    assert board["interval_method"]["n_resamples"] == 1000 and board["interval_method"]["confidence"] == 0.95
+    for protocol in ("all", "wmean"):
+        raw = group["intervals"][protocol]["raw"]
+        assert raw["against"] == group["baseline"]
+        linear = group["intervals"][protocol]["linear"]
+        assert linear["against"] == whiten["id"] and linear["calibrator"] == "whiten"  # the only linear baseline
+        field = "score" if protocol == "all" else "wmean"
+        members = [by_id[row_id]["scores"][TASK][field] for row_id in group["rows"]]
+        # the interval's estimate is the reported delta: the seeds' mean minus the reference (4-decimal rounding)
+        assert raw["delta"][TASK] == pytest.approx(sum(members) / 3 - by_id[group["baseline"]]["scores"][TASK][field],
+                                                   abs=2e-4)
+        assert linear["delta"][TASK] == pytest.approx(sum(members) / 3 - whiten["scores"][TASK][field], abs=2e-4)
+        for compared in (raw, linear):
+            low, high = compared["ci95"][TASK]
+            assert low < compared["delta"][TASK] < high
+            assert compared["significant"][TASK] == (low > 0 or high < 0)
+    # the whitening row (no seeds) is compared with raw; the best linear baseline is not compared with itself
+    assert set(whiten["intervals"]["all"]) == {"raw"}
+    markdown = seeded["board"].with_suffix(".md").read_text(encoding="utf-8")
+    raw = group["intervals"]["all"]["raw"]
+    cell = f"[{raw['ci95'][TASK][0]:+.2f}, {raw['ci95'][TASK][1]:+.2f}]" + ("*" if raw["significant"][TASK] else "")
+    assert cell in markdown
+    assert "## Δ against the best linear baseline (all)" in markdown and "Computed by an older procedure" not in markdown
+
+
+def test_a_board_without_per_pair_cosines_is_flagged_as_older(seeded: dict, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "out"
+    shutil.copytree(seeded["out"], copy)
+    for folder in copy.rglob("flow-plugin-pairs"):
+        shutil.rmtree(folder)
+    update = update_leaderboard([copy], tmp_path / "old.json")
+    assert update.report.intervals == 0 and len(update.report.no_pairs) == 6  # 3 flow, whiten, raw, unique whiten
+    assert "interval_method" not in update.board and not update.board["seed_groups"][0].get("intervals")
+    markdown = (tmp_path / "old.md").read_text(encoding="utf-8")
+    assert "**Computed by an older procedure:** 3 of 3 calibrated rows have no confidence intervals" in markdown
+    assert "]*" not in markdown  # no significance without an interval
     # --seeds 2 in the leaderboard: the first two seeds only
     again = update_leaderboard([seeded["out"]], seeded["out"] / "two.json", seeds=2).board
     assert again["seed_groups"][0]["seeds"] == [1234, 1235]

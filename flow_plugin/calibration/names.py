@@ -18,6 +18,9 @@ from typing import Any
 #: whitening (Su et al., 2021) and BERT-flow
 CALIBRATOR_METHODS: tuple[str, ...] = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
 
+#: the linear baselines (a fixed affine map fitted in closed form), which a flow is compared with
+LINEAR_BASELINES: tuple[str, ...] = ("sn", "natsv", "sn-natsv", "whiten")
+
 #: flow variants beyond the paper's configuration (which stays ``flow``, the reference), to study what
 #: makes the flow better; each is a registry calibrator name, so ``bench`` and MTEB can run it
 FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

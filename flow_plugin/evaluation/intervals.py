@@ -42,11 +42,12 @@ tests check it), but it resamples neither within strata nor over a second stage,
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import rankdata
+from scipy.stats import spearmanr
 
 from flow_plugin.errors import InputError
 
@@ -108,47 +109,103 @@ class Interval:
         return tuple(round(100 * value, 4) for value in (self.estimate, self.low, self.high))  # type: ignore[return-value]
 
 
-def _spearman_rows(gold: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-    """Spearman correlation of each row of ``predicted`` (m, n) with the matching row of ``gold`` (m, n)."""
-    x = rankdata(predicted, axis=-1)
-    y = rankdata(gold, axis=-1)
-    x -= x.mean(axis=-1, keepdims=True)
-    y -= y.mean(axis=-1, keepdims=True)
-    denominator = np.sqrt((x * x).sum(axis=-1) * (y * y).sum(axis=-1))
+def stable_key(text: str) -> int:
+    """A number for ``text`` that is the same in every process (``hash`` is salted per process)."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def _average_ranks(codes: np.ndarray, levels: int, picked: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank, as ``scipy.stats.rankdata``) of each row of a resample.
+
+    ``codes`` are the data's dense ranks (0 .. levels-1, equal values equal codes); ``picked`` (B, n) the
+    drawn indices. Counting the drawn codes ranks a resample in O(n) rather than by sorting it."""
+    drawn = codes[picked]  # (B, n)
+    offsets = levels * np.arange(drawn.shape[0])[:, None]
+    counts = np.bincount((drawn + offsets).ravel(), minlength=drawn.shape[0] * levels).reshape(drawn.shape[0], levels)
+    below = np.cumsum(counts, axis=1) - counts
+    average = below + (counts + 1) / 2.0
+    return np.take_along_axis(average, drawn, axis=1)
+
+
+def _centred(ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ranks minus their row means, and the rows' norms."""
+    ranks = ranks - ranks.mean(axis=-1, keepdims=True)
+    return ranks, np.sqrt((ranks * ranks).sum(axis=-1))
+
+
+def _correlations(x: np.ndarray, x_norm: np.ndarray, y: np.ndarray, y_norm: np.ndarray) -> np.ndarray:
+    denominator = x_norm * y_norm
     return (x * y).sum(axis=-1) / np.where(denominator > 0, denominator, np.nan)
 
 
-#: resamples ranked at once (bounds memory: 5 runs x 200 resamples x 4,927 SICK-R pairs is 40 MB a copy)
-_CHUNK = 200
+class SetResampler:
+    """One test set's resamples of its pairs, shared by every side scored on it (paired).
+
+    Draws, per subset, ``n_resamples`` samples of its pairs with replacement (stratified), and ranks
+    the gold scores of each resample once; :meth:`scores` then gives a run's Spearman correlation on
+    every resample under a protocol. ``rng`` fixes the draws: sides scored by one resampler are scored
+    on the same resampled pairs."""
+
+    def __init__(self, gold: Sequence[np.ndarray], n_resamples: int, rng: np.random.Generator) -> None:
+        self.sizes = [len(g) for g in gold]
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        self.draws = [rng.integers(0, n, size=(n_resamples, n)) for n in self.sizes]
+        self.pooled_draws = np.concatenate([d + start for d, start in zip(self.draws, self.starts)], axis=1)
+        self.weights = np.array(self.sizes, dtype=np.float64) / sum(self.sizes)
+        self._gold = [np.asarray(g, dtype=np.float64) for g in gold]
+        pooled = np.concatenate(self._gold)
+        self._gold_all = _centred(self._resampled_ranks(pooled, self.pooled_draws))
+        self._gold_subsets = [_centred(self._resampled_ranks(g, d)) for g, d in zip(self._gold, self.draws)]
+
+    @staticmethod
+    def _resampled_ranks(values: np.ndarray, picked: np.ndarray) -> np.ndarray:
+        levels, codes = np.unique(values, return_inverse=True)
+        return _average_ranks(codes.ravel(), len(levels), picked)
+
+    def scores(self, predicted: Sequence[np.ndarray], protocol: str) -> np.ndarray:
+        """One run's correlation on every resample, (n_resamples,); ``predicted[i]``: subset i's predictions."""
+        if protocol == "all":
+            ranks = _centred(self._resampled_ranks(np.concatenate([np.asarray(p, np.float64) for p in predicted]),
+                                                   self.pooled_draws))
+            return _correlations(*ranks, *self._gold_all)
+        per_subset = [_correlations(*_centred(self._resampled_ranks(np.asarray(p, np.float64), d)), *gold)
+                      for p, d, gold in zip(predicted, self.draws, self._gold_subsets)]
+        return np.tensordot(self.weights, np.stack(per_subset), axes=1)
+
+    def point(self, predicted: Sequence[np.ndarray], protocol: str) -> float:
+        """One run's correlation on the data itself."""
+        if protocol == "all":
+            return float(spearmanr(np.concatenate(predicted), np.concatenate(self._gold)).statistic)
+        return float(sum(w * spearmanr(p, g).statistic for w, p, g in zip(self.weights, predicted, self._gold)))
 
 
-def _scores(gold: Sequence[np.ndarray], runs: Sequence[np.ndarray], draws: Sequence[np.ndarray] | None,
-            protocol: str) -> np.ndarray:
-    """Score of every run on every resample of the pairs: (runs, resamples); ``draws`` None: the data itself."""
-    if draws is not None and draws[0].shape[0] > _CHUNK:
-        return np.concatenate([_scores(gold, runs, [d[start:start + _CHUNK] for d in draws], protocol)
-                               for start in range(0, draws[0].shape[0], _CHUNK)], axis=1)
-    n_runs = np.shape(runs[0])[0]
-    picked_gold, picked = [], []
-    for subset, (g, r) in enumerate(zip(gold, runs)):
-        index = draws[subset] if draws is not None else np.arange(len(g))[None]  # (resamples, n_i)
-        picked_gold.append(np.asarray(g, dtype=np.float64)[index])
-        picked.append(np.asarray(r, dtype=np.float64)[:, index])  # (runs, resamples, n_i)
-    n_resamples = picked_gold[0].shape[0]
-    if protocol == "all":
-        pooled_gold = np.concatenate(picked_gold, axis=-1)
-        pooled = np.concatenate(picked, axis=-1)
-        return np.stack([_spearman_rows(pooled_gold, pooled[run]) for run in range(n_runs)])
-    weights = np.array([len(g) for g in gold], dtype=np.float64)
-    per_subset = np.stack([np.stack([_spearman_rows(g, p[run]) for run in range(n_runs)])
-                           for g, p in zip(picked_gold, picked)])  # (subsets, runs, resamples)
-    assert per_subset.shape[2] == n_resamples
-    return np.tensordot(weights / weights.sum(), per_subset, axes=1)
+def seed_draws(runs: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Which runs (seeds) each resample uses: (n_resamples, runs) indices drawn with replacement."""
+    return rng.integers(0, runs, size=(n_resamples, runs))
 
 
-def _seed_means(scores: np.ndarray, seed_draws: np.ndarray) -> np.ndarray:
-    """Per resample b, the mean of ``scores[seed, b]`` over the seeds drawn for b: (resamples,)."""
-    return scores[seed_draws, np.arange(scores.shape[1])[:, None]].mean(axis=1)
+def side_distribution(resampler: SetResampler, runs: np.ndarray | Sequence[Sequence[np.ndarray]], draws: np.ndarray,
+                      protocol: str) -> tuple[float, np.ndarray]:
+    """A side's reported score (the mean over its runs) and its bootstrap distribution (n_resamples,).
+
+    ``runs[r][i]``: run r's predictions on subset i; ``draws``: :func:`seed_draws` of this side."""
+    point = float(np.mean([resampler.point(run, protocol) for run in runs]))
+    resampled = np.stack([resampler.scores(run, protocol) for run in runs])  # (runs, B)
+    return point, resampled[draws, np.arange(resampled.shape[1])[:, None]].mean(axis=1)
+
+
+def percentile_interval(estimate: float, deltas: np.ndarray, confidence: float) -> Interval:
+    """The percentile interval of resampled deltas around ``estimate``."""
+    alpha = (1 - confidence) / 2
+    low, high = np.nanquantile(deltas, [alpha, 1 - alpha])
+    return Interval(float(estimate), float(low), float(high), confidence, int(len(deltas)))
+
+
+def check_settings(protocol: str, n_resamples: int, confidence: float) -> None:
+    if protocol not in PROTOCOLS:
+        raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    if not 0 < confidence < 1 or isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 10:
+        raise InputError(f"need 0 < confidence < 1 and n_resamples >= 10, got {confidence!r} and {n_resamples!r}")
 
 
 def delta_interval(
@@ -161,12 +218,9 @@ def delta_interval(
 ) -> Interval:
     """The interval of (A - B), averaged over ``scored_sets`` (one set: its delta), by the two-stage paired
     stratified bootstrap of the module docstring. ``seed`` fixes the resampling."""
-    if protocol not in PROTOCOLS:
-        raise InputError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    check_settings(protocol, n_resamples, confidence)
     if not scored_sets:
         raise InputError("no test set to compute an interval on")
-    if not 0 < confidence < 1 or isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 10:
-        raise InputError(f"need 0 < confidence < 1 and n_resamples >= 10, got {confidence!r} and {n_resamples!r}")
     runs = {scored.runs for scored in scored_sets}
     if len(runs) != 1:
         raise InputError(f"every test set needs the same runs of each side (one per seed), got {sorted(runs)}")
@@ -174,16 +228,14 @@ def delta_interval(
     # two streams: the pairs drawn do not depend on how many seeds a side has
     rng, seed_rng = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
     # one seed draw per resample, shared by every set: a seed's run spans all of them
-    seeds_a = seed_rng.integers(0, runs_a, size=(n_resamples, runs_a))
-    seeds_b = seed_rng.integers(0, runs_b, size=(n_resamples, runs_b))
+    seeds_a, seeds_b = seed_draws(runs_a, n_resamples, seed_rng), seed_draws(runs_b, n_resamples, seed_rng)
     estimate, deltas = 0.0, np.zeros(n_resamples)
     for scored in scored_sets:
-        draws = [rng.integers(0, len(g), size=(n_resamples, len(g))) for g in scored.gold]
-        estimate += float(_scores(scored.gold, scored.a, None, protocol).mean()
-                          - _scores(scored.gold, scored.b, None, protocol).mean())
-        deltas += (_seed_means(_scores(scored.gold, scored.a, draws, protocol), seeds_a)
-                   - _seed_means(_scores(scored.gold, scored.b, draws, protocol), seeds_b))
-    deltas /= len(scored_sets)
-    alpha = (1 - confidence) / 2
-    low, high = np.nanquantile(deltas, [alpha, 1 - alpha])
-    return Interval(estimate / len(scored_sets), float(low), float(high), confidence, n_resamples)
+        resampler = SetResampler(scored.gold, n_resamples, rng)
+        a_runs = [[np.asarray(subset)[r] for subset in scored.a] for r in range(runs_a)]
+        b_runs = [[np.asarray(subset)[r] for subset in scored.b] for r in range(runs_b)]
+        point_a, resampled_a = side_distribution(resampler, a_runs, seeds_a, protocol)
+        point_b, resampled_b = side_distribution(resampler, b_runs, seeds_b, protocol)
+        estimate += point_a - point_b
+        deltas += resampled_a - resampled_b
+    return percentile_interval(estimate / len(scored_sets), deltas / len(scored_sets), confidence)

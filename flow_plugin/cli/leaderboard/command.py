@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from flow_plugin.cli.leaderboard.merge import (
     merge_results,
 )
 from flow_plugin.cli.leaderboard.schema import DEFAULT_TOLERANCE, SCHEMA
+from flow_plugin.cli.leaderboard.units import procedure_notes
 from flow_plugin.cli.leaderboard.write import folder_lock, output_paths, write_index, write_leaderboard
 from flow_plugin.errors import LeaderboardError
 
@@ -92,7 +94,16 @@ def print_update(update: LeaderboardUpdate) -> None:
         f"read {report.files_read} result files: {len(report.rows_added)} new rows, "
         f"{len(report.scores_added)} new scores, {len(report.unchanged)} unchanged, {len(report.replaced)} replaced"
     )
+    print(f"confidence intervals: {report.intervals} rows in {report.interval_seconds:.1f} s"
+          + (f"; {len(report.no_pairs)} results without per-pair cosines (no intervals)" if report.no_pairs else ""))
+    print_notes(update.board)
     print_written(update.paths)
+
+
+def print_notes(board: dict[str, Any]) -> None:
+    """Flag a board computed by an older procedure (on stderr, one line per reason)."""
+    for note in procedure_notes(board):
+        print(f"{board['name']}: computed by an older procedure: {note}", file=sys.stderr)
 
 
 def print_written(paths: tuple[Path, Path, Path | None, Path]) -> None:
@@ -137,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         for json_path in args.render_only:
             paths = render_leaderboard(json_path)
             print(f"re-rendered {paths[0]}")
+            print_notes(load_leaderboard(paths[0]))
             print_written(paths)
         return 0
     if not args.results or args.output is None:

@@ -16,6 +16,8 @@ import re
 from importlib import resources
 from typing import Any
 
+from flow_plugin.cli.leaderboard.units import procedure_notes
+
 from flow_plugin.cli.leaderboard.view import page_view
 
 _SCRIPT_JSON = re.compile(r'<script type="application/json" id="(?P<id>[\w-]+)">(?P<data>.*?)</script>', re.S)
@@ -52,9 +54,9 @@ report); <em>wmean</em> averages per subset, weighted by pair count (SentEval an
 baseline (the one of SN, NATSV, SN+NATSV and whitening with the highest average under the chosen
 protocol) of the same backbone, loader settings and fit corpus.</p>
 <p>A calibrator run with several seeds is one row: the mean ± the sample standard deviation over
-its seeds. A Δ marked <strong>*</strong> is significant: its 95% interval excludes 0 where the
-leaderboard gives one, otherwise its mean exceeds its spread over seeds (a single run has no spread
-and is never marked). In the scores view the best value of each column among the rows shown is in bold.
+its seeds. A Δ is shown with its 95% confidence interval [low, high] (a paired bootstrap over the
+test pairs, with the seeds resampled for seeded rows); one marked <strong>*</strong> is significant:
+its interval excludes 0. A Δ without an interval (its per-pair cosines were not kept) is never marked. In the scores view the best value of each column among the rows shown is in bold.
 Sort by any column with its header; click a score for its provenance (hardware, precision, fit,
 dataset revision, date).</p>
 """
@@ -90,6 +92,8 @@ def render_html(board: dict[str, Any], stem: str | None = None) -> str:
         f'by {_e(board.get("generated_by", "flow-plugin"))}. Data: <a href="{_e(stem)}.json">{_e(stem)}.json</a>, '
         f'<a href="{_e(stem)}.md">Markdown</a>.</p>\n</header>\n<main>\n',
         _INTRO,
+        *(f'<p class="older"><strong>Computed by an older procedure:</strong> {_e(note)}.</p>\n'
+          for note in procedure_notes(board)),
         '<noscript><p><strong>This page needs JavaScript to draw its table; the same numbers are in '
         f'<a href="{_e(stem)}.md">{_e(stem)}.md</a>.</strong></p></noscript>\n',
         '<form class="controls" role="search" aria-label="Choose what the table shows" onsubmit="return false">\n',
@@ -104,13 +108,13 @@ def render_html(board: dict[str, Any], stem: str | None = None) -> str:
         '<div class="table-wrap">\n<table id="board">\n',
         '<caption>Rows: one per model variant; a seed group is one row (mean ± std over seeds).</caption>\n',
         '<thead id="board-head"></thead>\n<tbody id="board-body"></tbody>\n</table>\n</div>\n',
-        '<p class="legend">* significant Δ; ± sample standard deviation over seeds; [lo, hi] 95% interval '
-        'where the leaderboard gives one; — no value.</p>\n',
+        '<p class="legend">* significant Δ (its 95% interval excludes 0); ± sample standard deviation over seeds; '
+        '[lo, hi] 95% interval where the leaderboard gives one; — no value.</p>\n',
         '<section id="provenance" aria-live="polite" aria-label="Provenance of the selected score">'
         '<p>Click a score to see where it comes from.</p></section>\n',
         '<h2 id="charts-title">Per task</h2>\n',
         '<p class="legend"><span class="swatch pos"></span> gain, <span class="swatch neg"></span> loss; '
-        'faint bars: not significant (or a single run); whiskers: ± std over seeds, or the 95% interval.</p>\n',
+        'faint bars: not significant (or no interval); whiskers: the 95% interval, or ± std over seeds without one.</p>\n',
         '<div class="charts" id="charts"></div>\n</main>\n',
         f'<script type="application/json" id="board-data">{embed_json(board)}</script>\n',
         f'<script type="application/json" id="view-data">{embed_json(page_view(board))}</script>\n',

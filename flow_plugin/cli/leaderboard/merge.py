@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,11 @@ class MergeReport:
     unchanged: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)
     files_read: int = 0
+    #: results read without usable per-pair cosines ("<row id> / <task>: why"), so without intervals
+    no_pairs: list[str] = field(default_factory=list)
+    #: units given confidence intervals, and the seconds that took
+    intervals: int = 0
+    interval_seconds: float = 0.0
 
 
 def _now_iso() -> str:
@@ -158,7 +164,11 @@ def merge_results(
 ) -> MergeReport:
     """Merge the result files under ``folders`` into ``board`` (in place) and recompute the
     derived fields. Raises :class:`LeaderboardConflictError` (and leaves ``board`` as it
-    was) when a new score disagrees with a recorded one and ``replace`` is false."""
+    was) when a new score disagrees with a recorded one and ``replace`` is false. The per-pair cosines
+    kept with the results give the deltas their confidence intervals (:mod:`.intervals`)."""
+    from flow_plugin.cli.leaderboard.intervals import annotate_intervals
+    from flow_plugin.integrations.mteb.pair_scores import PairScores, pairs_of_result
+
     tolerance = board.get("tolerance", DEFAULT_TOLERANCE) if tolerance is None else tolerance
     if not is_number(tolerance) or tolerance < 0:
         raise LeaderboardError(f"tolerance must be a number >= 0, got {tolerance!r}")
@@ -168,6 +178,7 @@ def merge_results(
     content_before = _content(board)
     rows = {row["id"]: json.loads(json.dumps(row)) for row in board["rows"]}  # work on a copy
     origin: dict[tuple[str, str], str] = {}  # (row id, task) -> where the current entry came from
+    pairs: dict[tuple[str, str], PairScores] = {}  # (row id, task) -> the per-pair cosines of its current entry
     conflicts: list[str] = []
     for folder in folders:
         found = find_results(folder)
@@ -207,6 +218,14 @@ def merge_results(
                     conflicts.append(f"{label}: {'; '.join(problems)} ({where} vs {result_file.path})")
                     continue
             origin[(rid, task)] = str(result_file.path)
+            current = row["scores"][task]
+            kept, why = pairs_of_result(result_file.path, score_points=current["score"],
+                                        dataset_revision=current["dataset_revision"])
+            if kept is not None:
+                pairs[(rid, task)] = kept
+            else:
+                pairs.pop((rid, task), None)
+                report.no_pairs.append(f"{label}: {why}")
     if (model_filter is not None or task_filter is not None) and require_results and report.files_read == 0:
         raise LeaderboardError(f"no result files of the selected models/tasks under {', '.join(map(str, folders))}")
     if conflicts:
@@ -218,6 +237,9 @@ def merge_results(
     board["rows"] = [publish_row(row) for row in rows.values()]
     board["tolerance"] = tolerance
     finalize(board)
+    started = time.perf_counter()
+    report.intervals = annotate_intervals(board, pairs)
+    report.interval_seconds = time.perf_counter() - started
     if _content(board) != content_before:  # a rerun that changes nothing keeps the file byte for byte
         board["updated"] = _now_iso()
     return report

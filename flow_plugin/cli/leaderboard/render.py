@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 from flow_plugin.cli.leaderboard.public import display_columns, display_name
-from flow_plugin.cli.leaderboard.schema import DECIMALS
+from flow_plugin.cli.leaderboard.schema import DECIMALS, round_points
 from flow_plugin.cli.leaderboard.seeds import display_rows
+from flow_plugin.cli.leaderboard.units import best_linear, board_units, linear_reference, procedure_notes, unit_interval
 from flow_plugin.errors import MissingExtraError
 
 
@@ -28,19 +29,29 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return "0.00" if text in ("+0.00", "-0.00") and signed else text
 
 
-def _best_entry(rows: list[dict[str, Any]], value: Any, std: Any) -> tuple[float, float] | None:
-    """(best value of a column, the standard deviation of the row that has it; 0 without seeds)."""
-    present = [(value(row), std(row) or 0.0) for row in rows if value(row) is not None]
+def _best_entry(rows: list[dict[str, Any]], value: Any) -> float | None:
+    """The best value of a column."""
+    present = [value(row) for row in rows if value(row) is not None]
     return max(present) if present else None
 
 
-def _mark(text: str, value: float | None, best: tuple[float, float] | None) -> str:
-    """Bold for the column's best; ≈ for a value within the best's spread over seeds."""
-    if value is None or best is None:
+def _mark(text: str, value: float | None, best: float | None) -> str:
+    """Bold for the column's best (whether it is better than the runner-up, only a Δ's interval says)."""
+    return f"**{text}**" if value is not None and value == best else text
+
+
+def _interval_text(text: str, found: dict[str, Any] | None) -> str:
+    """A Δ cell with its 95% interval and * when the interval excludes 0.
+
+    >>> _interval_text("+1.20", {"ci95": [0.4, 2.01], "significant": True})
+    '+1.20 [+0.40, +2.01]*'
+    >>> _interval_text("+0.10", None)
+    '+0.10'
+    """
+    if found is None:
         return text
-    if value == best[0]:
-        return f"**{text}**"
-    return f"{text} ≈" if best[1] > 0 and best[0] - value <= best[1] else text
+    low, high = found["ci95"]
+    return f"{text} [{_fmt(low, signed=True)}, {_fmt(high, signed=True)}]" + ("*" if found["significant"] else "")
 
 
 def _hardware_text(hardware: dict[str, Any]) -> str:
@@ -97,10 +108,19 @@ def render_markdown(board: dict[str, Any]) -> str:
     if seeded:
         lines.append("")
         lines.append(
-            "Rows run with several seeds show the mean ± the standard deviation over the seeds. A difference "
-            "counts only when it exceeds that spread: ≈ marks a score within the standard deviation of the "
-            "column's best, and in the Δ table * marks a mean change larger than its standard deviation."
+            "Rows run with several seeds show the mean ± the sample standard deviation over the seeds."
         )
+    lines.append("")
+    lines.append(
+        "A Δ is shown with its 95% confidence interval [low, high] where the per-pair cosines were kept: a "
+        "paired, stratified bootstrap over the test pairs of each subset, combined with a resampling of the "
+        "seeds for seeded rows (flow_plugin.evaluation.intervals). * marks a Δ whose interval excludes 0: only "
+        "those count as differences. A Δ without an interval is undecided."
+    )
+    notes = procedure_notes(board)
+    if notes:
+        lines.append("")
+        lines.append("**Computed by an older procedure:** " + "; ".join(notes) + ".")
     lines.append("")
     if not rows:
         lines.append("_No results yet._")
@@ -109,10 +129,8 @@ def render_markdown(board: dict[str, Any]) -> str:
     header = [*_name_header(), *tasks, "Avg"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(["---"] * len(_NAME_COLUMNS) + ["---:"] * (len(tasks) + 1)) + "|")
-    best = {task: _best_entry(rows, lambda row, t=task: row["scores"].get(t, {}).get("score"),
-                              lambda row, t=task: row["scores"].get(t, {}).get("std")) for task in tasks}
-    best_avg = _best_entry([row for row in rows if row["complete"]], lambda row: row["average"],
-                           lambda row: row.get("average_std"))
+    best = {task: _best_entry(rows, lambda row, t=task: row["scores"].get(t, {}).get("score")) for task in tasks}
+    best_avg = _best_entry([row for row in rows if row["complete"]], lambda row: row["average"])
     for row in rows:
         cells = _name_cells(row)
         for task in tasks:
@@ -136,16 +154,18 @@ def render_markdown(board: dict[str, Any]) -> str:
         keys = ("backbone", "calibrator", "fit_corpus", "duplicates", "options")
         lines.append("| " + " | ".join([*_name_header(keys), *tasks, "Avg"]) + " |")
         lines.append("|" + "|".join(["---"] * len(keys) + ["---:"] * (len(tasks) + 1)) + "|")
+        units = {unit.first["id"]: unit for unit in board_units(board)}  # a displayed row has its first member's id
         for row in with_delta:
+            unit = units.get(row["id"])
             cells = _name_cells(row, keys)
             for task in [*tasks, "average"]:
-                text = _fmt(row["delta"].get(task), signed=True)
-                if row.get("delta_std") and task in row["delta_std"]:
-                    text = _with_spread(text, row["delta_std"][task]) + ("*" if row["delta_significant"][task] else "")
-                cells.append(text)
+                text = _with_spread(_fmt(row["delta"].get(task), signed=True), (row.get("delta_std") or {}).get(task))
+                cells.append(_interval_text(text, unit_interval(unit, "all", "raw", task) if unit else None))
             lines.append("| " + " | ".join(cells) + " |")
     else:
         lines.append("_No calibrated row has its raw backbone in this leaderboard._")
+    for protocol in ("all", "wmean"):
+        lines += _linear_table(board, tasks, protocol)
 
     wmean_rows = [row for row in rows if any(e.get("wmean") is not None for e in row["scores"].values())]
     if wmean_rows:
@@ -183,6 +203,34 @@ def render_markdown(board: dict[str, Any]) -> str:
         lines.append(f"- hardware not recorded for {unknown} of {len(entries)} scores")
     lines.append(f"- updated: {board['updated']} by {board.get('generated_by', 'flow-plugin')}")
     return "\n".join(lines) + "\n"
+
+
+def _linear_table(board: dict[str, Any], tasks: list[str], protocol: str) -> list[str]:
+    """The table of Δ against the best linear baseline (with intervals), for the rows that have one."""
+    units = board_units(board)
+    best = best_linear(units, protocol)
+    shown = [(unit, reference) for unit in units if (reference := linear_reference(unit, best)) is not None]
+    if not shown:
+        return []
+    lines = ["", f"## Δ against the best linear baseline ({protocol})", "",
+             "Score minus the score of the best linear baseline (of SN, NATSV, SN+NATSV and whitening, the highest "
+             f"average under protocol \"{protocol}\") of the same backbone, loader settings and fit corpus, in "
+             "points: the mean over seeds of the row minus the baseline's.", ""]
+    keys = ("backbone", "calibrator", "fit_corpus", "duplicates", "options")
+    lines.append("| " + " | ".join([*_name_header(keys), "Against", *tasks, "Avg"]) + " |")
+    lines.append("|" + "|".join(["---"] * (len(keys) + 1) + ["---:"] * (len(tasks) + 1)) + "|")
+    for unit, reference in shown:
+        cells = [*(unit.columns[key] for key, _ in _NAME_COLUMNS if key in keys), str(reference.calibrator)]
+        means, base = unit.means(tasks, protocol), reference.means(tasks, protocol)
+        common = [t for t in tasks if t in means and t in base]
+        for task in [*tasks, "average"]:
+            if task == "average":
+                value = round_points(sum(means[t] - base[t] for t in common) / len(common)) if common else None
+            else:
+                value = round_points(means[task] - base[task]) if task in common else None
+            cells.append(_interval_text(_fmt(value, signed=True), unit_interval(unit, protocol, "linear", task)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def delta_series(board: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[float | None]]]]:

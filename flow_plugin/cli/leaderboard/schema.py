@@ -91,7 +91,8 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
                                  calibrator, fit_corpus, source, n_sentences,
                                  n_unique_sentences, sampled, corpus_sentences,
                                  max_fit_sentences, seed, adapted (small-sample rule),
-                                 fit_seconds, fit_log_likelihood (flow), calls; null when
+                                 fit_seconds, fit_log_likelihood (flow), member_seeds
+                                 (flow-ens: each member flow's seed), calls; null when
                                  none were written (raw models, models outside flow-plugin)
         }
       },
@@ -105,6 +106,8 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
       "delta": {"<Task>": float, ..., "average": float} | null
                                  score - baseline score, per task both rows have;
                                  "average" is the mean of those per-task deltas
+      "intervals": {..}          only on a row outside any seed group whose per-pair cosines
+                                 were kept: see "intervals" below
     }
   ],
   "seed_groups": [               only when a seeded calibrator (the flow and its variants) ran
@@ -120,12 +123,30 @@ decimals, which is every digit MTEB stores (6 decimals on its 0-1 scale).
       "wmean": {"<Task>": {...}}, the same for the "wmean" protocol
       "average": {...}, "average_wmean": {...}, over the tasks every seed has
       "baseline": str,           the raw row the deltas are against
-      "delta": {"<Task>"|"average": {"mean", "std", "n", "values", "significant": bool}}
-                                 significant: |mean| > std, the change exceeds the spread
+      "delta": {"<Task>"|"average": {"mean", "std", "n", "values"}},
+      "intervals": {..}          see below
     }
   ],
-  "max_seeds": int               only with `--seeds N`: at most N seeds per group
+  "max_seeds": int,              only with `--seeds N`: at most N seeds per group
+  "interval_method": {           only when some row has intervals
+    "method": str,               the paired, stratified, two-stage percentile bootstrap
+    "confidence": 0.95, "n_resamples": int, "seed": int
+  }
 }
+
+"intervals" (a row, or a seed group for its seeds), from the per-pair cosines kept next to each
+result (flow-plugin-pairs/<Task>.pairs.npz):
+  {"all" | "wmean": {            the protocol
+     "raw" | "linear": {         against the raw backbone ("baseline"), or against the best
+                                 linear baseline (the highest average of sn, natsv, sn-natsv,
+                                 whiten of the same backbone, loader kwargs and fit corpus)
+       "against": str,           the id of the row (or seed group) compared with
+       "calibrator": str,        ("linear" only) which baseline that is
+       "delta": {"<Task>"|"average": float},        mean over seeds of this minus that
+       "ci95": {"<Task>"|"average": [low, high]},   the 95% interval of the delta
+       "significant": {"<Task>"|"average": bool},   the interval excludes 0
+       "tasks": [str, ...]       only when the average is over fewer tasks than the board's
+     }}}
 """
 
 

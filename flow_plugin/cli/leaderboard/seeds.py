@@ -2,9 +2,8 @@
 row (an MTEB experiment ``calibrator_params={"seed": s}``); this module groups the rows that
 differ only in the seed and gives each group's mean and standard deviation over seeds.
 
-A difference is *significant* only when it exceeds the spread: a Δ against the raw backbone
-when ``|mean Δ| > std``; a runner-up is level with the best of a column when the gap is
-within the best's standard deviation.
+Whether a difference is significant is not decided here: only a confidence interval that
+excludes 0 decides it (:mod:`.intervals`), which a group keeps across re-derivations.
 
 >>> spread([80.0, 81.0, 82.0])
 (81.0, 1.0)
@@ -97,9 +96,7 @@ def seed_groups(board: dict[str, Any], max_seeds: int | None = None) -> list[dic
             group["delta"] = {}
             for task in [*tasks, "average"]:
                 if all(task in row["delta"] for row in rows):
-                    stats = _stats([row["delta"][task] for row in rows])
-                    stats["significant"] = abs(stats["mean"]) > stats["std"]
-                    group["delta"][task] = stats
+                    group["delta"][task] = _stats([row["delta"][task] for row in rows])
         groups.append(group)
     return groups
 
@@ -107,6 +104,11 @@ def seed_groups(board: dict[str, Any], max_seeds: int | None = None) -> list[dic
 def annotate(board: dict[str, Any], max_seeds: int | None = None) -> None:
     """Set ``board["seed_groups"]`` (left out when no calibrator ran with several seeds)."""
     groups = seed_groups(board, max_seeds)
+    earlier = {group["id"]: group for group in board.get("seed_groups") or []}
+    for group in groups:  # the intervals are computed from the pairs, which only a merge reads
+        kept = earlier.get(group["id"], {})
+        if "intervals" in kept and kept.get("rows") == group["rows"]:
+            group["intervals"] = kept["intervals"]
     if groups:
         board["seed_groups"] = groups
         if max_seeds:
@@ -145,10 +147,11 @@ def _group_row(first: dict[str, Any], group: dict[str, Any]) -> dict[str, Any]:
     row["average_wmean"] = group.get("average_wmean", {}).get("mean")
     row["average_wmean_std"] = group.get("average_wmean", {}).get("std")
     row["complete"] = first["complete"] and len(group["scores"]) == len(first["scores"])
+    if "intervals" in group:
+        row["intervals"] = group["intervals"]
     if group.get("delta"):
         row["delta"] = {task: stats["mean"] for task, stats in group["delta"].items()}
         row["delta_std"] = {task: stats["std"] for task, stats in group["delta"].items()}
-        row["delta_significant"] = {task: stats["significant"] for task, stats in group["delta"].items()}
     else:
         row["delta"] = None
     return row

@@ -17,17 +17,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from flow_plugin.cli.leaderboard.merge import baseline_key
-from flow_plugin.cli.leaderboard.public import display_columns, display_name
+from flow_plugin.calibration.names import LINEAR_BASELINES
+from flow_plugin.cli.leaderboard.public import display_name
 from flow_plugin.cli.leaderboard.render import _fmt, _with_spread
 from flow_plugin.cli.leaderboard.schema import is_number, round_points
 from flow_plugin.cli.leaderboard.seeds import spread
+from flow_plugin.cli.leaderboard.units import (
+    AVERAGE,
+    PROTOCOLS,
+    Unit,
+    best_linear,
+    board_units,
+    linear_reference,
+    member_value,
+    unit_interval,
+)
 
-#: the linear baselines a calibrator is compared with in the "linear" view
-LINEAR = ("sn", "natsv", "sn-natsv", "whiten")
-PROTOCOLS = ("all", "wmean")
 VIEWS = ("scores", "raw", "linear")
-AVERAGE = "average"
 _SHORT_TASKS = {"SentEvalSTSBenchmark": "STS-B", "SentEvalSICKR": "SICK-R"}
 
 
@@ -41,20 +47,20 @@ def task_label(task: str) -> str:
 
 
 def significance(delta: dict[str, Any]) -> dict[str, Any]:
-    """Whether a delta counts, and on what basis. An interval decides where the delta carries one
-    (``ci95: [lo, hi]``): significant when it excludes 0. Otherwise the spread over seeds does:
-    significant when ``|mean| > std`` (two or more seeds). A single run has neither: undecided.
+    """Whether a delta counts: only its 95% interval (``ci95: [lo, hi]``) decides, significant when it
+    excludes 0. Without an interval (its per-pair cosines were not kept) it is undecided, whatever
+    the spread over seeds.
 
     >>> significance({"mean": 1.0, "std": 0.4, "n": 5, "ci95": [-0.1, 2.1]})
     {'significant': False, 'basis': 'ci95'}
-    >>> significance({"mean": 1.0, "std": 0.4, "n": 5}), significance({"mean": 1.0, "n": 1})
-    ({'significant': True, 'basis': 'spread'}, {'significant': None, 'basis': None})
+    >>> significance({"mean": 1.0, "std": 0.4, "n": 5, "ci95": [0.2, 1.9]})
+    {'significant': True, 'basis': 'ci95'}
+    >>> significance({"mean": 1.0, "std": 0.1, "n": 5})
+    {'significant': None, 'basis': None}
     """
     interval = delta.get("ci95")
     if isinstance(interval, (list, tuple)) and len(interval) == 2 and all(is_number(v) for v in interval):
         return {"significant": bool(interval[0] > 0 or interval[1] < 0), "basis": "ci95"}
-    if delta.get("n", 1) > 1 and is_number(delta.get("std")):
-        return {"significant": bool(abs(delta["mean"]) > delta["std"]), "basis": "spread"}
     return {"significant": None, "basis": None}
 
 
@@ -82,52 +88,19 @@ def _cell(stats: dict[str, Any] | None, delta: bool) -> dict[str, Any] | None:
     return cell
 
 
-def _value(row: dict[str, Any], column: str, protocol: str) -> float | None:
-    """A member row's score (or average) under a protocol."""
-    if column == AVERAGE:
-        return row.get("average" if protocol == "all" else "average_wmean")
-    entry = row["scores"].get(column)
-    if entry is None:
-        return None
-    return entry.get("score" if protocol == "all" else "wmean")
-
-
 def _deltas(rows: list[dict[str, Any]], baseline: dict[str, float], tasks: list[str],
             protocol: str) -> dict[str, dict[str, Any]]:
     """Per column, the stats over ``rows`` of score minus ``baseline`` (per task, 4 decimals;
     "average": the mean of each row's per-task deltas, over the tasks every row and the baseline have)."""
-    common = [t for t in tasks if t in baseline and all(_value(r, t, protocol) is not None for r in rows)]
-    per_row = [{t: round_points(_value(r, t, protocol) - baseline[t]) for t in common} for r in rows]
+    common = [t for t in tasks if t in baseline and all(member_value(r, t, protocol) is not None for r in rows)]
+    per_row = [{t: round_points(member_value(r, t, protocol) - baseline[t]) for t in common} for r in rows]
     out = {t: _stats([d[t] for d in per_row]) for t in common}
     if common:
         out[AVERAGE] = _stats([round_points(sum(d.values()) / len(d)) for d in per_row])
     return out
 
 
-class _Entry:
-    """A displayed row: a plain row, or a seed group (its first member's description, every member's scores)."""
-
-    def __init__(self, first: dict[str, Any], members: list[dict[str, Any]], group: dict[str, Any] | None):
-        self.first, self.members, self.group = first, members, group
-        self.key = group["id"] if group else first["id"]
-        self.columns = display_columns(first, group["seeds"] if group else None)
-        self.name = display_name(self.columns)
-        self.linear_key = baseline_key(first) + "|" + str(first.get("fit_corpus"))
-
-    def score_stats(self, column: str, protocol: str) -> dict[str, Any] | None:
-        if self.group is None:
-            value = _value(self.first, column, protocol)
-            return None if value is None else {"mean": value, "std": None, "n": 1}
-        if column == AVERAGE:
-            return self.group.get("average" if protocol == "all" else "average_wmean")
-        return self.group["scores" if protocol == "all" else "wmean"].get(column)
-
-    def means(self, tasks: list[str], protocol: str) -> dict[str, float]:
-        found = {t: self.score_stats(t, protocol) for t in tasks}
-        return {t: stats["mean"] for t, stats in found.items() if stats is not None}
-
-
-def _raw_deltas(entry: _Entry, rows: dict[str, dict[str, Any]], tasks: list[str],
+def _raw_deltas(entry: Unit, rows: dict[str, dict[str, Any]], tasks: list[str],
                 protocol: str) -> dict[str, dict[str, Any]]:
     """Δ against the raw backbone: the JSON's own deltas for protocol "all", computed for "wmean"."""
     baseline = rows.get(entry.first.get("baseline") or "")
@@ -135,40 +108,20 @@ def _raw_deltas(entry: _Entry, rows: dict[str, dict[str, Any]], tasks: list[str]
         return {}
     if protocol == "all":
         if entry.group is not None:
-            return dict(entry.group.get("delta") or {})
-        delta, intervals = entry.first.get("delta") or {}, entry.first.get("delta_ci95") or {}
-        return {c: {"mean": v, "std": None, "n": 1, **({"ci95": intervals[c]} if c in intervals else {})}
-                for c, v in delta.items()}
-    base = {t: v for t in tasks if (v := _value(baseline, t, protocol)) is not None}
+            return {c: dict(stats) for c, stats in (entry.group.get("delta") or {}).items()}
+        return {c: {"mean": v, "std": None, "n": 1} for c, v in (entry.first.get("delta") or {}).items()}
+    base = {t: v for t in tasks if (v := member_value(baseline, t, protocol)) is not None}
     return _deltas(entry.members, base, tasks, protocol)
 
 
-def _best_linear(entries: list[_Entry], tasks: list[str], protocol: str) -> dict[str, _Entry]:
-    """linear key -> the complete linear-baseline entry with the highest average under ``protocol``."""
-    best: dict[str, tuple[float, _Entry]] = {}
-    for entry in entries:
-        if entry.first.get("calibrator") not in LINEAR or not entry.first.get("complete"):
-            continue
-        average = entry.score_stats(AVERAGE, protocol)
-        if average is None:
-            continue
-        if entry.linear_key not in best or average["mean"] > best[entry.linear_key][0]:
-            best[entry.linear_key] = (average["mean"], entry)
-    return {key: entry for key, (_, entry) in best.items()}
-
-
-def _entries(board: dict[str, Any]) -> list[_Entry]:
-    """The displayed rows in the leaderboard's order: a seed group in the place of its first member."""
-    rows = {row["id"]: row for row in board["rows"]}
-    member_of = {row_id: group for group in board.get("seed_groups") or [] for row_id in group["rows"]}
-    entries = []
-    for row in board["rows"]:
-        group = member_of.get(row["id"])
-        if group is None:
-            entries.append(_Entry(row, [row], None))
-        elif row["id"] == group["rows"][0]:
-            entries.append(_Entry(row, [rows[row_id] for row_id in group["rows"]], group))
-    return entries
+def _with_intervals(deltas: dict[str, dict[str, Any]], entry: Unit, protocol: str,
+                    reference: str) -> dict[str, dict[str, Any]]:
+    """The deltas with the leaderboard's 95% interval of each column added (see :mod:`.intervals`)."""
+    for column, stats in deltas.items():
+        found = unit_interval(entry, protocol, reference, column)
+        if found is not None:
+            stats["ci95"] = found["ci95"]
+    return deltas
 
 
 def page_view(board: dict[str, Any]) -> dict[str, Any]:
@@ -177,17 +130,18 @@ def page_view(board: dict[str, Any]) -> dict[str, Any]:
     tasks = list(board["tasks"])
     columns = [*tasks, AVERAGE]
     rows = {row["id"]: row for row in board["rows"]}
-    entries = _entries(board)
-    best = {protocol: _best_linear(entries, tasks, protocol) for protocol in PROTOCOLS}
+    entries = board_units(board)
+    best = {protocol: best_linear(entries, protocol) for protocol in PROTOCOLS}
     out = []
     for entry in entries:
         cells: dict[str, Any] = {}
         against: dict[str, Any] = {}
         for protocol in PROTOCOLS:
-            raw = _raw_deltas(entry, rows, tasks, protocol)
-            linear_entry = best[protocol].get(entry.linear_key) if entry.first.get("calibrator") != "raw" else None
+            raw = _with_intervals(_raw_deltas(entry, rows, tasks, protocol), entry, protocol, "raw")
+            linear_entry = linear_reference(entry, best[protocol])
             linear = ({} if linear_entry is None
-                      else _deltas(entry.members, linear_entry.means(tasks, protocol), tasks, protocol))
+                      else _with_intervals(_deltas(entry.members, linear_entry.means(tasks, protocol), tasks, protocol),
+                                           entry, protocol, "linear"))
             cells[protocol] = {
                 "scores": {c: _cell(entry.score_stats(c, protocol), delta=False) for c in columns},
                 "raw": {c: _cell(raw.get(c), delta=True) for c in columns},
@@ -205,7 +159,7 @@ def page_view(board: dict[str, Any]) -> dict[str, Any]:
                      "title": "Average over the tasks" if c == AVERAGE else c} for c in columns],
         "protocols": list(PROTOCOLS),
         "views": list(VIEWS),
-        "linear": list(LINEAR),
+        "linear": list(LINEAR_BASELINES),
         "entries": out,
     }
 

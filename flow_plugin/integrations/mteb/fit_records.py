@@ -67,7 +67,7 @@ def fits_of_result(result_path: str | os.PathLike[str]) -> list[dict[str, Any]] 
 
 #: what the leaderboard keeps of each fit record
 SUMMARY_KEYS = ("hf_subset", "calibrator", "fit_corpus", "source", "n_sentences", "n_unique_sentences", "adapted",
-                "fit_seconds", "fit_log_likelihood", "calls")
+                "fit_seconds", "fit_log_likelihood", "member_seeds", "calls")
 
 
 def summarize_fit(record: dict[str, Any]) -> dict[str, Any]:
@@ -79,6 +79,8 @@ def summarize_fit(record: dict[str, Any]) -> dict[str, Any]:
     False
     """
     summary = {key: record.get(key) for key in SUMMARY_KEYS if key in record}
+    if summary.get("member_seeds") is None:  # only an ensemble has member seeds
+        summary.pop("member_seeds", None)
     sampling = record.get("sampling") or {}
     for key in ("sampled", "corpus_sentences", "corpus_unique_sentences", "max_fit_sentences", "seed"):
         if key in sampling:

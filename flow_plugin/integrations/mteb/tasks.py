@@ -82,6 +82,7 @@ class SentEvalSTSTask(AbsTaskSTS):
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else None
         self._pair_subsets: dict[str, list[str]] = {}
         self._evaluating_split: str | None = None
+        self._evaluating_subset: str | None = None
 
     # ------------------------------------------------------------------ data
     def resolved_data_dir(self) -> Path:
@@ -137,10 +138,11 @@ class SentEvalSTSTask(AbsTaskSTS):
     # ------------------------------------------------------------------ scoring
     def _evaluate_subset(self, model: Any, data_split: Dataset, **kwargs: Any) -> dict[str, Any]:
         self._evaluating_split = kwargs.get("hf_split")
+        self._evaluating_subset = kwargs.get("hf_subset")
         try:
             return super()._evaluate_subset(model, data_split, **kwargs)
         finally:
-            self._evaluating_split = None
+            self._evaluating_split = self._evaluating_subset = None
 
     def _calculate_scores(self, scores: Any, normalized_scores: list[float]) -> dict[str, Any]:
         metrics = dict(super()._calculate_scores(scores, normalized_scores))
@@ -174,7 +176,25 @@ class SentEvalSTSTask(AbsTaskSTS):
                 "data_revision": self.metadata.revision,
             }
         )
+        self._keep_pairs(gold, cosine, labels, metrics["cosine_spearman"])
         return metrics
+
+    def _keep_pairs(self, gold: np.ndarray, cosine: np.ndarray, labels: list[str], main_score: float) -> None:
+        """Write the per-pair cosines of the test split next to the result MTEB is about to write
+        (:mod:`.pair_scores`), when this runs inside ``mteb.evaluate`` with a result folder."""
+        split = self._evaluating_split or "test"
+        if split != "test":
+            return
+        from flow_plugin.integrations.mteb.lookup import result_destination
+        from flow_plugin.integrations.mteb.pair_scores import write_pairs
+
+        destination = result_destination()
+        if destination is None:
+            return
+        cache, meta = destination
+        write_pairs(cache.get_task_result_path(self.metadata.name, meta), task=self.metadata.name, split=split,
+                    hf_subset=str(self._evaluating_subset or "default"), dataset_revision=self.metadata.revision,
+                    main_score=main_score, gold=gold, cosine=cosine, subsets=labels)
 
 
 def _metadata(name: str, senteval_task: str, description: str, reference: str, date: tuple[str, str],

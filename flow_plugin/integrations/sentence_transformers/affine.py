@@ -23,10 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from flow_plugin.calibration import Calibrator
+from flow_plugin.calibration.names import LINEAR_BASELINES
 from flow_plugin.errors import InputError
 
 #: the calibrator methods that are affine maps (every method but the flow)
-LINEAR_METHODS: tuple[str, ...] = ("raw", "sn", "natsv", "sn-natsv", "whiten")
+LINEAR_METHODS: tuple[str, ...] = ("raw", *LINEAR_BASELINES)
 
 
 @dataclass(frozen=True)

@@ -259,8 +259,8 @@
                                         : "the best linear baseline of the same backbone and fit corpus: " + against)
                                      : "no baseline in this leaderboard"]);
       if (cell && cell.basis) {
-        pairs.push(["Significance", cell.basis === "ci95" ? "95% interval " + (cell.significant ? "excludes" : "includes") + " 0"
-                                    : "|mean| " + (cell.significant ? ">" : "≤") + " spread over " + cell.n + " seeds"]);
+        pairs.push(["Significance", "95% interval [" + cell.ci95[0] + ", " + cell.ci95[1] + "] "
+                                    + (cell.significant ? "excludes" : "includes") + " 0"]);
       }
     }
     panel.appendChild(dl(pairs));

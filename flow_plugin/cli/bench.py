@@ -7,7 +7,7 @@ runs ``flow_plugin/<backbone>[-sn|-natsv|-sn-natsv|-whiten|-flow]`` on SentEvalS
 SentEvalSTSBenchmark and SentEvalSICKR (task by task, all six variants of a task in turn),
 through :func:`flow_plugin.integrations.mteb.evaluate.evaluate_models`, so the results are MTEB's
 standard result JSON under ``<output-folder>/results/``. Then it merges them into
-``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.cli.leaderboard`).
+``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.leaderboard`).
 
 Nothing is computed twice:
 
@@ -85,7 +85,7 @@ class BenchReport:
     n_cache_hits: int = 0
     wall_seconds: float = 0.0
     quarantined: list[Path] = field(default_factory=list)
-    leaderboard: Any = None  # flow_plugin.cli.leaderboard.LeaderboardUpdate, when updated
+    leaderboard: Any = None  # flow_plugin.leaderboard.LeaderboardUpdate, when updated
     #: stopped by Ctrl-C: the finished results are on disk, the leaderboard was not updated
     interrupted: bool = False
 
@@ -189,7 +189,7 @@ def run_bench(
     if leaderboard is not None and not report.interrupted:
         have_results = any(outcome.status != "failed" for outcome in report.outcomes)
         if have_results:
-            from flow_plugin.cli.leaderboard import update_leaderboard
+            from flow_plugin.leaderboard import update_leaderboard
 
             report.leaderboard = update_leaderboard([output], leaderboard, replace=replace, models=models,
                                                     tasks=task_names, seeds=seeds if seeds > 1 else None)

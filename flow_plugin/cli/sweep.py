@@ -90,7 +90,8 @@ def _merge(args: argparse.Namespace, sweep: Any, jobs: list[Any], task_names: li
     if not (output / "results").is_dir():
         print(f"sweep: no results in {output} yet; leaderboard {board} not written")
         return
-    from flow_plugin.cli.leaderboard import print_update, update_leaderboard
+    from flow_plugin.cli.leaderboard import print_update
+    from flow_plugin.leaderboard import update_leaderboard
 
     models = sorted({run.model for job in jobs for run in job.runs})
     print_update(update_leaderboard([output], board, replace=args.replace, models=models, tasks=task_names))

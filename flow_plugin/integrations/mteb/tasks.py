@@ -185,7 +185,7 @@ class SentEvalSTSTask(AbsTaskSTS):
         split = self._evaluating_split or "test"
         if split != "test":
             return
-        from flow_plugin.integrations.mteb.lookup import result_destination
+        from flow_plugin.integrations.mteb.call_stack import result_destination
         from flow_plugin.integrations.mteb.pair_scores import write_pairs
 
         destination = result_destination()

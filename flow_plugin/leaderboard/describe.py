@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flow_plugin.cli.leaderboard.public import corpus_label
+from flow_plugin.leaderboard.public import corpus_label
 from flow_plugin.catalog.registry import MODEL_PREFIX
-from flow_plugin.cli.leaderboard.schema import CALIBRATOR_ORDER, is_number
+from flow_plugin.leaderboard.schema import CALIBRATOR_ORDER, is_number
 
 
 def describe_model(

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_text, file_lock, make_output_folder
-from flow_plugin.cli.leaderboard.html import board_summary, render_html, render_index
-from flow_plugin.cli.leaderboard.merge import load_leaderboard
-from flow_plugin.cli.leaderboard.render import render_markdown, render_png
+from flow_plugin.leaderboard.html import board_summary, render_html, render_index
+from flow_plugin.leaderboard.merge import load_leaderboard
+from flow_plugin.leaderboard.render import render_markdown, render_png
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,10 @@ def write_leaderboard(board: dict[str, Any],
                       json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
     """Render all four files in memory, then write each atomically (JSON last: it is the
     record). Returns their paths; the PNG's is None when matplotlib is missing."""
+    from flow_plugin.leaderboard.models import check_board
+
     json_file, md_file, png_file, html_file = output_paths(json_path)
+    check_board(board, str(json_file))  # nothing that does not fit the typed format is written
     text = json.dumps(board, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     markdown = render_markdown(board)
     page = render_html(board, json_file.stem)

@@ -117,7 +117,7 @@ def _corpus_sha256(row: dict[str, Any]) -> str | None:
 def publish_row(row: dict[str, Any]) -> dict[str, Any]:
     """Make a row publishable (in place; idempotent): the sentence file by its name in the kwargs,
     the experiment name, the id, ``fit_corpus`` and the fit summaries."""
-    from flow_plugin.cli.leaderboard.read import row_id
+    from flow_plugin.leaderboard.read import row_id
 
     kwargs = row.get("experiment_kwargs") or {}
     corpus = kwargs.get("fit_corpus")

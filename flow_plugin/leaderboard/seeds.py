@@ -18,7 +18,7 @@ import json
 import statistics
 from typing import Any
 
-from flow_plugin.cli.leaderboard.schema import round_points
+from flow_plugin.leaderboard.schema import round_points
 from flow_plugin.catalog.registry import MODEL_PREFIX
 
 

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from flow_plugin.calibration import Calibrator, make_calibrator
-from flow_plugin.calibration.names import calibrator_method
+from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
 from flow_plugin.catalog.registry import RegistryModel, parse_model_name
 from flow_plugin.encoding.cache import CachedEncoder, shared_encoder
 from flow_plugin.encoding.options import EncoderOptions
@@ -47,7 +47,8 @@ def build_calibrator(variant: RegistryModel, *, device: str | None = None, **ove
     """An unfitted calibrator: registry hyper-parameters, then ``overrides``; a flow runs on
     ``device`` (the backbone's) unless told otherwise (the flow variants too)."""
     params = {**variant.calibrator_params, **overrides}
-    if calibrator_method(variant.calibrator) == "flow" and "device" not in params:
+    known = variant.calibrator in CALIBRATOR_NAMES  # (an unknown name: make_calibrator's error, with close names)
+    if known and calibrator_method(variant.calibrator) == "flow" and "device" not in params:
         params["device"] = device
     return make_calibrator(variant.calibrator, **params)
 

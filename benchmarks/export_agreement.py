@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from flow_plugin.calibration import CALIBRATOR_METHODS
     from flow_plugin.catalog.registry import get_backbone
-    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.catalog.builders import build_encoder, resolve
     from flow_plugin.encoding.options import EncoderOptions
     from flow_plugin.integrations.sentence_transformers import export_model
 

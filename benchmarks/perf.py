@@ -553,8 +553,9 @@ def forward_flops(config: Any, lengths: Sequence[int], batch_size: int, chunk: i
     Per layer and sentence of L tokens (d = hidden size, f = FFN size): Q, K, V and output
     projections 4·2·L·d², FFN 2·2·L·d·f, attention scores and attention-weighted values
     2·2·L²·d (all heads together). ``useful`` counts real lengths; ``executed`` counts each
-    batch at its padded width, batches being formed as ``Backbone.encode`` forms them (length
-    sorted within each timing chunk). Embeddings, LayerNorm, softmax, GELU and the pooler
+    batch of length-sorted sentences (within each timing chunk) at the width of its longest one:
+    what a padded batch costs. ``Backbone.encode`` pads nothing (its batches hold one token length
+    each, :mod:`flow_plugin.encoding.batching`), so for it ``executed`` is an upper bound. Embeddings, LayerNorm, softmax, GELU and the pooler
     are not counted.
     """
     d = int(config.hidden_size)
@@ -916,7 +917,7 @@ def reference_flow_fit(X: Any, *, seed: int = 1234, device: str = "cpu") -> dict
 
 # --------------------------------------------------------------------------- job: variants
 def _job_variants(p: dict[str, Any]) -> dict[str, Any]:
-    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
     from flow_plugin.encoding.options import EncoderOptions
 
     with tempfile.TemporaryDirectory(prefix="flow-plugin-perf-variants-") as folder, _Phase() as phase:

@@ -133,34 +133,34 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2
 
 
 @contextlib.contextmanager
-def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (created if absent) while the block runs.
+def file_lock(path: str | os.PathLike[str], *, blocking: bool = True) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if absent, and left in place: deleting a lock
+    file races with the next taker) while the block runs.
 
-    A POSIX record lock (``fcntl.lockf``): it excludes other processes, on other machines too
-    where the shared file system supports locks (NFSv4, Lustre, GPFS). Threads of one process
-    do not exclude each other. Where there is no ``fcntl`` (Windows) nothing is locked.
+    ``filelock``'s ``FileLock``: ``flock`` on POSIX (other machines too where the shared file system
+    supports locks: NFSv4, Lustre, GPFS), ``msvcrt`` on Windows. Every taking of the lock excludes
+    every other, threads of one process included. With ``blocking=False`` a lock held elsewhere is
+    a ``BlockingIOError`` at once; a lock file that cannot be made is an
+    :class:`~flow_plugin.errors.OutputError` naming it.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as folder, file_lock(Path(folder) / "runs.lock"):
     ...     pass
     """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover -- Windows
-        yield
-        return
+    from filelock import FileLock, Timeout
+
     target = Path(path)
     make_output_folder(target.parent)
-    with output_errors(target, "lock file", within=target.parent):
-        handle = os.open(target, os.O_RDWR | os.O_CREAT, _default_file_mode())
+    lock = FileLock(target, mode=_default_file_mode(), blocking=blocking)
     try:
-        fcntl.lockf(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.lockf(handle, fcntl.LOCK_UN)
+        with output_errors(target, "lock file", within=target.parent):
+            lock.acquire()
+    except Timeout:
+        raise BlockingIOError(errno.EWOULDBLOCK, "held by another process", str(target)) from None
+    try:
+        yield
     finally:
-        os.close(handle)
+        lock.release()
 
 
 def read_json(path: str | os.PathLike[str], what: str) -> Any:

@@ -3,6 +3,8 @@ light rooms stay light (no torch behind the linear calibrators, the data readers
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -49,3 +51,33 @@ def test_only_the_fast_trainer_reads_private_nflows_attributes() -> None:
         offenders += [f"{path.relative_to(REPO)}: {match.group(0)}" for match in private.finditer(text)]
     assert offenders == []
     assert private.search((REPO / "flow_plugin" / "calibration" / "flow" / "_fast.py").read_text(encoding="utf-8"))
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_imported_package_is_declared_in_pyproject() -> None:
+    """Each third-party package the package imports is a dependency or in an extra of pyproject.toml."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    declared = {_normalized(re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]) for requirement in requirements}
+    distributions = importlib.metadata.packages_distributions()
+    undeclared = set()
+    for path in (REPO / "flow_plugin").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in (name.split(".")[0] for name in names):
+                if name in sys.stdlib_module_names or name == "flow_plugin":
+                    continue
+                owners = {_normalized(owner) for owner in distributions.get(name, [name])}
+                if not owners & declared:
+                    undeclared.add(f"{name} ({path.relative_to(REPO)})")
+    assert not undeclared, f"imported but not declared in pyproject.toml: {sorted(undeclared)}"

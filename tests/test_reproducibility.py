@@ -12,7 +12,7 @@ import pytest
 
 from flow_plugin.calibration import FlowCalibrator, Whitening
 from flow_plugin.catalog.fitting import fit_calibrator
-from flow_plugin.catalog.registry import ModelVariant, load_registry
+from flow_plugin.catalog.registry import RegistryModel, load_registry
 from flow_plugin.cli.main import main as cli_main
 from flow_plugin.data.senteval import load_split, task_sentences
 from flow_plugin.encoding.backbone import Backbone
@@ -60,14 +60,14 @@ def test_senteval_and_our_evaluator_fit_the_same_flow(senteval_dir: Path, minilm
 def test_the_registry_configuration_is_part_of_a_result_revision(tmp_path: Path) -> None:
     registry = load_registry([REPO_REGISTRY])
     spec = registry["minilm-l6"]
-    base = ModelVariant(spec, "whiten")
+    base = RegistryModel(spec, "whiten")
     import dataclasses
 
-    other_pooling = ModelVariant(dataclasses.replace(spec, pooling="cls"), "whiten")
-    other_params = ModelVariant(dataclasses.replace(spec, calibrator_params={"whiten": {"n_components": 64}}), "whiten")
-    revisions = {base.revision, other_pooling.revision, other_params.revision, ModelVariant(spec, "sn").revision}
+    other_pooling = RegistryModel(dataclasses.replace(spec, pooling="cls"), "whiten")
+    other_params = RegistryModel(dataclasses.replace(spec, calibrator_params={"whiten": {"n_components": 64}}), "whiten")
+    revisions = {base.revision, other_pooling.revision, other_params.revision, RegistryModel(spec, "sn").revision}
     assert len(revisions) == 4 and all(r.startswith(spec.revision + "-") for r in revisions)
-    assert base.revision == ModelVariant(spec, "whiten").revision  # a function of the configuration only
+    assert base.revision == RegistryModel(spec, "whiten").revision  # a function of the configuration only
     assert base.configuration["calibrator_params"] == Whitening().result_params()
 
 
@@ -108,7 +108,7 @@ def test_a_result_of_other_data_is_recomputed_never_reused(
 def test_a_wrong_embedding_dim_is_caught_when_the_weights_load(tiny_bert_dir: Path, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from flow_plugin.catalog.registry import default_registry
-    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.catalog.builders import build_encoder, resolve
     from flow_plugin.errors import InputError
 
     (tmp_path / "tiny-wide.toml").write_text(

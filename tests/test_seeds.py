@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from flow_plugin.cli.bench import run_bench
-from flow_plugin.cli.leaderboard import update_leaderboard
+from flow_plugin.leaderboard import update_leaderboard
 from flow_plugin.encoding.cache import clear_shared_encoders
 
 TASK = "SentEvalSTS16"

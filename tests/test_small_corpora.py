@@ -16,7 +16,7 @@ import pytest
 from flow_plugin.calibration import CALIBRATOR_NAMES, FlowCalibrator, make_calibrator
 from flow_plugin.calibration.stability import cosine_stability
 from flow_plugin.catalog.fitting import canonical_order, fit_calibrator
-from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
 from flow_plugin.data.senteval import load_eval_subsets, load_split
 from flow_plugin.encoding.backbone import Backbone
 from flow_plugin.encoding.options import EncoderOptions

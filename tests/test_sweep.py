@@ -400,9 +400,9 @@ def test_an_unreachable_ray_address_is_one_line_before_any_job(senteval_dir: Pat
 def test_seeds_fit_corpora_and_benchmarks_expand_to_separate_results(
     tiny_registry: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from flow_plugin.cli.sweep.jobs import expand_jobs
-    from flow_plugin.cli.sweep.plan import plan_job, resolve_task_refs
-    from flow_plugin.cli.sweep.spec import load_sweep
+    from flow_plugin.sweep.jobs import expand_jobs
+    from flow_plugin.sweep.plan import plan_job, resolve_task_refs
+    from flow_plugin.sweep.spec import load_sweep
 
     (tmp_path / "nli.txt").write_text("a man plays a guitar .\na woman eats food .\n")
     path = write(tmp_path, '\n'.join([
@@ -452,7 +452,7 @@ def test_concurrent_run_records_are_all_kept(tmp_path: Path) -> None:
 
 def test_sweep_modules_import_nothing_heavy() -> None:
     code = (
-        "import sys, flow_plugin.cli.main as m, flow_plugin.cli.sweep.runner, flow_plugin.cli.sweep.cluster\n"
+        "import sys, flow_plugin.cli.main as m, flow_plugin.sweep.runner, flow_plugin.sweep.cluster\n"
         "m.build_parser()\n"
         "print([name for name in ('ray', 'torch', 'mteb', 'numpy', 'transformers') if name in sys.modules])\n"
     )
@@ -465,9 +465,9 @@ def test_a_result_without_its_run_record_is_not_done(
     tiny_registry: Path, senteval_dir: Path, tiny_embedding_cache: Path, tmp_path: Path
 ) -> None:
     """The sweep plans as eval and bench do: a result counts only with its line in flow-plugin-runs.jsonl."""
-    from flow_plugin.cli.evaluate import evaluate_models
-    from flow_plugin.cli.sweep.jobs import Job, Run
-    from flow_plugin.cli.sweep.plan import plan_job, resolve_task_refs
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
+    from flow_plugin.sweep.jobs import Job, Run
+    from flow_plugin.sweep.plan import plan_job, resolve_task_refs
     from flow_plugin.encoding.options import EncoderOptions
 
     output = tmp_path / "out"

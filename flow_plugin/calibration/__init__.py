@@ -2,7 +2,7 @@
 
 ``make_calibrator("flow")`` and friends build one by its name, the suffix used in model names
 (``flow_plugin/<backbone>-<name>``): a method (:data:`CALIBRATOR_METHODS`) or a variant of one
-(:data:`CALIBRATOR_VARIANTS`). Importing this package loads only the names; the classes load
+(:data:`FLOW_VARIANTS`). Importing this package loads only the names; the classes load
 with scikit-learn on first use, and the flow imports torch and nflows when it builds a flow.
 
 Examples
@@ -19,7 +19,7 @@ import difflib
 import importlib
 from typing import Any
 
-from flow_plugin.calibration.names import CALIBRATOR_METHODS, CALIBRATOR_NAMES, CALIBRATOR_VARIANTS, resolve_name
+from flow_plugin.calibration.names import CALIBRATOR_METHODS, CALIBRATOR_NAMES, FLOW_VARIANTS, resolve_name
 from flow_plugin.errors import RegistryError
 
 #: public name -> the module that defines it (loaded on first use)
@@ -75,7 +75,7 @@ __all__ = [
     "default_seed",
     "CALIBRATOR_METHODS",
     "CALIBRATOR_NAMES",
-    "CALIBRATOR_VARIANTS",
+    "FLOW_VARIANTS",
     "NATSV",
     "Calibrator",
     "FlowCalibrator",

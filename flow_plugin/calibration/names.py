@@ -25,7 +25,7 @@ LINEAR_BASELINES: tuple[str, ...] = ("sn", "natsv", "sn-natsv", "whiten")
 
 #: flow variants beyond the paper's configuration (which stays ``flow``, the reference), to study what
 #: makes the flow better; each is a registry calibrator name, so ``bench`` and MTEB can run it
-CALIBRATOR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # the official code's alternative to the fixed permutation: Glow's invertible 1x1 convolution (LU form)
     "flow-lu": ("flow", {"permutation": "lu", "fast_path": False}),
     # Glow's affine coupling instead of the paper's additive one
@@ -41,12 +41,21 @@ CALIBRATOR_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 #: every name, methods first
-CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *CALIBRATOR_VARIANTS)
+CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *FLOW_VARIANTS)
+
+
+def calibrator_method(name: str) -> str:
+    """The method (calibrator class) of a calibrator name: ``"flow"`` for the flow and each flow variant.
+
+    >>> calibrator_method("flow-lu"), calibrator_method("whiten")
+    ('flow', 'whiten')
+    """
+    return resolve_name(name)[0]
 
 
 def resolve_name(name: str) -> tuple[str, dict[str, Any]]:
     """``(method, the variant's hyper-parameters)`` of a calibrator name; ``KeyError`` if unknown."""
     if name in CALIBRATOR_METHODS:
         return name, {}
-    method, params = CALIBRATOR_VARIANTS[name]
+    method, params = FLOW_VARIANTS[name]
     return method, dict(params)

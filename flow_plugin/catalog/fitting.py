@@ -34,6 +34,7 @@ import numpy as np
 
 from flow_plugin.calibration import Calibrator
 from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, cosine_stability
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from flow_plugin.errors import CalibrationError, InputError
 
 logger = logging.getLogger(__name__)
@@ -114,8 +115,6 @@ def canonical_order(sentences: list[str]) -> list[str]:
     return sorted(sentences, key=lambda text: (" ".join(text.split()), text))
 
 
-#: the duplicate-sentence policies of :func:`fit_calibrator`
-DUPLICATE_POLICIES = ("keep", "unique")
 
 
 def distinct_rows(embeddings: np.ndarray, n_unique_texts: int) -> int:
@@ -140,7 +139,7 @@ def fit_calibrator(
     *,
     model: str,
     source: str,
-    duplicates: str = "keep",
+    duplicates: str = DEFAULT_DUPLICATES,
     context: dict[str, Any] | None = None,
     sampling: dict[str, Any] | None = None,
 ) -> tuple[Calibrator, FitRecord]:

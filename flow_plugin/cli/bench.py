@@ -5,15 +5,15 @@ then the backbone's leaderboard.
 
 runs ``flow_plugin/<backbone>[-sn|-natsv|-sn-natsv|-whiten|-flow]`` on SentEvalSTS12..16,
 SentEvalSTSBenchmark and SentEvalSICKR (task by task, all six variants of a task in turn),
-through :func:`flow_plugin.eval_command.evaluate_models`, so the results are MTEB's
+through :func:`flow_plugin.integrations.mteb.evaluate.evaluate_models`, so the results are MTEB's
 standard result JSON under ``<output-folder>/results/``. Then it merges them into
-``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.cli.leaderboard`).
+``leaderboards/<backbone>.json`` (+ ``.md`` and ``.png``, see :mod:`flow_plugin.leaderboard`).
 
 Nothing is computed twice:
 
-* embeddings: ``$FLOW_PLUGIN_CACHE_DIR`` is set, unless it already is or ``--cache-dir``
-  is given, to ``<output-folder>/embedding-cache``; each sentence goes through the backbone
-  once, ever, for all six variants and every rerun;
+* embeddings: they are kept in ``--cache-dir``, else ``$FLOW_PLUGIN_CACHE_DIR``, else
+  ``<output-folder>/embedding-cache`` (passed down as ``EncoderOptions.cache_dir``); each
+  sentence goes through the backbone once, ever, for all six registry models and every rerun;
 * results: MTEB's result cache (``overwrite_strategy="only-missing"``) skips every task
   whose result file exists with its run record, so a bench that was interrupted (Ctrl-C,
   killed, a failure) resumes where it stopped. A result file left truncated by a kill or a
@@ -33,13 +33,11 @@ leaderboard merge then fails if a score did not reproduce.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +45,8 @@ from typing import Any
 from flow_plugin.catalog.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, TARGET
+from flow_plugin.studies.runs import Run, expand_runs
 
 from flow_plugin._io import make_output_folder
 from flow_plugin.errors import OutputError, RegistryError
@@ -59,54 +59,6 @@ CACHE_SUBFOLDER = "embedding-cache"
 
 
 # ------------------------------------------------------------------------- report
-@dataclass(frozen=True)
-class BenchRun:
-    """One model to run: a registry model name, with the loader arguments of this run (a seed of
-    a seeded calibrator, the fit corpus, the duplicate policy); ``seed`` is ``None`` for the
-    calibrators that have none."""
-
-    model: str
-    kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
-    seed: int | None = None
-
-    @property
-    def label(self) -> str:
-        return self.model + ("" if self.seed is None else f" (seed {self.seed})")
-
-
-def bench_runs(spec: Any, names: Sequence[str], *, seeds: int = 1, fit_corpus: str = "target",
-               fit_duplicates: str = "keep") -> list[BenchRun]:
-    """The runs of ``bench``: each calibrator name once, a seeded one (the flow and its variants)
-    with ``seeds`` seeds: its default seed (the paper's 1234), then the next ones.
-
-    >>> from flow_plugin.catalog.registry import get_backbone
-    >>> [run.label for run in bench_runs(get_backbone("minilm-l6"), ["raw", "flow"], seeds=2)]
-    ['flow_plugin/minilm-l6', 'flow_plugin/minilm-l6-flow (seed 1234)', 'flow_plugin/minilm-l6-flow (seed 1235)']
-    >>> [run.kwargs for run in bench_runs(get_backbone("minilm-l6"), ["raw", "sn"], fit_duplicates="unique")]
-    [{}, {'fit_duplicates': 'unique'}]
-    """
-    from flow_plugin.calibration import make_calibrator
-    from flow_plugin.catalog.registry import ModelVariant
-
-    shared: dict[str, Any] = {}
-    if fit_corpus != "target":
-        shared["fit_corpus"] = fit_corpus
-    if fit_duplicates != "keep":
-        shared["fit_duplicates"] = fit_duplicates
-    runs = []
-    for name in names:
-        model = spec.model_name(name)
-        calibrator = make_calibrator(name, **ModelVariant(spec, name).calibrator_params)
-        default_seed = calibrator.get_params().get("seed")
-        if default_seed is None:  # raw fits nothing: no fit corpus or duplicate policy to tell its runs apart
-            runs.append(BenchRun(model, {} if name == "raw" else dict(shared)))
-            continue
-        for seed in range(default_seed, default_seed + seeds):
-            kwargs = dict(shared) if seed == default_seed else {**shared, "calibrator_params": {"seed": seed}}
-            runs.append(BenchRun(model, kwargs, seed))
-    return runs
-
-
 @dataclass
 class TaskOutcome:
     model: str
@@ -127,13 +79,13 @@ class BenchReport:
     output_folder: Path
     cache_dir: Path
     outcomes: list[TaskOutcome] = field(default_factory=list)
-    runs: list[BenchRun] = field(default_factory=list)
+    runs: tuple[Run, ...] = ()
     #: sentences the backbone encoded in this run / served from the embedding cache
     n_encoded: int = 0
     n_cache_hits: int = 0
     wall_seconds: float = 0.0
     quarantined: list[Path] = field(default_factory=list)
-    leaderboard: Any = None  # flow_plugin.cli.leaderboard.LeaderboardUpdate, when updated
+    leaderboard: Any = None  # flow_plugin.leaderboard.LeaderboardUpdate, when updated
     #: stopped by Ctrl-C: the finished results are on disk, the leaderboard was not updated
     interrupted: bool = False
 
@@ -158,21 +110,6 @@ def _stderr(message: str) -> None:
 
 
 # ------------------------------------------------------------------------- helpers
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """Set environment variables for the duration of the run, then restore them."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def default_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
     """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR``, else ``<output_folder>/embedding-cache``."""
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
@@ -195,8 +132,8 @@ def run_bench(
     calibrators: Sequence[str] | None = None,
     options: EncoderOptions | None = None,
     seeds: int = 1,
-    fit_corpus: str = "target",
-    fit_duplicates: str = "keep",
+    fit_corpus: str = TARGET,
+    fit_duplicates: str = DEFAULT_DUPLICATES,
     overwrite: bool = False,
     replace: bool = False,
     fail_fast: bool = False,
@@ -211,7 +148,7 @@ def run_bench(
     being computed.
     """
     from flow_plugin.catalog.tasks import OFFLINE_TASKS
-    from flow_plugin.catalog.registry import VARIANT_SUFFIXES, get_backbone
+    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_backbone
     from flow_plugin.data.senteval import resolve_senteval_root
 
     from flow_plugin.calibration import CALIBRATOR_METHODS
@@ -220,10 +157,10 @@ def run_bench(
     spec = get_backbone(backbone)
     methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
     if methods == ["all"]:
-        methods = list(VARIANT_SUFFIXES)
-    unknown = [method for method in methods if method not in VARIANT_SUFFIXES]
+        methods = list(MODEL_NAME_SUFFIXES)
+    unknown = [method for method in methods if method not in MODEL_NAME_SUFFIXES]
     if unknown:
-        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(VARIANT_SUFFIXES)}")
+        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise RegistryError(f"seeds must be a positive int, got {seeds!r}")
     from flow_plugin.data.fit_corpus import FitCorpus
@@ -242,20 +179,17 @@ def run_bench(
     options = options or EncoderOptions()
     cache_folder = default_cache_dir(output, options.cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
-    report.runs = bench_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpus=fit_corpus,
+    report.runs = expand_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpora=[fit_corpus],
                              fit_duplicates=fit_duplicates)
 
-    from flow_plugin.encoding.cache import CACHE_DIR_ENV
-
-    with _environment(**{CACHE_DIR_ENV: str(cache_folder)}):
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        _run_tasks(report, data_root, options=options.replace(cache_dir=cache_folder), overwrite=overwrite,
-                   fail_fast=fail_fast, progress=progress)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # (Hugging Face tokenizers' own setting)
+    _run_tasks(report, data_root, options=options.replace(cache_dir=cache_folder), overwrite=overwrite,
+               fail_fast=fail_fast, progress=progress)
 
     if leaderboard is not None and not report.interrupted:
         have_results = any(outcome.status != "failed" for outcome in report.outcomes)
         if have_results:
-            from flow_plugin.cli.leaderboard import update_leaderboard
+            from flow_plugin.leaderboard import update_leaderboard
 
             report.leaderboard = update_leaderboard([output], leaderboard, replace=replace, models=models,
                                                     tasks=task_names, seeds=seeds if seeds > 1 else None)
@@ -267,7 +201,7 @@ def run_bench(
 
 def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,
                progress: Callable[[str], None]) -> None:
-    from flow_plugin.catalog.variants import build_encoder, resolve
+    from flow_plugin.catalog.builders import build_encoder, resolve
 
     output = report.output_folder
     # the same shared encoder (same key, device and cache folder) the six models will use
@@ -291,7 +225,7 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
 
 def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,
               progress: Callable[[str], None]) -> None:
-    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
 
     output = report.output_folder
     total = len(report.runs) * len(report.tasks)
@@ -347,11 +281,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, default=1, metavar="N",
                         help="run each seeded calibrator (the flow and its variants) with N seeds: its default "
                         "(1234) and the next N-1; the leaderboard shows their mean ± standard deviation")
-    parser.add_argument("--fit-corpus", default="target",
+    parser.add_argument("--fit-corpus", default=TARGET,
                         help="what the calibrators are fitted on: 'target' (each task's own sentences, the default), "
                         "'per-call' (each encode() call on its own; warns), or a text file with one sentence per line (e.g. NLI sentences: the paper's "
                         "'flow (NLI)')")
-    parser.add_argument("--fit-duplicates", default="keep", choices=("keep", "unique"),
+    parser.add_argument("--fit-duplicates", default=DEFAULT_DUPLICATES, choices=DUPLICATE_POLICIES,
                         help="fit on every occurrence of a sentence (keep, the official code's way) or on each "
                         "distinct sentence once (unique)")
     add_encoder_arguments(parser)  # --cache-dir defaults to $FLOW_PLUGIN_CACHE_DIR, else <output-folder>/embedding-cache
@@ -393,4 +327,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["BenchReport", "BenchRun", "TaskOutcome", "bench_runs", "configure_parser", "run", "run_bench"]
+__all__ = ["BenchReport", "TaskOutcome", "configure_parser", "run", "run_bench"]

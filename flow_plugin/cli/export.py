@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from flow_plugin.cli._options import add_encoder_arguments
 from flow_plugin.encoding.options import EncoderOptions
 
@@ -26,7 +27,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="replace an existing model folder at --out (atomically)")
     parser.add_argument("--leaderboard", type=Path, metavar="NAME.json",
                         help="put MODEL's scores from this leaderboard JSON in the model card")
-    parser.add_argument("--fit-duplicates", choices=("keep", "unique"), default="keep",
+    parser.add_argument("--fit-duplicates", choices=DUPLICATE_POLICIES, default=DEFAULT_DUPLICATES,
                         help="fit on every occurrence of a sentence (keep, default) or on each once (unique)")
     parser.add_argument("--max-fit-sentences", type=int, default=None, metavar="N",
                         help="a larger fit corpus is fitted on a seeded sample of N distinct sentences (default 100000)")
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     row = None
     if args.leaderboard is not None:
-        from flow_plugin.cli.leaderboard.merge import load_leaderboard
+        from flow_plugin.leaderboard.merge import load_leaderboard
 
         board = load_leaderboard(args.leaderboard)
         row = benchmark_row(board, args.model)

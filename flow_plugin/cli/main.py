@@ -19,8 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("flow_plugin.cli.evaluate", "evaluate registry models on offline SentEval-format STS tasks or MTEB tasks (MTEB result JSON)"),
     "paper": ("flow_plugin.cli.paper", "run every evaluation of the BERT-flow paper (STS all/wmean, QNLI AUC, lexical, isotropy)"),
     "bench": ("flow_plugin.cli.bench", "run all six variants of a backbone over the 7 STS sets and update its leaderboard"),
-    "leaderboard": ("flow_plugin.cli.leaderboard.command", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
-    "sweep": ("flow_plugin.cli.sweep.command", "run a sweep file (backbones x calibrators x tasks x fit corpora x seeds) on Ray"),
+    "leaderboard": ("flow_plugin.cli.leaderboard", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
+    "sweep": ("flow_plugin.cli.sweep", "run a sweep file (backbones x calibrators x tasks x fit corpora x seeds) on Ray"),
     "export": ("flow_plugin.cli.export", "write a registry model with its fitted calibrator as a sentence-transformers folder"),
 }
 

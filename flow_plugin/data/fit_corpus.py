@@ -33,6 +33,13 @@ from flow_plugin.errors import DataFolderError, InputError
 
 TARGET = "target"
 PER_CALL = "per-call"
+#: the named policies (a sentence file is the third kind)
+POLICIES: tuple[str, ...] = (TARGET, PER_CALL)
+#: what a fit does with a sentence that occurs more than once: "keep" fits on every occurrence,
+#: "unique" on each distinct sentence once (:func:`flow_plugin.catalog.fitting.fit_calibrator`)
+DUPLICATE_POLICIES: tuple[str, ...] = ("keep", "unique")
+#: the official code's policy: it trains on the pairs, so a sentence in two pairs counts twice
+DEFAULT_DUPLICATES = DUPLICATE_POLICIES[0]
 #: the old name of "per-call", refused with a pointer to it
 _RENAMED = {"inputs": PER_CALL}
 
@@ -46,7 +53,7 @@ class FitCorpus:
     def parse(cls, value: str | os.PathLike[str] | FitCorpus) -> FitCorpus:
         if isinstance(value, FitCorpus):
             return value
-        if isinstance(value, str) and value in (TARGET, PER_CALL):
+        if isinstance(value, str) and value in POLICIES:
             return cls(value)
         if isinstance(value, str) and value in _RENAMED:
             raise InputError(

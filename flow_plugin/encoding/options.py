@@ -28,6 +28,7 @@ from flow_plugin.errors import InputError
 
 #: The numeric precisions of the forward pass (see :mod:`flow_plugin.encoding.device`).
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
+DEFAULT_PRECISION = PRECISIONS[0]
 #: Sentences per forward pass when none is given. Length-sorted batches of short STS sentences keep this cheap.
 DEFAULT_BATCH_SIZE = 64
 

@@ -13,7 +13,7 @@ batches of token lists, expecting a 2-D numpy array with one row per sentence, i
 Here ``prepare`` fits a *fresh* calibrator on the task's sentences, tokens joined by single
 spaces: the BERT-flow paper's "target" setting (unlabelled sentences of the evaluated
 dataset, never its scores). ``batcher`` encodes with the process-wide cached backbone
-(:func:`flow_plugin.catalog.variants.build_encoder`: each unique sentence goes through the backbone
+(:func:`flow_plugin.catalog.builders.build_encoder`: each unique sentence goes through the backbone
 once, whatever the number of variants or tasks) and applies that calibrator.
 
 The model is named in ``params["flow_plugin"]``: a registry model name, a dict of
@@ -142,7 +142,7 @@ class SentEvalAdapter:
     Parameters
     ----------
     model:
-        A registry model name (``"flow_plugin/minilm-l6-flow"``) or a ``ModelVariant``.
+        A registry model name (``"flow_plugin/minilm-l6-flow"``) or a ``RegistryModel``.
     backbone, calibrator:
         Instead of ``model``: a registry backbone (name or ``BackboneSpec``) or a
         ``CachedEncoder``, and a calibrator method (``"flow"``, ``"whiten"``, ...) or an
@@ -165,8 +165,8 @@ class SentEvalAdapter:
     ) -> None:
         from flow_plugin.encoding.cache import CachedEncoder
         from flow_plugin.calibration import Calibrator
-        from flow_plugin.catalog.registry import BackboneSpec, ModelVariant, get_backbone, variant_suffixes
-        from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+        from flow_plugin.catalog.registry import BackboneSpec, RegistryModel, get_backbone, model_name_suffixes
+        from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
         from flow_plugin.encoding.options import EncoderOptions
 
         if (model is None) == (backbone is None):
@@ -187,7 +187,7 @@ class SentEvalAdapter:
             spec = None
         else:
             spec = backbone if isinstance(backbone, BackboneSpec) else get_backbone(str(backbone))
-            self.encoder = build_encoder(ModelVariant(spec, "raw"), options)
+            self.encoder = build_encoder(RegistryModel(spec, "raw"), options)
         device_name = str(self.encoder.backbone.device)
         if isinstance(calibrator, Calibrator):
             if calibrator_params:
@@ -197,19 +197,21 @@ class SentEvalAdapter:
         elif isinstance(calibrator, str):
             method = calibrator
             if spec is not None:
-                self._template = build_calibrator(ModelVariant(spec, method), device=device_name,
+                self._template = build_calibrator(RegistryModel(spec, method), device=device_name,
                                                   **(calibrator_params or {}))
             else:
                 from flow_plugin.calibration import make_calibrator
 
+                from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
+
                 params = dict(calibrator_params or {})
-                if method == "flow":
+                if method in CALIBRATOR_NAMES and calibrator_method(method) == "flow":
                     params.setdefault("device", device_name)
                 self._template = make_calibrator(method, **params)
         else:
             raise InputTypeError(f"calibrator must be a method name or a Calibrator, got {type(calibrator).__name__}")
         self.method = method
-        if spec is not None and method in variant_suffixes():
+        if spec is not None and method in model_name_suffixes():
             self.name = spec.model_name(method)
         else:
             self.name = f"{spec.name if spec is not None else self.encoder.backbone.name} + {method}"
@@ -315,7 +317,7 @@ def batcher(params: Any, batch: Any) -> np.ndarray:
     ):
         raise NotPreparedError(
             "batcher called before prepare: SentEval calls prepare(params, samples) first (pass "
-            "flow_plugin.senteval.prepare to senteval.engine.SE), which builds and fits the model in "
+            "flow_plugin.integrations.senteval.prepare to senteval.engine.SE), which builds and fits the model in "
             f"params[{PARAMS_KEY!r}]"
         )
     return adapter_from_params(params).batcher(params, batch)

@@ -11,7 +11,8 @@ from typing import Any
 
 from mteb.models.model_meta import ModelMeta, ScoringFunction
 
-from flow_plugin.catalog.registry import BackboneSpec, ModelVariant, default_registry
+from flow_plugin.calibration.names import calibrator_method
+from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry
 
 BERT_FLOW_CITATION = r"""@inproceedings{li2020bertflow,
   title = {On the Sentence Embeddings from Pre-trained Language Models},
@@ -41,7 +42,7 @@ def mteb_entry(hub_id: str) -> ModelMeta | None:
     module = sys.modules.get(MODELS_MODULE)
     registry = getattr(module, "MODEL_REGISTRY", None) or {}
     entry = registry.get(hub_id)
-    return entry if isinstance(entry, ModelMeta) and not entry.name.startswith("flow_plugin/") else None
+    return entry if isinstance(entry, ModelMeta) and not entry.name.startswith(MODEL_PREFIX) else None
 
 
 def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[str]:
@@ -53,17 +54,18 @@ def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[st
     return set()
 
 
-def _embed_dim(variant: ModelVariant) -> int:
+def _embed_dim(variant: RegistryModel) -> int:
     from flow_plugin.calibration import make_calibrator
 
     return make_calibrator(variant.calibrator, **variant.calibrator_params).output_width(variant.backbone.embedding_dim)
 
 
-def model_meta(variant: ModelVariant) -> ModelMeta:
+def model_meta(variant: RegistryModel) -> ModelMeta:
     spec: BackboneSpec = variant.backbone
     entry = mteb_entry(spec.hub_id)
+    flow = calibrator_method(variant.calibrator) == "flow"  # the paper's flow and each flow variant
     embedding_parameters = spec.n_embedding_parameters or (entry.n_embedding_parameters if entry else None)
-    return ModelMeta(
+    meta = ModelMeta(
         loader=load_model,
         loader_kwargs={},
         name=variant.name,
@@ -71,13 +73,13 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
         release_date=spec.release_date,
         languages=list(spec.languages),
         n_parameters=spec.n_parameters,
-        memory_usage_mb=round(spec.n_parameters * 4 / 2**20, 1),
+        memory_usage_mb=None,  # MTEB's own estimate, below
         n_embedding_parameters=embedding_parameters,
         max_tokens=spec.max_seq_length,
         embed_dim=_embed_dim(variant),
         license=spec.license,
         open_weights=True,
-        public_training_code=BERT_FLOW_CODE if variant.calibrator == "flow" else (
+        public_training_code=BERT_FLOW_CODE if flow else (
             entry.public_training_code if entry else None),
         public_training_data=None,
         framework=["PyTorch"],
@@ -86,12 +88,14 @@ def model_meta(variant: ModelVariant) -> ModelMeta:
         use_instructions=False,
         training_datasets=_training_datasets(entry),
         adapted_from=entry.name if entry is not None else spec.hub_id,
-        citation=BERT_FLOW_CITATION if variant.calibrator == "flow" else None,
+        citation=BERT_FLOW_CITATION if flow else None,
     )
+    # MTEB's estimate from n_parameters (float32 weights, whole MB); ours was the same to 0.1 MB
+    return meta.model_copy(update={"memory_usage_mb": meta.calculate_memory_usage_mb()})
 
 
 def all_model_metas(registry: dict[str, BackboneSpec] | None = None) -> list[ModelMeta]:
     registry = registry if registry is not None else default_registry()
-    from flow_plugin.catalog.registry import variant_suffixes
+    from flow_plugin.catalog.registry import model_name_suffixes
 
-    return [model_meta(ModelVariant(spec, method)) for spec in registry.values() for method in variant_suffixes()]
+    return [model_meta(RegistryModel(spec, method)) for spec in registry.values() for method in model_name_suffixes()]

@@ -2,7 +2,7 @@
 
 MTEB has no fit hook: it calls ``encode()`` once per split and side (sentence1 and sentence2,
 queries and documents, train and test) of each subset. So the first ``encode()`` of a (task,
-subset) gathers that task's text (:mod:`.corpus`, found through :mod:`.lookup`), fits a fresh
+subset) gathers that task's text (:mod:`.corpus`, found through :mod:`.call_stack`), fits a fresh
 calibrator on it, and every later call of the same (task, subset) reuses that one fit: both
 sides of every comparison share one space. Which sentences are used is the ``fit_corpus``
 policy (:mod:`flow_plugin.data.fit_corpus`); a corpus larger than ``max_fit_sentences`` is
@@ -33,8 +33,9 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
-from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, FitRecord, fit_calibrator
-from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+from flow_plugin.catalog.fitting import FitRecord, fit_calibrator
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET
+from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
 from flow_plugin.data.sampling import (
     DEFAULT_FIT_SEED,
@@ -47,11 +48,11 @@ from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
 from flow_plugin.integrations.mteb.fit_records import write_fits
-from flow_plugin.integrations.mteb.lookup import result_destination, running_task
+from flow_plugin.integrations.mteb.call_stack import result_destination, running_task
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FlowPluginModel", "TaskCorpusError", "load_model"]
+__all__ = ["FlowPluginModel", "TaskCorpusError"]
 
 #: every loader argument besides the encoder options
 _MODEL_ARGUMENTS = ("fit_corpus", "fit_duplicates", "max_fit_sentences", "fit_seed", "calibrator_params", "embed_dim")
@@ -94,10 +95,10 @@ class FlowPluginModel(AbsEncoder):
         model_name: str,
         revision: str | None = None,
         *,
-        fit_corpus: str | os.PathLike[str] = "target",
+        fit_corpus: str | os.PathLike[str] = TARGET,
         max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
         fit_seed: int = DEFAULT_FIT_SEED,
-        fit_duplicates: str = "keep",
+        fit_duplicates: str = DEFAULT_DUPLICATES,
         calibrator_params: dict[str, Any] | None = None,
         embed_dim: int | None = None,
         **encoder_options: Any,
@@ -138,7 +139,7 @@ class FlowPluginModel(AbsEncoder):
         self._records: list[FitRecord] = []
         self._tasks: dict[str, Any] = {}  # task name -> task object given to prepare_task
         self._lock = threading.RLock()
-        if self.fit_corpus.kind == "per-call" and not self._is_raw:
+        if self.fit_corpus.kind == PER_CALL and not self._is_raw:
             message = (f"{self.name}: fit_corpus='per-call' fits a new calibrator for every encode() call, so the two "
                        "sides of a pair (sentence1/sentence2, queries/documents, train/test) land in different "
                        "spaces; use the default 'target' for one fit per (task, subset)")
@@ -196,7 +197,7 @@ class FlowPluginModel(AbsEncoder):
                  task: Any = None) -> tuple[_Fit, str]:
         """(the fit serving this call, the subset it belongs to), fitting on first use."""
         with self._lock:
-            if self.fit_corpus.kind == "per-call" and not self._is_raw:
+            if self.fit_corpus.kind == PER_CALL and not self._is_raw:
                 part = CorpusPart("inputs", lambda: iter([inputs]))
                 return self._fit(task_name, hf_subset, [part], "per-call: the sentences of this encode() call"), hf_subset
             if self.fit_corpus.kind == "file" and not self._is_raw:
@@ -278,7 +279,7 @@ class FlowPluginModel(AbsEncoder):
         """Fit now, for every subset of a task object (MTEB's missing fit hook; any task type),
         and remember the task for later calls; returns the fit records."""
         self._tasks[task.metadata.name] = task
-        if self.fit_corpus.kind == "per-call":
+        if self.fit_corpus.kind == PER_CALL:
             return []
         records = []
         for subset in hf_subsets or getattr(task, "hf_subsets", None) or ["default"]:
@@ -348,7 +349,3 @@ def _texts_of(inputs: Any) -> list[str]:
         texts.extend(batch["text"])
     return check_sentences(texts)
 
-
-def load_model(model_name: str, revision: str | None = None, device: str | None = None, **kwargs: Any) -> FlowPluginModel:
-    """MTEB loader: ``ModelMeta.load_model`` calls this with the model name and revision."""
-    return FlowPluginModel(model_name, revision, device=device, **kwargs)

@@ -49,17 +49,43 @@ RUNS_FORMAT = "flow-plugin-runs"
 RUNS_LOCK_FILE = ".flow-plugin-runs.lock"
 RESULTS_FOLDER = "results"  # mteb's ResultCache keeps results in <cache>/results/
 EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded with kwargs
+NO_REVISION = "no_revision_available"  # MTEB's revision folder for a model whose metadata names no revision
 
 
 def model_folder(output_folder: Path, model: str) -> Path:
-    """Where MTEB keeps the results of ``model`` in an output folder.
+    """Where MTEB keeps the results of ``model`` in an output folder (MTEB's own folder name for
+    it, ``ModelMeta.model_name_as_path``).
 
     Examples
     --------
     >>> model_folder(Path("out"), "flow_plugin/minilm-l6").as_posix()
     'out/results/flow_plugin__minilm-l6'
     """
-    return output_folder / "results" / model.replace("/", "__").replace(" ", "_")
+    from mteb.models import ModelMeta
+
+    return output_folder / RESULTS_FOLDER / ModelMeta.model_construct(name=model).model_name_as_path()
+
+
+def result_path(output_folder: Path, meta: ModelMeta, task_name: str) -> Path:
+    """Where MTEB's ``ResultCache`` files the result of ``meta`` (its name, revision and
+    experiment) on ``task_name`` under ``output_folder``; nothing is created (dry runs).
+
+    >>> import mteb
+    >>> meta = mteb.get_model_meta("flow_plugin/minilm-l6-sn")
+    >>> model, revision, name = result_path(Path("out"), meta, "SentEvalSTS13").relative_to("out").parts[1:]
+    >>> model, revision == meta.revision, revision.startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-"), name
+    ('flow_plugin__minilm-l6-sn', True, True, 'SentEvalSTS13.json')
+    """
+    import tempfile
+
+    from mteb.cache import ResultCache
+
+    cache = ResultCache(tempfile.gettempdir())  # (a ResultCache makes its folder: not the output folder's)
+    # the revision is given, never looked up among the folders of the temporary cache
+    path = cache.get_task_result_path(
+        task_name, meta.model_name_as_path(), meta.revision or NO_REVISION, experiment_name=meta.experiment_name
+    )
+    return Path(output_folder) / path.relative_to(cache.cache_path)
 
 
 def result_files(output_folder: Path, model: str, task: str) -> dict[Path, tuple[int, int]]:
@@ -391,20 +417,10 @@ def load_task_result(path: Path) -> TaskResult:
             if not str(problems[0].get("input", "")).strip():
                 raise DataFolderError(f"{path}: MTEB task result is empty (an interrupted write?)") from None
             raise DataFolderError(f"{path}: MTEB task result is not valid JSON: {problems[0]['msg']}") from None
-        raise DataFolderError(
-            f"{path}: malformed MTEB task result: {'; '.join(_describe_problem(p) for p in problems)}"
-        ) from None
+        from flow_plugin._validation_errors import describe_validation_error
 
-
-def _describe_problem(problem: dict[str, Any]) -> str:
-    """One pydantic validation problem as text: "missing 'scores'", "'date': Input should be ..."."""
-    where = ""
-    for part in problem.get("loc", ()):
-        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-    if problem.get("type") == "missing":
-        return f"missing {where!r}"
-    message = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"{where!r}: {message}" if where else message
+        phrases = describe_validation_error(cause, lambda location: list(TaskResult.model_fields))
+        raise DataFolderError(f"{path}: malformed MTEB task result: {'; '.join(phrases)}") from None
 
 
 def runs_file_for(output_folder: str | os.PathLike[str]) -> Path:

@@ -185,7 +185,7 @@ class SentEvalSTSTask(AbsTaskSTS):
         split = self._evaluating_split or "test"
         if split != "test":
             return
-        from flow_plugin.integrations.mteb.lookup import result_destination
+        from flow_plugin.integrations.mteb.call_stack import result_destination
         from flow_plugin.integrations.mteb.pair_scores import write_pairs
 
         destination = result_destination()
@@ -221,11 +221,13 @@ def _metadata(name: str, senteval_task: str, description: str, reference: str, d
     )
 
 
-def _make_task(class_name: str, name: str, senteval_task: str, description: str, reference: str,
-               date: tuple[str, str], domains: list[str]) -> type[SentEvalSTSTask]:
+def _make_task(senteval_task: str, description: str, reference: str, date: tuple[str, str],
+               domains: list[str]) -> type[SentEvalSTSTask]:
+    """The task class of ``senteval_task``, named as :data:`~flow_plugin.catalog.tasks.OFFLINE_TASKS_BY_SENTEVAL_NAME` says."""
+    name = OFFLINE_TASKS_BY_SENTEVAL_NAME[senteval_task]
     low, high = SCORE_RANGE[senteval_task]
     return type(
-        class_name,
+        name,
         (SentEvalSTSTask,),
         {
             "__doc__": description,
@@ -239,37 +241,36 @@ def _make_task(class_name: str, name: str, senteval_task: str, description: str,
 
 
 _SEMEVAL = "SemEval {year} STS (English) test set as SentEval reads it (SentEval layout, Moses-tokenized, lower-cased); scored pairs only."
-SentEvalSTS12 = _make_task("SentEvalSTS12", "SentEvalSTS12", "STS12", _SEMEVAL.format(year=2012),
-                           "https://aclanthology.org/S12-1051/", ("2012-01-01", "2012-12-31"), ["News", "Written"])
-SentEvalSTS13 = _make_task("SentEvalSTS13", "SentEvalSTS13", "STS13", _SEMEVAL.format(year=2013) + " Without SMT (LDC licence), as SentEval.",
-                           "https://aclanthology.org/S13-1004/", ("2013-01-01", "2013-12-31"), ["News", "Written"])
-SentEvalSTS14 = _make_task("SentEvalSTS14", "SentEvalSTS14", "STS14", _SEMEVAL.format(year=2014),
-                           "https://aclanthology.org/S14-2010/", ("2014-01-01", "2014-12-31"), ["News", "Web", "Written"])
-SentEvalSTS15 = _make_task("SentEvalSTS15", "SentEvalSTS15", "STS15", _SEMEVAL.format(year=2015),
-                           "https://aclanthology.org/S15-2045/", ("2015-01-01", "2015-12-31"), ["News", "Web", "Written"])
-SentEvalSTS16 = _make_task("SentEvalSTS16", "SentEvalSTS16", "STS16", _SEMEVAL.format(year=2016),
-                           "https://aclanthology.org/S16-1081/", ("2016-01-01", "2016-12-31"), ["News", "Web", "Written"])
-SentEvalSTSBenchmark = _make_task(
-    "SentEvalSTSBenchmark", "SentEvalSTSBenchmark", "STSBenchmark",
-    "STS Benchmark as SentEval reads it: test split (1,379 pairs), score in column 5; train and dev sentences "
-    "serve as unlabeled fitting data.",
-    "https://aclanthology.org/S17-2001/", ("2012-01-01", "2017-12-31"), ["News", "Web", "Written"],
-)
-SentEvalSICKR = _make_task(
-    "SentEvalSICKR", "SentEvalSICKR", "SICKRelatedness",
-    "SICK relatedness as SentEval reads it: the 4,927-pair test set (MTEB's SICK-R holds all 9,927 pairs); "
-    "train and trial sentences serve as unlabeled fitting data.",
-    "https://aclanthology.org/L14-1314/", ("2014-01-01", "2014-12-31"), ["Web", "Written"],
-)
+#: SentEval task -> (description, reference, date range, domains) of its offline MTEB task
+_DESCRIPTIONS: dict[str, tuple[str, str, tuple[str, str], list[str]]] = {
+    "STS12": (_SEMEVAL.format(year=2012), "https://aclanthology.org/S12-1051/", ("2012-01-01", "2012-12-31"),
+              ["News", "Written"]),
+    "STS13": (_SEMEVAL.format(year=2013) + " Without SMT (LDC licence), as SentEval.",
+              "https://aclanthology.org/S13-1004/", ("2013-01-01", "2013-12-31"), ["News", "Written"]),
+    "STS14": (_SEMEVAL.format(year=2014), "https://aclanthology.org/S14-2010/", ("2014-01-01", "2014-12-31"),
+              ["News", "Web", "Written"]),
+    "STS15": (_SEMEVAL.format(year=2015), "https://aclanthology.org/S15-2045/", ("2015-01-01", "2015-12-31"),
+              ["News", "Web", "Written"]),
+    "STS16": (_SEMEVAL.format(year=2016), "https://aclanthology.org/S16-1081/", ("2016-01-01", "2016-12-31"),
+              ["News", "Web", "Written"]),
+    "STSBenchmark": (
+        "STS Benchmark as SentEval reads it: test split (1,379 pairs), score in column 5; train and dev sentences "
+        "serve as unlabeled fitting data.",
+        "https://aclanthology.org/S17-2001/", ("2012-01-01", "2017-12-31"), ["News", "Web", "Written"]),
+    "SICKRelatedness": (
+        "SICK relatedness as SentEval reads it: the 4,927-pair test set (MTEB's SICK-R holds all 9,927 pairs); "
+        "train and trial sentences serve as unlabeled fitting data.",
+        "https://aclanthology.org/L14-1314/", ("2014-01-01", "2014-12-31"), ["Web", "Written"]),
+}
 
-#: every offline task class, in the order tables list them
-TASK_CLASSES: tuple[type[SentEvalSTSTask], ...] = (
-    SentEvalSTS12, SentEvalSTS13, SentEvalSTS14, SentEvalSTS15, SentEvalSTS16, SentEvalSTSBenchmark, SentEvalSICKR,
+#: every offline task class, in the order tables list them (the names' one home is
+#: :mod:`flow_plugin.catalog.tasks`)
+TASK_CLASSES: tuple[type[SentEvalSTSTask], ...] = tuple(
+    _make_task(senteval_task, *_DESCRIPTIONS[senteval_task]) for senteval_task in OFFLINE_TASKS_BY_SENTEVAL_NAME
 )
-TASK_NAMES: tuple[str, ...] = tuple(cls.metadata.name for cls in TASK_CLASSES)
-assert TASK_NAMES == OFFLINE_TASKS and all(
-    OFFLINE_TASKS_BY_SENTEVAL_NAME[cls.senteval_task] == cls.metadata.name for cls in TASK_CLASSES
-), "flow_plugin.catalog.tasks and the task classes disagree"
+(SentEvalSTS12, SentEvalSTS13, SentEvalSTS14, SentEvalSTS15, SentEvalSTS16, SentEvalSTSBenchmark,
+ SentEvalSICKR) = TASK_CLASSES
+TASK_NAMES: tuple[str, ...] = OFFLINE_TASKS
 
 
 def get_offline_task(name: str, data_dir: str | os.PathLike[str] | None = None) -> SentEvalSTSTask:

@@ -2,7 +2,7 @@
 
 A leaderboard (``flow-plugin leaderboard`` / ``bench``) holds one row per model, revision and
 experiment. The row of an export is the one of its model name at this configuration's revision
-(:attr:`flow_plugin.catalog.registry.ModelVariant.revision`): a row of another revision was
+(:attr:`flow_plugin.catalog.registry.RegistryModel.revision`): a row of another revision was
 computed with another registry configuration or procedure, so its scores are not this model's.
 
 Examples
@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flow_plugin.catalog.registry import ModelVariant
-from flow_plugin.catalog.variants import resolve
+from flow_plugin.catalog.registry import RegistryModel
+from flow_plugin.catalog.builders import resolve
 from flow_plugin.errors import LeaderboardError
 
 
-def benchmark_row(board: Mapping[str, Any], model: str | ModelVariant, *, revision: str | None = None) -> dict[str, Any]:
+def benchmark_row(board: Mapping[str, Any], model: str | RegistryModel, *, revision: str | None = None) -> dict[str, Any]:
     """The row of ``model`` (a registry model name) at ``revision`` (default: the model's current
     configuration) in a loaded leaderboard, its default experiment when there are several; errors
     name what the board holds and what to do."""
@@ -59,7 +59,7 @@ def benchmark_row(board: Mapping[str, Any], model: str | ModelVariant, *, revisi
                            "pass the row you mean (leaderboard_row=...)")
 
 
-def check_row(row: Mapping[str, Any], variant: ModelVariant) -> None:
+def check_row(row: Mapping[str, Any], variant: RegistryModel) -> None:
     """A row given by hand must be the model's, at its configuration's revision."""
     if row.get("model") != variant.name or row.get("revision") != variant.revision:
         raise LeaderboardError(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from flow_plugin.data.fit_corpus import TARGET
+
 #: the end-to-end difference beyond which the card says the calibrator magnifies its input's rounding
 #: (the exporter's threshold, flow_plugin.integrations.sentence_transformers.export.SENSITIVE_CALIBRATOR)
 SENSITIVE_CALIBRATOR = 1e-3
@@ -129,7 +131,7 @@ def _benchmark(record: dict[str, Any]) -> list[str]:
     exported = record.get("fit_corpus")
     if benchmark.get("fit_corpus") and (exported is None or benchmark["fit_corpus"] != f"file {exported['file']}"):
         lines += [f"The benchmark fitted its calibrator with fit_corpus `{benchmark['fit_corpus']}`"
-                  + (" (each task's own text)" if benchmark["fit_corpus"] == "target" else "")
+                  + (" (each task's own text)" if benchmark["fit_corpus"] == TARGET else "")
                   + "; this folder's calibrator was fitted as described above, so its scores can differ.", ""]
     lines += ["| task | score | metric | protocol | wmean |", "|---|---|---|---|---|"]
     for score in benchmark["scores"]:

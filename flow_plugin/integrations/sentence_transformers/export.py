@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from flow_plugin.calibration import Calibrator, calibrator_class
-from flow_plugin.catalog.fitting import DUPLICATE_POLICIES, FitRecord, fit_calibrator
-from flow_plugin.catalog.registry import ModelVariant
-from flow_plugin.catalog.variants import build_calibrator, build_encoder, resolve
+from flow_plugin.catalog.fitting import FitRecord, fit_calibrator
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
+from flow_plugin.catalog.registry import RegistryModel
+from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
 from flow_plugin.data.fit_corpus import read_sentence_file
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
 from flow_plugin.encoding.options import EncoderOptions
@@ -132,7 +133,7 @@ def _read_fit_corpus(path: Path) -> list[str]:
             from None
 
 
-def _load_calibrator(path: Path, variant: ModelVariant) -> Calibrator:
+def _load_calibrator(path: Path, variant: RegistryModel) -> Calibrator:
     """The calibrator file, checked against the model's method and width (``Calibrator.load``)."""
     method_class = calibrator_class(variant.calibrator)
     assert method_class is not None  # a resolved variant names a known calibrator
@@ -173,7 +174,7 @@ def _cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(cosines(ours) - cosines(theirs)).max())
 
 
-def _agreement(folder: Path, variant: ModelVariant, calibrator: Calibrator, options: EncoderOptions,
+def _agreement(folder: Path, variant: RegistryModel, calibrator: Calibrator, options: EncoderOptions,
                corpus: list[str] | None, needs_flow_plugin: bool, calibration_modules: int) -> dict[str, Any]:
     """Load the written folder with sentence-transformers and compare it with flow-plugin (float32
     backbone, the calibrator) on a few sentences: the pooled embeddings, the calibration modules (the
@@ -237,7 +238,7 @@ def _versions(st_version: str) -> dict[str, str]:
 
 
 def export_model(
-    model: str | ModelVariant,
+    model: str | RegistryModel,
     out_dir: str | os.PathLike[str],
     *,
     fit_corpus: str | os.PathLike[str] | None = None,
@@ -245,7 +246,7 @@ def export_model(
     overwrite: bool = False,
     leaderboard_row: Mapping[str, Any] | None = None,
     leaderboard_name: str | None = None,
-    fit_duplicates: str = "keep",
+    fit_duplicates: str = DEFAULT_DUPLICATES,
     max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
     fit_seed: int = DEFAULT_FIT_SEED,
     calibrator_params: dict[str, Any] | None = None,

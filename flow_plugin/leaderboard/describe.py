@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flow_plugin.cli.leaderboard.public import corpus_label
-from flow_plugin.cli.leaderboard.schema import CALIBRATOR_ORDER, NAMESPACE, is_number
+from flow_plugin.leaderboard.public import corpus_label
+from flow_plugin.catalog.registry import MODEL_PREFIX
+from flow_plugin.leaderboard.schema import CALIBRATOR_ORDER, is_number
 
 
 def describe_model(
@@ -32,7 +33,7 @@ def describe_model(
     """
     kwargs = dict(experiment_kwargs or {})
     overrides = kwargs.get("calibrator_params") if isinstance(kwargs.get("calibrator_params"), dict) else {}
-    if model.startswith(NAMESPACE):
+    if model.startswith(MODEL_PREFIX):
         return _describe_flow_plugin_model(model, kwargs, overrides, adapted_from, max_tokens)
     calibrator = str(kwargs.get("calibrator", "raw"))
     return {
@@ -71,7 +72,7 @@ def _describe_flow_plugin_model(model: str, kwargs: dict[str, Any], overrides: d
             "metadata_source": "registry",
         }
     # a flow_plugin model this registry does not know: read the suffix
-    short = model[len(NAMESPACE):]
+    short = model[len(MODEL_PREFIX):]
     calibrator = "raw"
     for method in sorted(CALIBRATOR_ORDER, key=len, reverse=True):
         if method != "raw" and short.endswith("-" + method):

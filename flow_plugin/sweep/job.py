@@ -1,7 +1,7 @@
 """One job: every run of one backbone over the sweep's tasks, in a Ray worker (or anywhere).
 
 It does what ``flow-plugin bench`` does for one backbone, item by item through
-:func:`flow_plugin.cli.evaluate.evaluate_models`: one backbone in memory for all its runs,
+:func:`flow_plugin.integrations.mteb.evaluate.evaluate_models`: one backbone in memory for all its runs,
 embeddings kept in the output folder's on-disk cache, a result that is already there never
 recomputed. What differs: results are evaluated into the job's staging folder and published
 atomically (:mod:`.publish`), and the job reports its progress in a file (:mod:`.progress`).
@@ -16,11 +16,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from flow_plugin.cli.sweep.jobs import Job, Settings
-from flow_plugin.cli.sweep.progress import AttemptLog
-from flow_plugin.cli.sweep.publish import Stage
+from flow_plugin.sweep.jobs import Job, Settings
+from flow_plugin.sweep.progress import AttemptLog
+from flow_plugin.sweep.publish import Stage
 
 logger = logging.getLogger(__name__)
 
@@ -41,20 +40,11 @@ class JobOutcome:
     n_cache_hits: int = 0
 
 
-def _set_environment(settings: Settings) -> None:
-    from flow_plugin.encoding.cache import CACHE_DIR_ENV
-    from flow_plugin.integrations.mteb.tasks import DATA_ENV
-
-    os.environ[CACHE_DIR_ENV] = str(settings.cache_dir)
-    if settings.data is not None:
-        os.environ[DATA_ENV] = str(settings.data)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
 def run_job(job: Job, settings: Settings) -> JobOutcome:
     """Evaluate every item of ``job`` not done yet; return what happened."""
     started = time.perf_counter()
-    _set_environment(settings)
+    # the cache folder and the data folder travel as arguments (EncoderOptions, evaluate_models' data)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # (Hugging Face tokenizers' own setting)
     log = AttemptLog(settings.progress, job.id)
     outcome = JobOutcome(job.id, log.state["host"], log.state["pid"])
     stage = Stage(settings.staging, job.id, log.attempt, settings.output).open()
@@ -71,10 +61,10 @@ def run_job(job: Job, settings: Settings) -> JobOutcome:
 
 
 def _run_items(job: Job, settings: Settings, log: AttemptLog, stage: Stage, outcome: JobOutcome) -> None:
-    from flow_plugin.catalog.variants import build_encoder, resolve
-    from flow_plugin.cli.evaluate import evaluate_models
+    from flow_plugin.catalog.builders import build_encoder, resolve
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
     from flow_plugin.encoding.options import EncoderOptions
-    from flow_plugin.cli.sweep.plan import plan_job, resolve_task_refs
+    from flow_plugin.sweep.plan import plan_job, resolve_task_refs
 
     tasks = resolve_task_refs(job.tasks, settings.data)
     by_name = {task.metadata.name: task for task in tasks}

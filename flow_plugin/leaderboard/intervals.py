@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from flow_plugin.cli.leaderboard.schema import round_points
-from flow_plugin.cli.leaderboard.units import AVERAGE, PROTOCOLS, Unit, best_linear, board_units, linear_reference
+from flow_plugin.leaderboard.schema import round_points
+from flow_plugin.leaderboard.units import AVERAGE, PROTOCOLS, Unit, best_linear, board_units, linear_reference
 from flow_plugin.evaluation.intervals import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,

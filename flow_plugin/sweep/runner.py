@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flow_plugin.cli.sweep.job import JobOutcome, run_job
-from flow_plugin.cli.sweep.jobs import Job, Settings
-from flow_plugin.cli.sweep.progress import read_attempts
-from flow_plugin.cli.sweep.spec import Resources
+from flow_plugin.sweep.job import JobOutcome, run_job
+from flow_plugin.sweep.jobs import Job, Settings
+from flow_plugin.sweep.progress import read_attempts
+from flow_plugin.sweep.spec import ResourcesTable
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Watcher:
             self.write(f"sweep: job {job} started: attempt {number}, {where}")
 
 
-def _remote_options(job: Job, resources: Resources, cuda: bool) -> dict[str, Any]:
+def _remote_options(job: Job, resources: ResourcesTable, cuda: bool) -> dict[str, Any]:
     return {
         "num_cpus": resources.cpus_per_job,
         "num_gpus": resources.gpus_per_job if cuda else 0,
@@ -112,7 +112,7 @@ def _finished_line(outcome: JobOutcome) -> str:
             f"backbone encoded {outcome.n_encoded} sentences, {outcome.n_cache_hits} from the embedding cache")
 
 
-def run_jobs(jobs: list[Job], settings: Settings, resources: Resources, *, cuda: bool, total: int, done: int,
+def run_jobs(jobs: list[Job], settings: Settings, resources: ResourcesTable, *, cuda: bool, total: int, done: int,
              poll_seconds: float = 1.0, show_bar: bool = True) -> RunReport:
     """Submit ``jobs`` to the connected Ray and wait for them; ``total`` and ``done`` count the
     sweep's results (all, and done before it started) for the progress bar (on a terminal;

@@ -1,4 +1,4 @@
-"""A model variant ready to use: the shared cached backbone plus an unfitted calibrator.
+"""A registry model ready to use: the shared cached backbone plus an unfitted calibrator.
 
 This is the library-level meaning of a model name such as ``flow_plugin/bert-base-flow``;
 the MTEB wrapper and the SentEval adapter are thin layers over it.
@@ -16,14 +16,15 @@ import logging
 from typing import Any
 
 from flow_plugin.calibration import Calibrator, make_calibrator
-from flow_plugin.catalog.registry import ModelVariant, parse_model_name
+from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
+from flow_plugin.catalog.registry import RegistryModel, parse_model_name
 from flow_plugin.encoding.cache import CachedEncoder, shared_encoder
 from flow_plugin.encoding.options import EncoderOptions
 
 logger = logging.getLogger(__name__)
 
 
-def build_encoder(variant: ModelVariant, options: EncoderOptions | None = None) -> CachedEncoder:
+def build_encoder(variant: RegistryModel, options: EncoderOptions | None = None) -> CachedEncoder:
     """The process-wide cached encoder of the variant's backbone (shared by all its variants)."""
     options = options or EncoderOptions()
     spec = variant.backbone
@@ -45,15 +46,16 @@ def build_encoder(variant: ModelVariant, options: EncoderOptions | None = None) 
     return encoder
 
 
-def build_calibrator(variant: ModelVariant, *, device: str | None = None, **overrides: Any) -> Calibrator:
+def build_calibrator(variant: RegistryModel, *, device: str | None = None, **overrides: Any) -> Calibrator:
     """An unfitted calibrator: registry hyper-parameters, then ``overrides``; a flow runs on
-    ``device`` (the backbone's) unless told otherwise."""
+    ``device`` (the backbone's) unless told otherwise (the flow variants too)."""
     params = {**variant.calibrator_params, **overrides}
-    if variant.calibrator == "flow" and "device" not in params:
+    known = variant.calibrator in CALIBRATOR_NAMES  # (an unknown name: make_calibrator's error, with close names)
+    if known and calibrator_method(variant.calibrator) == "flow" and "device" not in params:
         params["device"] = device
     return make_calibrator(variant.calibrator, **params)
 
 
-def resolve(model: str | ModelVariant) -> ModelVariant:
-    """A model name (``flow_plugin/<backbone>[-<calibrator>]``) as a :class:`ModelVariant`."""
-    return model if isinstance(model, ModelVariant) else parse_model_name(model)
+def resolve(model: str | RegistryModel) -> RegistryModel:
+    """A model name (``flow_plugin/<backbone>[-<calibrator>]``) as a :class:`RegistryModel`."""
+    return model if isinstance(model, RegistryModel) else parse_model_name(model)

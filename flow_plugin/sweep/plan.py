@@ -18,12 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flow_plugin.cli.sweep.jobs import Job, Run
+from flow_plugin.sweep.jobs import Job, Run
 from flow_plugin.errors import DataFolderError, FlowPluginError, RegistryError
-
-#: MTEB's revision folder for a model whose metadata names no revision
-NO_REVISION = "no_revision_available"
-
 
 @dataclass(frozen=True)
 class Item:
@@ -42,7 +38,7 @@ class Item:
 def resolve_task_refs(refs: tuple[str, ...], data: str | os.PathLike[str] | None, source: Path | None = None) -> list[Any]:
     """MTEB task objects for the sweep's task names (offline tasks, MTEB tasks, benchmarks);
     errors name the sweep file and its ``tasks`` (or ``data``) key."""
-    from flow_plugin.integrations.mteb.task_lookup import resolve_tasks
+    from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 
     where = f"{source}: key 'tasks': " if source is not None else ""
     try:
@@ -65,26 +61,6 @@ def run_meta(run: Run) -> Any:
     return mteb.get_model(run.model, **run.kwargs).mteb_model_meta
 
 
-def result_path(output: Path, meta: Any, task_name: str) -> Path:
-    """Where MTEB files the result of ``meta`` on ``task_name`` under the output folder.
-
-    >>> import mteb
-    >>> meta = mteb.get_model_meta("flow_plugin/minilm-l6-sn")
-    >>> model, revision, name = result_path(Path("out"), meta, "SentEvalSTS13").relative_to("out").parts[1:]
-    >>> model, revision == meta.revision, revision.startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-"), name
-    ('flow_plugin__minilm-l6-sn', True, True, 'SentEvalSTS13.json')
-    """
-    import tempfile
-
-    from mteb.cache import ResultCache
-
-    cache = ResultCache(tempfile.gettempdir())  # MTEB's layout, without creating the output folder (dry runs)
-    path = cache.get_task_result_path(
-        task_name, meta.model_name_as_path(), meta.revision or NO_REVISION, experiment_name=meta.experiment_name
-    )
-    return output / path.relative_to(cache.cache_path)
-
-
 def is_done(path: Path, task: Any, recorded: set[tuple[Any, ...]]) -> bool:
     """True when ``path`` holds a result of ``task`` that misses no split or subset, and its run
     key is among ``recorded`` (:func:`~flow_plugin.integrations.mteb.results.recorded_run_keys`)."""
@@ -103,6 +79,8 @@ def is_done(path: Path, task: Any, recorded: set[tuple[Any, ...]]) -> bool:
 
 def plan_job(job: Job, output: Path, tasks: list[Any]) -> list[Item]:
     """The job's items, task by task (every run of a task in turn), each marked done or not."""
+    from flow_plugin.integrations.mteb.results import recorded_run_keys, result_path
+
     paths: dict[tuple[int, str], Path] = {}
     for index, run in enumerate(job.runs):
         try:
@@ -113,8 +91,6 @@ def plan_job(job: Job, output: Path, tasks: list[Any]) -> list[Item]:
             raise RegistryError(f"{run.label}: MTEB cannot load this model: {type(error).__name__}: {error}") from None
         for task in tasks:
             paths[(index, task.metadata.name)] = result_path(output, meta, task.metadata.name)
-    from flow_plugin.integrations.mteb.results import recorded_run_keys
-
     recorded = recorded_run_keys(output)
     items = []
     for task in tasks:

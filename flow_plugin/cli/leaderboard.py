@@ -1,87 +1,21 @@
-"""``flow-plugin leaderboard``: merge MTEB result folders into a leaderboard and rewrite its
-JSON, Markdown, PNG and HTML page, and the folder's index page (the command line, and
-:func:`update_leaderboard` and :func:`render_leaderboard` behind it)."""
+"""``flow-plugin leaderboard``: parses the arguments, calls
+:func:`flow_plugin.leaderboard.update_leaderboard` (or :func:`~flow_plugin.leaderboard.render_leaderboard`,
+or prints the JSON schema generated from :class:`flow_plugin.leaderboard.models.Leaderboard`) and
+prints what was written."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flow_plugin.cli.leaderboard.merge import (
-    MergeReport,
-    empty_leaderboard,
-    finalize,
-    load_leaderboard,
-    merge_results,
-)
-from flow_plugin.cli.leaderboard.schema import DEFAULT_TOLERANCE, SCHEMA
-from flow_plugin.cli.leaderboard.units import procedure_notes
-from flow_plugin.cli.leaderboard.write import folder_lock, output_paths, write_index, write_leaderboard
 from flow_plugin.errors import LeaderboardError
-
-
-@dataclass
-class LeaderboardUpdate:
-    """What :func:`update_leaderboard` wrote (JSON, Markdown, PNG or None, HTML) and merged."""
-
-    paths: tuple[Path, Path, Path | None, Path]
-    report: MergeReport
-    board: dict[str, Any]
-
-
-def update_leaderboard(
-    folders: Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
-    *,
-    replace: bool = False,
-    models: Iterable[str] | None = None,
-    tasks: Iterable[str] | None = None,
-    name: str | None = None,
-    tolerance: float | None = None,
-    seeds: int | None = None,
-) -> LeaderboardUpdate:
-    """Merge the results under ``folders`` into the leaderboard at ``output`` (created if
-    absent) and rewrite its JSON, Markdown, PNG and HTML, and the folder's ``index.html``.
-    Nothing is written on a conflict.
-    ``seeds`` keeps at most that many seeds (the lowest) in each seed group's mean ± std."""
-    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
-        raise LeaderboardError(f"seeds must be a positive int, got {seeds!r}")
-    json_file = output_paths(output)[0]
-    with folder_lock(json_file.parent.resolve()):
-        if json_file.exists():
-            board = load_leaderboard(json_file)
-            if name:
-                board["name"] = name
-        else:
-            board = empty_leaderboard(name or json_file.stem)
-        if seeds is not None:
-            board["max_seeds"] = seeds
-        report = merge_results(board, folders, replace=replace, models=models, tasks=tasks, tolerance=tolerance)
-        from flow_plugin import __version__
-
-        board["generated_by"] = f"flow-plugin {__version__}"
-        paths = write_leaderboard(board, json_file)
-        write_index(json_file.parent)
-    return LeaderboardUpdate(paths, report, board)
-
-
-def render_leaderboard(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
-    """Re-render a leaderboard's files from its JSON alone (no result folder is read) and rewrite
-    the folder's ``index.html``. The scores and the "updated" stamp stay as they are; what the
-    current code derives (deltas, seed groups, published names) is derived again."""
-    json_file = output_paths(json_path)[0]
-    if not json_file.is_file():
-        raise LeaderboardError(f"{json_file}: no such leaderboard file; --render-only re-renders an existing one")
-    with folder_lock(json_file.parent.resolve()):
-        board = finalize(load_leaderboard(json_file))
-        paths = write_leaderboard(board, json_file)
-        write_index(json_file.parent)
-    return paths
+from flow_plugin.leaderboard.merge import load_leaderboard
+from flow_plugin.leaderboard.models import schema_text
+from flow_plugin.leaderboard.schema import DEFAULT_TOLERANCE
+from flow_plugin.leaderboard.units import procedure_notes
+from flow_plugin.leaderboard.update import LeaderboardUpdate, render_leaderboard, update_leaderboard
 
 
 def print_update(update: LeaderboardUpdate) -> None:
@@ -134,13 +68,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--render-only", nargs="+", type=Path, metavar="NAME.json",
                         help="re-render these leaderboards' Markdown, PNG and HTML (and index.html) from their JSON "
                         "alone, reading no results")
-    parser.add_argument("--schema", action="store_true", help="print the JSON schema and exit")
+    parser.add_argument("--schema", action="store_true", help="print the JSON schema of a leaderboard file (generated from its typed models) and exit")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``flow-plugin leaderboard`` with parsed arguments."""
     if args.schema:
-        print(SCHEMA)
+        print(schema_text())
         return 0
     if args.render_only:
         if args.results or args.output is not None:

@@ -3,7 +3,7 @@
 A sweep file is TOML. Unknown keys, wrong types and unknown names (backbones, calibrators,
 fit corpora) are errors that name the file and the key, with the name you probably meant.
 Relative paths in the file are relative to the file's folder. Task names need MTEB and are
-checked when the jobs are planned (:func:`flow_plugin.cli.sweep.plan.resolve_task_refs`).
+checked when the jobs are planned (:func:`flow_plugin.sweep.plan.resolve_task_refs`).
 
 >>> import tempfile
 >>> with tempfile.TemporaryDirectory() as folder:
@@ -25,25 +25,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.data.fit_corpus import POLICIES as FIT_POLICIES, TARGET
+from flow_plugin.encoding.options import PRECISIONS
 from flow_plugin._io import read_toml
+from flow_plugin._validation_errors import describe_validation_error
 from flow_plugin.errors import RegistryError, SweepError
 
 
-#: fit corpora that are policies, not files (see :mod:`flow_plugin.data.fit_corpus`)
-FIT_POLICIES = ("target", "per-call")
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 # ---------------------------------------------------------------------------- the file schema
 class ResourcesTable(BaseModel):
-    """``[resources]``: what each job asks Ray for, and how it runs."""
+    """``[resources]``: what each job asks Ray for, and how it runs (validated, frozen, used as is)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
     cpus_per_job: float = Field(default=1, gt=0)
     gpus_per_job: float = Field(default=1, gt=0, le=1)
-    precision: Literal["auto", "float32", "bf16", "fp16"] = "auto"
+    precision: Literal[PRECISIONS] = "auto"  # type: ignore[valid-type]  # (the tuple spreads into the Literal)
     batch_size: int | None = Field(default=None, ge=1)
     max_retries: int = Field(default=2, ge=0, le=20)
 
@@ -57,7 +58,7 @@ class SweepFile(BaseModel):
     backbones: list[str] = Field(min_length=1)
     calibrators: list[str] | None = None
     tasks: list[str] = Field(default=list(OFFLINE_TASKS), min_length=1)
-    fit_corpora: list[str] = Field(default=["target"], min_length=1)
+    fit_corpora: list[str] = Field(default=[TARGET], min_length=1)
     seeds: list[int] = []
     data: str | None = None
     output: str | None = None
@@ -65,56 +66,16 @@ class SweepFile(BaseModel):
     resources: ResourcesTable = ResourcesTable()
 
 
-_TYPE_NAMES = {"int_type": "int", "string_type": "str", "bool_type": "bool", "list_type": "a list",
-               "dict_type": "a table", "model_type": "a table", "float_type": "a number", "literal_error": "one of"}
-
-
-def _keys_at(location: tuple[Any, ...]) -> list[str]:
+def _known_keys(location: tuple[Any, ...]) -> list[str]:
     return list(ResourcesTable.model_fields if location[:1] == ("resources",) else SweepFile.model_fields)
 
 
-def _key(location: tuple[Any, ...]) -> str:
-    text = ""
-    for part in location:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
 def _messages(path: Path, error: ValidationError) -> str:
-    """One line naming the file and every bad key, from pydantic's structured errors."""
-    parts: list[str] = []
-    for item in error.errors():
-        location = tuple(item["loc"])
-        key, kind = _key(location), item["type"]
-        if kind == "extra_forbidden":
-            close = difflib.get_close_matches(str(location[-1]), _keys_at(location), n=1)
-            hint = f" (did you mean {_key((*location[:-1], close[0]))!r}?)" if close else ""
-            parts.append(f"unknown key {key!r}{hint}")
-        elif kind == "missing":
-            parts.append(f"missing required key {key!r}")
-        elif kind == "literal_error":
-            parts.append(f"key {key!r} must be one of {item['ctx']['expected']}, got {item.get('input')!r}")
-        elif kind in _TYPE_NAMES:
-            value = item.get("input")
-            parts.append(f"key {key!r} must be {_TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
-        else:
-            parts.append(f"key {key!r}: {item['msg']}")
-    return f"{path}: " + "; ".join(dict.fromkeys(parts))
+    """One line naming the file and every bad key (:func:`flow_plugin._validation_errors.describe_validation_error`)."""
+    return f"{path}: " + "; ".join(describe_validation_error(error, _known_keys))
 
 
 # ---------------------------------------------------------------------------- the checked sweep
-@dataclass(frozen=True)
-class Resources:
-    """``[resources]``, checked."""
-
-    device: str = "auto"
-    cpus_per_job: float = 1.0
-    gpus_per_job: float = 1.0
-    precision: str = "auto"
-    batch_size: int | None = None
-    max_retries: int = 2
-
-
 @dataclass(frozen=True)
 class Sweep:
     """A checked sweep file: registry names, fit corpora as "target", "per-call" or absolute
@@ -131,7 +92,7 @@ class Sweep:
     data: Path | None = None
     output: Path | None = None
     leaderboard: Path | None = None
-    resources: Resources = Resources()
+    resources: ResourcesTable = ResourcesTable()
 
 
 def seeded_calibrators() -> tuple[str, ...]:
@@ -230,5 +191,5 @@ def load_sweep(path: str | Path) -> Sweep:
         data=_path(path, parsed.data),
         output=_path(path, parsed.output),
         leaderboard=_path(path, parsed.leaderboard),
-        resources=Resources(**parsed.resources.model_dump()),
+        resources=parsed.resources,
     )

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin._io import read_json
-from flow_plugin.cli.leaderboard.describe import describe_model
-from flow_plugin.cli.leaderboard.public import public_kwargs, publish_row
-from flow_plugin.cli.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
-from flow_plugin.cli.leaderboard.seeds import annotate as annotate_seed_groups
-from flow_plugin.cli.leaderboard.schema import (
+from flow_plugin.catalog.registry import MODEL_PREFIX
+from flow_plugin.leaderboard.describe import describe_model
+from flow_plugin.leaderboard.public import public_kwargs, publish_row
+from flow_plugin.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
+from flow_plugin.leaderboard.seeds import annotate as annotate_seed_groups
+from flow_plugin.leaderboard.schema import (
     CALIBRATOR_ORDER,
     DEFAULT_TOLERANCE,
     FORMAT,
@@ -165,7 +166,7 @@ def merge_results(
     derived fields. Raises :class:`LeaderboardConflictError` (and leaves ``board`` as it
     was) when a new score disagrees with a recorded one and ``replace`` is false. The per-pair cosines
     kept with the results give the deltas their confidence intervals (:mod:`.intervals`)."""
-    from flow_plugin.cli.leaderboard.intervals import annotate_intervals
+    from flow_plugin.leaderboard.intervals import annotate_intervals
     from flow_plugin.integrations.mteb.pair_scores import PairScores, pairs_of_result
 
     tolerance = board.get("tolerance", DEFAULT_TOLERANCE) if tolerance is None else tolerance
@@ -256,7 +257,7 @@ def _weights(row: dict[str, Any]) -> str:
     """The weights commit of a row's revision (without flow-plugin's configuration digest)."""
     from flow_plugin.catalog.registry import weights_revision
 
-    return weights_revision(row["revision"]) if row["model"].startswith("flow_plugin/") else row["revision"]
+    return weights_revision(row["revision"]) if row["model"].startswith(MODEL_PREFIX) else row["revision"]
 
 
 def finalize(board: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from flow_plugin.calibration.names import LINEAR_BASELINES
-from flow_plugin.cli.leaderboard.merge import baseline_key
-from flow_plugin.cli.leaderboard.public import display_columns, display_name
+from flow_plugin.leaderboard.merge import baseline_key
+from flow_plugin.leaderboard.public import display_columns, display_name
 
 PROTOCOLS = ("all", "wmean")
 AVERAGE = "average"

@@ -3,7 +3,7 @@
 The page holds everything it needs: its CSS and JavaScript (``page/leaderboard.css`` and
 ``page/leaderboard.js`` next to this module: plain JavaScript, no library), the leaderboard JSON
 as written (``<script type="application/json" id="board-data">``) and its page view
-(:func:`~flow_plugin.cli.leaderboard.view.page_view`, ``id="view-data"``). It loads nothing from
+(:func:`~flow_plugin.leaderboard.view.page_view`, ``id="view-data"``). It loads nothing from
 a network or a server, so it works opened from disk as well as served. Rendering is a pure
 function of the leaderboard: the same JSON gives the same bytes. Standard library only.
 """
@@ -16,15 +16,15 @@ import re
 from importlib import resources
 from typing import Any
 
-from flow_plugin.cli.leaderboard.units import procedure_notes
+from flow_plugin.leaderboard.units import procedure_notes
 
-from flow_plugin.cli.leaderboard.view import page_view
+from flow_plugin.leaderboard.view import page_view
 
 _SCRIPT_JSON = re.compile(r'<script type="application/json" id="(?P<id>[\w-]+)">(?P<data>.*?)</script>', re.S)
 
 
 def _asset(name: str) -> str:
-    return resources.files("flow_plugin.cli.leaderboard").joinpath("page", name).read_text(encoding="utf-8")
+    return resources.files("flow_plugin.leaderboard").joinpath("page", name).read_text(encoding="utf-8")
 
 
 def embed_json(data: Any) -> str:

@@ -10,17 +10,16 @@ the input is reported before Ray starts.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from flow_plugin.errors import SweepError
+from flow_plugin.sweep.publish import sweep_lock
 
 DEFAULT_LEADERBOARD_DIR = Path("leaderboards")
 
@@ -51,26 +50,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress-bar", action="store_true", help="only the per-job lines, no overall bar")
 
 
-@contextlib.contextmanager
-def sweep_lock(work: Path) -> Iterator[None]:
-    """One sweep at a time per output folder (a POSIX lock: across nodes on shared storage)."""
-    import fcntl
-
-    from flow_plugin._io import make_output_folder, output_errors
-
-    make_output_folder(work)
-    with output_errors(work, "output folder"):
-        handle = os.open(work / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise SweepError(f"another sweep is running on this output folder (lock {work / 'lock'})") from None
-        yield
-    finally:
-        os.close(handle)
-
-
 def _count(number: int | float, noun: str) -> str:
     """``3 jobs``, ``1 job``.
 
@@ -81,7 +60,7 @@ def _count(number: int | float, noun: str) -> str:
 
 
 def _settings(args: argparse.Namespace, sweep: Any) -> Any:
-    from flow_plugin.cli.sweep.jobs import Settings, default_output
+    from flow_plugin.sweep.jobs import Settings, default_output
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
 
     output = default_output(sweep, args.output_folder)
@@ -111,7 +90,8 @@ def _merge(args: argparse.Namespace, sweep: Any, jobs: list[Any], task_names: li
     if not (output / "results").is_dir():
         print(f"sweep: no results in {output} yet; leaderboard {board} not written")
         return
-    from flow_plugin.cli.leaderboard import print_update, update_leaderboard
+    from flow_plugin.cli.leaderboard import print_update
+    from flow_plugin.leaderboard import update_leaderboard
 
     models = sorted({run.model for job in jobs for run in job.runs})
     print_update(update_leaderboard([output], board, replace=args.replace, models=models, tasks=task_names))
@@ -127,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from flow_plugin.cli.sweep.jobs import expand_jobs
-    from flow_plugin.cli.sweep.plan import plan_job, resolve_task_refs
-    from flow_plugin.cli.sweep.spec import load_sweep
+    from flow_plugin.sweep.jobs import expand_jobs
+    from flow_plugin.sweep.plan import plan_job, resolve_task_refs
+    from flow_plugin.sweep.spec import load_sweep
 
     started = time.perf_counter()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -183,7 +163,7 @@ def _check_cluster_arguments(args: argparse.Namespace, sweep: Any) -> None:
         return
     if args.num_cpus is not None:
         raise SweepError("--num-cpus sizes the local Ray instance; it cannot be used with --address or $RAY_ADDRESS")
-    from flow_plugin.cli.sweep.cluster import check_reachable
+    from flow_plugin.sweep.cluster import check_reachable
 
     check_reachable(address)
 
@@ -198,8 +178,8 @@ def _print_plan(jobs: list[Any], plans: dict[str, list[Any]], n_tasks: int) -> N
 
 
 def _run(args: argparse.Namespace, sweep: Any, settings: Any, todo: list[Any], total: int, done: int) -> Any:
-    from flow_plugin.cli.sweep import cluster
-    from flow_plugin.cli.sweep.runner import run_jobs
+    from flow_plugin.sweep import cluster
+    from flow_plugin.sweep.runner import run_jobs
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
     from flow_plugin.integrations.mteb.tasks import DATA_ENV
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from flow_plugin.cli.leaderboard.schema import NAMESPACE
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES
+from flow_plugin.catalog.registry import MODEL_PREFIX
 
 #: fit-corpus policies; any other value is a sentence file
 POLICIES = ("target", "per-call")
@@ -116,7 +117,7 @@ def _corpus_sha256(row: dict[str, Any]) -> str | None:
 def publish_row(row: dict[str, Any]) -> dict[str, Any]:
     """Make a row publishable (in place; idempotent): the sentence file by its name in the kwargs,
     the experiment name, the id, ``fit_corpus`` and the fit summaries."""
-    from flow_plugin.cli.leaderboard.read import row_id
+    from flow_plugin.leaderboard.read import row_id
 
     kwargs = row.get("experiment_kwargs") or {}
     corpus = kwargs.get("fit_corpus")
@@ -160,7 +161,7 @@ def display_columns(row: dict[str, Any], seeds: list[int] | None = None) -> dict
     corpus = str(row["fit_corpus"]).split(", unique sentences")[0] if fitted else "—"
     if corpus.startswith("file "):
         corpus = corpus[len("file "):]
-    duplicates = str(kwargs.get("fit_duplicates") or ("keep" if row.get("model", "").startswith(NAMESPACE) else "—"))
+    duplicates = str(kwargs.get("fit_duplicates") or (DEFAULT_DUPLICATES if row.get("model", "").startswith(MODEL_PREFIX) else "—"))
     params = dict(row.get("calibrator_params") or {})
     seed = params.pop("seed", None)
     options = [f"{key}={_format_value(value)}" for key, value in sorted(params.items())]

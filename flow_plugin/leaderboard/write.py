@@ -17,21 +17,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flow_plugin._io import atomic_write_bytes, atomic_write_text, make_output_folder, output_errors
-from flow_plugin.cli.leaderboard.html import board_summary, render_html, render_index
-from flow_plugin.cli.leaderboard.merge import load_leaderboard
-from flow_plugin.cli.leaderboard.render import render_markdown, render_png
+from flow_plugin._io import atomic_write_bytes, atomic_write_text, file_lock, make_output_folder
+from flow_plugin.leaderboard.html import board_summary, render_html, render_index
+from flow_plugin.leaderboard.merge import load_leaderboard
+from flow_plugin.leaderboard.render import render_markdown, render_png
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 
 logger = logging.getLogger(__name__)
 
 
 INDEX = "index.html"
+#: the lock file of a leaderboards folder (hidden; left in place, like every lock file)
+LOCK_FILE = ".flow-plugin-leaderboards.lock"
 
 
 def output_paths(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path, Path]:
     """The JSON, Markdown, PNG and HTML files of a leaderboard.
 
+    Examples
+    --------
     >>> [path.name for path in output_paths("leaderboards/minilm-l6.json")]
     ['minilm-l6.json', 'minilm-l6.md', 'minilm-l6.png', 'minilm-l6.html']
     """
@@ -45,7 +49,10 @@ def write_leaderboard(board: dict[str, Any],
                       json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
     """Render all four files in memory, then write each atomically (JSON last: it is the
     record). Returns their paths; the PNG's is None when matplotlib is missing."""
+    from flow_plugin.leaderboard.models import check_board
+
     json_file, md_file, png_file, html_file = output_paths(json_path)
+    check_board(board, str(json_file))  # nothing that does not fit the typed format is written
     text = json.dumps(board, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     markdown = render_markdown(board)
     page = render_html(board, json_file.stem)
@@ -80,18 +87,8 @@ def write_index(folder: str | os.PathLike[str]) -> Path:
 
 @contextlib.contextmanager
 def folder_lock(folder: Path) -> Iterator[None]:
-    """Serialise read-merge-write of leaderboards in one folder (POSIX advisory lock)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover -- Windows: no locking
-        yield
-        return
+    """Serialise read-merge-write of the leaderboards of one folder (its :data:`LOCK_FILE`, see
+    :func:`flow_plugin._io.file_lock`)."""
     make_output_folder(folder, "leaderboard folder")
-    with output_errors(folder, "leaderboard folder"):
-        handle = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with file_lock(folder / LOCK_FILE):
         yield
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        os.close(handle)

@@ -10,10 +10,10 @@ import io
 import json
 from typing import Any
 
-from flow_plugin.cli.leaderboard.public import display_columns, display_name
-from flow_plugin.cli.leaderboard.schema import DECIMALS, round_points
-from flow_plugin.cli.leaderboard.seeds import display_rows
-from flow_plugin.cli.leaderboard.units import best_linear, board_units, linear_reference, procedure_notes, unit_interval
+from flow_plugin.leaderboard.public import display_columns, display_name
+from flow_plugin.leaderboard.schema import DECIMALS, round_points
+from flow_plugin.leaderboard.seeds import display_rows
+from flow_plugin.leaderboard.units import best_linear, board_units, linear_reference, procedure_notes, unit_interval
 from flow_plugin.errors import MissingExtraError
 
 
@@ -73,7 +73,7 @@ def _with_spread(text: str, std: float | None) -> str:
     return text if std is None else f"{text} ± {std:.2f}"
 
 
-#: the columns that name a row (:func:`~flow_plugin.cli.leaderboard.public.display_columns`)
+#: the columns that name a row (:func:`~flow_plugin.leaderboard.public.display_columns`)
 _NAME_COLUMNS = (("backbone", "Backbone"), ("calibrator", "Calibrator"), ("pooling", "Pooling"),
                  ("fit_corpus", "Fit corpus"), ("duplicates", "Duplicates"), ("options", "Options"))
 

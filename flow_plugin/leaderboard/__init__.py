@@ -1,4 +1,4 @@
-"""``flow-plugin leaderboard``: MTEB result folders -> leaderboard JSON, Markdown, PNG and HTML.
+"""Leaderboards: MTEB result folders -> leaderboard JSON, Markdown, PNG and HTML (``flow-plugin leaderboard``).
 
 Reads the task result files that ``mteb run`` / ``mteb.evaluate`` / ``flow-plugin eval`` /
 ``flow-plugin bench`` write, through mteb's own ``ResultCache`` and ``TaskResult``::
@@ -6,15 +6,16 @@ Reads the task result files that ``mteb run`` / ``mteb.evaluate`` / ``flow-plugi
     <dir>/results/<model>/<revision>/<Task>.json                       (an output folder)
     <dir>/results/<model>/<revision>/experiments/<experiment>/<Task>.json  (models run with kwargs)
 
-(``<dir>/results`` itself may be given too), merges them into ``NAME.json`` (schema:
-:data:`SCHEMA`), then renders ``NAME.md``, ``NAME.png`` and ``NAME.html`` next to it, and the
+(``<dir>/results`` itself may be given too), merges them into ``NAME.json`` (its format:
+:class:`.models.Leaderboard`), then renders ``NAME.md``, ``NAME.png`` and ``NAME.html`` next to it, and the
 folder's ``index.html``. Merging never drops a
 row; a score that disagrees with the one already recorded is an error (or, with
 ``replace=True``, is replaced and reported). The files are written atomically.
 
 One job per module:
 
-* :mod:`.schema`: the file format, the schema text, the points scale, the column order;
+* :mod:`.models`: the file format as typed pydantic models; the JSON schema is generated from them;
+* :mod:`.schema`: the format's name and version, the points scale, the column order;
 * :mod:`.read`: result folders -> score entries (mteb's classes, plus run records);
 * :mod:`.describe`: backbone, calibrator and pooling of a model name;
 * :mod:`.public`: what a published row may say (file names, not paths) and its display columns;
@@ -23,26 +24,24 @@ One job per module:
 * :mod:`.view`: the HTML page's cells (values, spreads, significance) per protocol and view;
 * :mod:`.html`: the self-contained HTML page and the folder's index page;
 * :mod:`.write`: the four files and the index, atomically, under a folder lock;
-* :mod:`.command`: the command line and :func:`update_leaderboard`.
+* :mod:`.update`: :func:`update_leaderboard` and :func:`render_leaderboard` (the command line is
+  :mod:`flow_plugin.cli.leaderboard`).
 
-Importing this package imports only the standard library (mteb when results are read,
+Importing this package imports only the standard library (pydantic when a board is checked, mteb when results are read,
 matplotlib when a chart is drawn, the registry when a ``flow_plugin/...`` row is described).
 """
 
 from __future__ import annotations
 
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
-from flow_plugin.cli.leaderboard.command import (
+from flow_plugin.leaderboard.update import (
     LeaderboardUpdate,
-    configure_parser,
-    print_update,
     render_leaderboard,
-    run,
     update_leaderboard,
 )
-from flow_plugin.cli.leaderboard.describe import describe_model
-from flow_plugin.cli.leaderboard.html import embedded_json, render_html, render_index
-from flow_plugin.cli.leaderboard.merge import (
+from flow_plugin.leaderboard.describe import describe_model
+from flow_plugin.leaderboard.html import embedded_json, render_html, render_index
+from flow_plugin.leaderboard.merge import (
     MergeReport,
     empty_leaderboard,
     finalize,
@@ -50,7 +49,7 @@ from flow_plugin.cli.leaderboard.merge import (
     merge_results,
     score_difference,
 )
-from flow_plugin.cli.leaderboard.read import (
+from flow_plugin.leaderboard.read import (
     ResultFile,
     ResultFolder,
     find_results,
@@ -60,17 +59,16 @@ from flow_plugin.cli.leaderboard.read import (
     run_key,
     score_entry,
 )
-from flow_plugin.cli.leaderboard.render import delta_series, render_markdown, render_png
-from flow_plugin.cli.leaderboard.schema import (
+from flow_plugin.leaderboard.render import delta_series, render_markdown, render_png
+from flow_plugin.leaderboard.schema import (
     DEFAULT_TOLERANCE,
     FORMAT,
     FORMAT_VERSION,
-    SCHEMA,
     task_sort_key,
 )
-from flow_plugin.cli.leaderboard.public import display_columns, display_name, publish_row
-from flow_plugin.cli.leaderboard.view import page_view, significance
-from flow_plugin.cli.leaderboard.write import output_paths, write_index, write_leaderboard
+from flow_plugin.leaderboard.public import display_columns, display_name, publish_row
+from flow_plugin.leaderboard.view import page_view, significance
+from flow_plugin.leaderboard.write import output_paths, write_index, write_leaderboard
 from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
 
 __all__ = [
@@ -78,7 +76,6 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "OFFLINE_TASKS",
-    "SCHEMA",
     "DataFolderError",
     "LeaderboardConflictError",
     "LeaderboardError",
@@ -86,7 +83,6 @@ __all__ = [
     "MergeReport",
     "ResultFile",
     "ResultFolder",
-    "configure_parser",
     "delta_series",
     "describe_model",
     "display_columns",
@@ -100,7 +96,6 @@ __all__ = [
     "merge_results",
     "output_paths",
     "page_view",
-    "print_update",
     "publish_row",
     "read_score",
     "render_html",
@@ -109,7 +104,6 @@ __all__ = [
     "render_markdown",
     "render_png",
     "row_id",
-    "run",
     "run_key",
     "score_difference",
     "score_entry",

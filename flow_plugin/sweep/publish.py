@@ -18,12 +18,15 @@ publishes each result in an order that never shows a partial one:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_text, split_lines
+from flow_plugin.errors import SweepError
 from flow_plugin.integrations.mteb.fit_records import fits_path
 from flow_plugin.integrations.mteb.results import RUNS_FILE, append_run_records, read_run_records
 
@@ -98,3 +101,17 @@ def _replace_task_lines(target: Path, staged: Path, task: str) -> None:
     new = [line for line in split_lines(staged.read_text(encoding="utf-8"))
            if line.strip() and json.loads(line).get("task") == task]
     atomic_write_text(target, "".join(line + "\n" for line in kept + new))
+
+
+@contextlib.contextmanager
+def sweep_lock(work: Path) -> Iterator[None]:
+    """One sweep at a time per output folder (``<work>/lock``, :func:`flow_plugin._io.file_lock`:
+    across nodes on shared storage)."""
+    from flow_plugin._io import file_lock
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(file_lock(work / "lock", blocking=False))
+        except BlockingIOError:
+            raise SweepError(f"another sweep is running on this output folder (lock {work / 'lock'})") from None
+        yield

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flow_plugin._io import read_json_lines
-from flow_plugin.cli.leaderboard.public import public_experiment, public_fits
-from flow_plugin.cli.leaderboard.schema import is_number, to_points
+from flow_plugin.leaderboard.public import public_experiment, public_fits
+from flow_plugin.leaderboard.schema import is_number, to_points
 from flow_plugin.errors import DataFolderError
 from flow_plugin.integrations.mteb.fit_records import fits_of_result, summarize_fit
 from flow_plugin.integrations.mteb.results import (

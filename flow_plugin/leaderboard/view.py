@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from flow_plugin.calibration.names import LINEAR_BASELINES
-from flow_plugin.cli.leaderboard.public import display_name
-from flow_plugin.cli.leaderboard.render import _fmt, _with_spread
-from flow_plugin.cli.leaderboard.schema import is_number, round_points
-from flow_plugin.cli.leaderboard.seeds import spread
-from flow_plugin.cli.leaderboard.units import (
+from flow_plugin.leaderboard.public import display_name
+from flow_plugin.leaderboard.render import _fmt, _with_spread
+from flow_plugin.leaderboard.schema import is_number, round_points
+from flow_plugin.leaderboard.seeds import spread
+from flow_plugin.leaderboard.units import (
     AVERAGE,
     PROTOCOLS,
     Unit,

@@ -18,7 +18,8 @@ import json
 import statistics
 from typing import Any
 
-from flow_plugin.cli.leaderboard.schema import round_points
+from flow_plugin.leaderboard.schema import round_points
+from flow_plugin.catalog.registry import MODEL_PREFIX
 
 
 def spread(values: list[float]) -> tuple[float, float]:
@@ -37,7 +38,7 @@ def _default_seed(calibrator: str) -> int | None:
 def row_seed(row: dict[str, Any]) -> int | None:
     """The seed a row's calibrator ran with, ``None`` for a calibrator without one."""
     seed = (row.get("calibrator_params") or {}).get("seed")
-    if seed is None and row.get("model", "").startswith("flow_plugin/"):
+    if seed is None and row.get("model", "").startswith(MODEL_PREFIX):
         seed = _default_seed(row.get("calibrator", ""))
     return seed
 

@@ -1,0 +1,199 @@
+"""The leaderboard file as typed pydantic models: the one description of its format.
+
+The JSON schema (``flow-plugin leaderboard --schema``, and README's schema block) is generated
+from these models; every board is checked against them before it is written
+(:func:`check_board`). Scores are in points: a correlation × 100 (Spearman 0.820441 ->
+82.0441), kept with 4 decimals, every digit MTEB stores (6 decimals on its 0-1 scale).
+
+>>> schema = leaderboard_schema()
+>>> schema["title"], sorted(schema["$defs"])[:3]
+('Leaderboard', ['Comparison', 'IntervalMethod', 'Row'])
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from flow_plugin.errors import LeaderboardError
+from flow_plugin.leaderboard.schema import FORMAT, FORMAT_VERSION
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class TaskScore(BaseModel):
+    """One task's result in a row."""
+
+    model_config = _STRICT
+
+    score: float = Field(description="the task's main score in points")
+    metric: str | None = Field(description='e.g. "cosine_spearman"')
+    protocol: str = Field(description='"all": Spearman over all test pairs pooled (MTEB, SimCSE); MTEB\'s own '
+                          'tasks are "all" as well')
+    wmean: float | None = Field(None, description="the same metric per subset, averaged weighted by pair count "
+                                "(SentEval / BERT-flow paper protocol), in points; null where the result does not "
+                                "carry it")
+    split: str = Field(description='evaluated split ("test")')
+    hf_subsets: list[str] = Field(description='MTEB subsets averaged into "score" (usually ["default"])')
+    dataset_revision: str = Field(description='data identity: "sha256:<hex>" of the SentEval files read (offline '
+                                  "tasks) or the HF dataset commit (MTEB tasks)")
+    mteb_version: str | None = None
+    date: str | None = Field(None, description="ISO 8601 UTC time the result was computed")
+    evaluation_time_s: float | None = None
+    versions: dict[str, Any] | None = Field(None, description="library versions MTEB logged for the run (torch, "
+                                            "transformers, ...), from run_settings.jsonl")
+    hardware: dict[str, Any] | None = Field(None, description="where it ran: cpu, cpu_cores, cpu_affinity, torch, "
+                                            "torch_threads, device, gpu, cuda, precision, platform, python; "
+                                            "recorded by flow-plugin (flow-plugin-runs.jsonl), null when not recorded")
+    fits: list[dict[str, Any]] | None = Field(None, description="what each calibrator serving the task was fitted "
+                                              "on, from flow-plugin-fits/<Task>.fits.json next to the result "
+                                              "(hf_subset, calibrator, fit_corpus, source, n_sentences, ...); null "
+                                              "when none were written")
+
+
+class Comparison(BaseModel):
+    """A delta against one reference, with its 95% interval per task and on the average."""
+
+    model_config = _STRICT
+
+    against: str = Field(description="the id of the row (or seed group) compared with")
+    calibrator: str | None = Field(None, description='("linear" only) which baseline that is')
+    delta: dict[str, float] = Field(description='"<Task>" | "average": mean over seeds of this minus that')
+    ci95: dict[str, tuple[float, float]] = Field(description='"<Task>" | "average": the 95% interval of the delta')
+    significant: dict[str, bool] = Field(description='"<Task>" | "average": the interval excludes 0')
+    tasks: list[str] | None = Field(None, description="only when the average is over fewer tasks than the board's")
+
+
+#: protocol ("all" | "wmean") -> reference ("raw": the raw backbone; "linear": the best linear
+#: baseline of the same backbone, loader kwargs and fit corpus) -> the comparison
+Intervals = dict[Literal["all", "wmean"], dict[Literal["raw", "linear"], Comparison]]
+
+
+class Row(BaseModel):
+    """One registry model (or outside model) with its loader kwargs: its scores and deltas."""
+
+    model_config = _STRICT
+
+    id: str = Field(description='"<model>@<revision>", plus " [<experiment>]" for a model run with extra loader '
+                    "kwargs; unique within the file")
+    model: str = Field(description='MTEB model name, e.g. "flow_plugin/minilm-l6-flow"')
+    revision: str = Field(description="model revision (the registry's pinned commit)")
+    experiment: str | None = Field(description="MTEB experiment name (loader kwargs), null for defaults; a "
+                                   "sentence-file fit corpus appears by its file name, not its path")
+    experiment_kwargs: dict[str, Any] = Field(description="those kwargs ({} for defaults; a sentence file by its name)")
+    backbone: str = Field(description='registry backbone ("minilm-l6"), or the model name for models outside '
+                          "flow-plugin")
+    backbone_model: str = Field(description="weights: hub id of the backbone (or MTEB's adapted_from)")
+    calibrator: str = Field(description='raw | sn | natsv | sn-natsv | whiten | flow | a flow variant ("raw" for '
+                            "models outside flow-plugin unless their kwargs say otherwise)")
+    calibrator_params: dict[str, Any] = Field(description="hyper-parameters beyond the calibrator's defaults")
+    pooling: str | None = Field(description='e.g. "last-avg", "first-last-avg" (null when unknown)')
+    max_seq_length: int | None
+    fit_corpus: str | None = Field(description='what the calibrator was fitted on: "target", "per-call", or "file '
+                                   '<name>" (the file\'s name, never its path), then ", unique sentences" with '
+                                   "fit_duplicates=\"unique\"; null for raw and models outside flow-plugin")
+    metadata_source: Literal["registry", "model_meta"] = Field(
+        description='"registry" (flow-plugin registry when the leaderboard was built) or "model_meta" (the result '
+        "folder's model_meta.json)")
+    scores: dict[str, TaskScore] = Field(description="one entry per task the row has")
+    n_tasks: int = Field(description="tasks with a score in this row")
+    average: float | None = Field(description='mean "score" over the row\'s tasks (of "tasks")')
+    average_wmean: float | None = Field(description='mean "wmean" when every task of the row has one')
+    complete: bool = Field(description='true when the row has every task in "tasks"')
+    baseline: str | None = Field(description="id of the raw row of the same backbone, weights commit, pooling, "
+                                 "length and loader kwargs (null for raw rows, or when there is none)")
+    delta: dict[str, float] | None = Field(description='score - baseline score per task both rows have; "average" '
+                                           "is the mean of those per-task deltas")
+    intervals: Intervals | None = Field(None, description="only on a row outside any seed group whose per-pair "
+                                        "cosines were kept")
+
+
+class SeedSpread(BaseModel):
+    """A value over the seeds of a group."""
+
+    model_config = _STRICT
+
+    mean: float
+    std: float = Field(description="sample standard deviation")
+    n: int
+    values: list[float]
+
+
+class SeedGroup(BaseModel):
+    """The rows that differ only in the seed of a seeded calibrator (the flow and its variants)."""
+
+    model_config = _STRICT
+
+    id: str = Field(description='"<first row id> (seeds <first>-<last>)"')
+    model: str
+    calibrator: str
+    seeds: list[int] = Field(description='the seeds, lowest first (at most "max_seeds")')
+    rows: list[str] = Field(description="the ids of the rows, in seed order")
+    scores: dict[str, SeedSpread] = Field(description="per task, over the seeds")
+    wmean: dict[str, SeedSpread] = Field(description='the same for the "wmean" protocol')
+    average: SeedSpread | None = Field(None, description="over the tasks every seed has")
+    average_wmean: SeedSpread | None = None
+    baseline: str | None = Field(None, description="the raw row the deltas are against")
+    delta: dict[str, SeedSpread] | None = Field(None, description='"<Task>" | "average"')
+    intervals: Intervals | None = None
+
+
+class IntervalMethod(BaseModel):
+    """How the intervals were computed."""
+
+    model_config = _STRICT
+
+    method: str = Field(description="the paired, stratified, two-stage percentile bootstrap")
+    confidence: float
+    n_resamples: int
+    seed: int
+
+
+class Leaderboard(BaseModel):
+    """A flow-plugin leaderboard file (JSON)."""
+
+    model_config = _STRICT
+
+    format: Literal[FORMAT]  # type: ignore[valid-type]
+    format_version: Literal[FORMAT_VERSION]  # type: ignore[valid-type]
+    name: str = Field(description="leaderboard name (default: the file's stem)")
+    updated: str = Field(description="ISO 8601 UTC time of the last update that changed the content")
+    generated_by: str = Field(description='"flow-plugin <version>"')
+    scale: Literal["points"] = Field(description="every score and delta: correlation x 100")
+    tolerance: float = Field(description="largest difference (points; default 0.0001, i.e. 1e-6 on MTEB's 0-1 "
+                             "scale) two results of the same model and task may have and still count as identical")
+    tasks: list[str] = Field(description="column order: the offline SentEval tasks first, then any other task "
+                             "alphabetically")
+    rows: list[Row] = Field(description="sorted by backbone then calibrator")
+    seed_groups: list[SeedGroup] | None = Field(None, description="only when a seeded calibrator ran with several "
+                                                "seeds (flow-plugin bench --seeds N)")
+    max_seeds: int | None = Field(None, description="only with --seeds N: at most N seeds per group")
+    interval_method: IntervalMethod | None = Field(None, description="only when some row has intervals")
+
+
+def leaderboard_schema() -> dict[str, Any]:
+    """The JSON schema of a leaderboard file, generated from :class:`Leaderboard`."""
+    return Leaderboard.model_json_schema()
+
+
+def schema_text() -> str:
+    """:func:`leaderboard_schema` as ``flow-plugin leaderboard --schema`` prints it (and README shows it)."""
+    return json.dumps(leaderboard_schema(), indent=2, ensure_ascii=False)
+
+
+def check_board(board: dict[str, Any], where: str = "leaderboard") -> Leaderboard:
+    """``board`` as a :class:`Leaderboard`; a board that does not fit the format is a
+    :class:`~flow_plugin.errors.LeaderboardError` naming each problem."""
+    from flow_plugin._validation_errors import describe_validation_error
+
+    try:
+        return Leaderboard.model_validate(board)
+    except ValidationError as error:
+        problems = describe_validation_error(error, lambda location: [])
+        raise LeaderboardError(f"{where} does not fit the leaderboard format: {'; '.join(problems[:5])}") from None
+
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "Leaderboard", "Row", "SeedGroup", "TaskScore", "check_board",
+           "leaderboard_schema", "schema_text"]

@@ -181,6 +181,7 @@ def test_a_worker_killed_mid_job_is_retried_and_nothing_is_lost_or_duplicated(ki
     for model in MODELS:
         folder = result_path(output, model, TASKS[0]).parent
         expected |= {folder / f"{task}.json" for task in TASKS} | {folder / "model_meta.json", folder / "run_settings.jsonl"}
+        expected |= {folder / "flow-plugin-pairs" / f"{task}.pairs.npz" for task in TASKS}  # the intervals' data
         if not model.endswith(("-bert", "-l6")):  # what each fit was (raw embeddings fit nothing)
             expected |= {folder / "flow-plugin-fits" / f"{task}.fits.json" for task in TASKS}
     assert {path for path in (output / "results").rglob("*") if path.is_file()} == expected

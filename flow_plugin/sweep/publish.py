@@ -72,11 +72,12 @@ class Stage:
         settings = staged.parent / "run_settings.jsonl"
         if settings.is_file():
             _replace_task_lines(final.parent / "run_settings.jsonl", settings, task=final.stem)
-        fits = fits_path(staged)
-        if fits.is_file():
-            destination = fits_path(final)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(destination, fits.read_bytes())
+        from flow_plugin.integrations.mteb.pair_scores import pairs_path  # numpy: only when a result is published
+
+        for sidecar in (fits_path, pairs_path):  # fit records, per-pair cosines (the intervals' data)
+            found = sidecar(staged)
+            if found.is_file():
+                atomic_write_bytes(sidecar(final), found.read_bytes())
         with open(staged, "rb") as handle:  # the bytes are on disk before the name points at them
             os.fsync(handle.fileno())
         runs = self.folder / RUNS_FILE

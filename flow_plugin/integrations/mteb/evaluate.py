@@ -172,7 +172,8 @@ def evaluate_models(
                 raise
             backbone = model.encoder.backbone
             hardware = describe_machine(backbone.device, backbone.precision)
-            settings = {"batch_size": batch_size, "command": command, "encoder": backbone.key.as_dict()}
+            settings = {"batch_size": batch_size, "command": command, "encoder": backbone.key.as_dict(),
+                        "oom_halvings": backbone.oom_halvings}  # CUDA out-of-memory batches halved so far
             evaluation = ModelEvaluation(model_name, result)
             changed = written()
             record_runs(output, changed, hardware, settings)  # or set them aside, and say why

@@ -30,10 +30,16 @@ FITS_FORMAT = "flow-plugin-fits"
 FITS_VERSION = 1
 
 
+def sidecar_path(result_path: str | os.PathLike[str], folder: str, suffix: str) -> Path:
+    """A file flow-plugin keeps with an MTEB task result: ``<folder>/<Task><suffix>`` next to it, out of
+    what result scans read."""
+    result_path = Path(result_path)
+    return result_path.parent / folder / f"{result_path.stem}{suffix}"
+
+
 def fits_path(result_path: str | os.PathLike[str]) -> Path:
     """The fit-records file of an MTEB task result file."""
-    result_path = Path(result_path)
-    return result_path.parent / FITS_FOLDER / f"{result_path.stem}{FITS_SUFFIX}"
+    return sidecar_path(result_path, FITS_FOLDER, FITS_SUFFIX)
 
 
 def write_fits(result_path: str | os.PathLike[str], *, task: str, model: str, revision: str | None,

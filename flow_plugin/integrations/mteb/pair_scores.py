@@ -11,8 +11,8 @@ flow-plugin's offline STS tasks (:mod:`.tasks`) write them when they score a mod
   consecutive pairs each has;
 * ``meta``: a JSON string with the task, split, hf_subset, dataset revision and main score.
 
-Size: 12 bytes a pair in float32, 16 in float64 (the seven STS sets, 18,850 test pairs: 0.23 or 0.30 MB
-per model run). The subfolder and the ``.pairs.npz`` suffix keep it out of result scans. A file whose
+Size: 16 bytes a pair in float64 (as MTEB computes them), 12 in float32: for the seven STS sets' 18,850 test
+pairs 0.30 MB (0.23) per model run. The subfolder and the ``.pairs.npz`` suffix keep it out of result scans. A file whose
 Spearman correlation does not reproduce its result's score, or that is of other data, is not used
 (:func:`pairs_of_result`), so a stale file never feeds an interval.
 
@@ -35,6 +35,7 @@ from scipy.stats import spearmanr
 
 from flow_plugin._io import atomic_write_bytes
 from flow_plugin.errors import DataFolderError
+from flow_plugin.integrations.mteb.fit_records import sidecar_path
 
 PAIRS_FOLDER = "flow-plugin-pairs"
 PAIRS_SUFFIX = ".pairs.npz"
@@ -68,8 +69,7 @@ class PairScores:
 
 def pairs_path(result_path: str | os.PathLike[str]) -> Path:
     """The per-pair file of an MTEB task result file."""
-    result_path = Path(result_path)
-    return result_path.parent / PAIRS_FOLDER / f"{result_path.stem}{PAIRS_SUFFIX}"
+    return sidecar_path(result_path, PAIRS_FOLDER, PAIRS_SUFFIX)
 
 
 def _runs(labels: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:

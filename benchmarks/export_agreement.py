@@ -23,26 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 
 def _sentences(csv_path: Path) -> list[str]:
     rows = [line.rstrip("\n").split("\t") for line in csv_path.read_text(encoding="utf-8").splitlines()]
     return [text.strip() for row in rows if len(row) >= 7 for text in (row[5], row[6]) if text.strip()]
-
-
-def _relative(ours: np.ndarray, theirs: np.ndarray) -> float:
-    difference = np.abs(ours.astype(np.float64) - theirs.astype(np.float64)).max(axis=1)
-    return float((difference / np.abs(ours.astype(np.float64)).max(axis=1)).max())
-
-
-def _cosine(ours: np.ndarray, theirs: np.ndarray) -> float:
-    def cosines(matrix: np.ndarray) -> np.ndarray:
-        unit = matrix.astype(np.float64) / np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True)
-        return unit @ unit.T
-
-    return float(np.abs(cosines(ours) - cosines(theirs)).max())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from flow_plugin.catalog.builders import build_encoder, resolve
     from flow_plugin.encoding.options import EncoderOptions
     from flow_plugin.integrations.sentence_transformers import export_model
+    from flow_plugin.integrations.sentence_transformers.export import cosine_difference, embedding_differences
 
     sts = args.data / "downstream" / "STS" / "STSBenchmark"
     probes = list(dict.fromkeys(_sentences(sts / "sts-dev.csv")))
@@ -85,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             row = [method]
             for precision in ("float32", "bf16"):
                 ours = result.calibrator.transform(pooled[precision])
-                row += [f"{_relative(ours, theirs):9.1e}", f"{_cosine(ours, theirs):9.1e}"]
+                row += [f"{embedding_differences(ours, theirs)[1]:9.1e}", f"{cosine_difference(ours, theirs):9.1e}"]
             print(f"{row[0]:9} {' '.join(row[1:])} {result.size_bytes / 2**20:6.1f} {time.perf_counter() - start:5.1f}"
                   f"  ({calibrator['class']})")
     return 0

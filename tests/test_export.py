@@ -26,6 +26,7 @@ from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, LeaderboardError, RegistryError
 from flow_plugin.integrations.sentence_transformers import benchmark_row, export_model
 from flow_plugin.integrations.sentence_transformers import export as export_module
+from flow_plugin.integrations.sentence_transformers.export import cosine_difference, embedding_differences
 
 # ------------------------------------------------------------------ the sentences
 _SUBJECTS = ("A man", "A woman", "Two children", "The old dog", "A young girl", "Three students", "The chef",
@@ -70,16 +71,7 @@ def corpus_sentences() -> list[str]:
 
 def relative_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
     """The largest difference in a row over that row's largest component (the export's own measure)."""
-    difference = np.abs(ours.astype(np.float64) - theirs.astype(np.float64)).max(axis=1)
-    return float((difference / np.abs(ours.astype(np.float64)).max(axis=1)).max())
-
-
-def cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
-    def cosines(matrix: np.ndarray) -> np.ndarray:
-        unit = matrix.astype(np.float64) / np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True)
-        return unit @ unit.T
-
-    return float(np.abs(cosines(ours) - cosines(theirs)).max())
+    return embedding_differences(ours, theirs)[1]
 
 
 #: float32, flow-plugin's backbone against the folder: the largest relative difference (see relative_difference).

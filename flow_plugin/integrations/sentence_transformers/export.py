@@ -157,14 +157,14 @@ def _encoder_options(encoder_options: dict[str, Any], model: str) -> EncoderOpti
     return EncoderOptions(**{"precision": "float32", **encoder_options})
 
 
-def _relative_difference(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float]:
+def embedding_differences(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float]:
     """(largest absolute difference, largest difference of a row / that row's largest component)."""
     difference = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
     scale = np.maximum(np.abs(ours.astype(np.float64)).max(axis=1), np.finfo(np.float32).tiny)
     return float(difference.max()), float((difference.max(axis=1) / scale).max())
 
 
-def _cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
+def cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
     """The largest difference between the cosine similarities of two rows, over all pairs of rows."""
     def cosines(matrix: np.ndarray) -> np.ndarray:
         unit = matrix.astype(np.float64) / np.maximum(np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True),
@@ -195,16 +195,16 @@ def _agreement(folder: Path, variant: RegistryModel, calibrator: Calibrator, opt
     if theirs.shape != ours.shape or theirs_pooled.shape != pooled.shape:
         raise InputError(f"the exported folder gives embeddings of shape {theirs.shape} ({theirs_pooled.shape} pooled), "
                          f"flow-plugin {ours.shape} ({pooled.shape}); nothing was written: please report this")
-    pooled_difference = _relative_difference(pooled, theirs_pooled)[1]
-    calibration_difference = _relative_difference(calibrator.transform(theirs_pooled), theirs)[1]
+    pooled_difference = embedding_differences(pooled, theirs_pooled)[1]
+    calibration_difference = embedding_differences(calibrator.transform(theirs_pooled), theirs)[1]
     for part, difference, tolerance in (("backbone and pooling", pooled_difference, POOLED_TOLERANCE),
                                         ("calibration", calibration_difference, CALIBRATION_TOLERANCE)):
         if difference > tolerance:
             raise InputError(f"the exported folder's {part} differs from flow-plugin's by {difference:.1e} of the "
                              f"embeddings' scale (more than {tolerance:.0e}); nothing was written: please report this")
-    largest, relative = _relative_difference(ours, theirs)
+    largest, relative = embedding_differences(ours, theirs)
     return {"sentences": len(probes), "max_abs_diff": largest, "max_rel_diff": relative,
-            "max_cosine_diff": _cosine_difference(ours, theirs), "pooled_rel_diff": pooled_difference,
+            "max_cosine_diff": cosine_difference(ours, theirs), "pooled_rel_diff": pooled_difference,
             "calibration_rel_diff": calibration_difference, "precision": "float32", "reference_precision": "float32",
             "device": device}
 

@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from flow_plugin.leaderboard.schema import round_points
 from flow_plugin.leaderboard.units import AVERAGE, PROTOCOLS, Unit, best_linear, board_units, linear_reference
 from flow_plugin.evaluation.intervals import (
     DEFAULT_CONFIDENCE,
@@ -42,7 +41,6 @@ from flow_plugin.evaluation.intervals import (
 )
 from flow_plugin.integrations.mteb.pair_scores import PairScores
 
-REFERENCES = ("raw", "linear")
 METHOD = ("paired, stratified, two-stage percentile bootstrap over the test pairs of each subset and the seeds "
           "(flow_plugin.evaluation.intervals)")
 
@@ -81,21 +79,18 @@ def _compare(unit: Unit, reference: Unit, tasks: list[str], protocol: str,
     common = [t for t in tasks if (unit.key, t, protocol) in found and (reference.key, t, protocol) in found]
     if not common:
         return None
+    deltas = {}  # column -> (reported delta, its resampled deltas)
+    for task in common:
+        (point_a, a), (point_b, b) = found[(unit.key, task, protocol)], found[(reference.key, task, protocol)]
+        deltas[task] = (point_a - point_b, a - b)
+    deltas[AVERAGE] = (float(np.mean([d[0] for d in deltas.values()])), np.mean([d[1] for d in deltas.values()], axis=0))
     result: dict[str, Any] = {"against": reference.key, "delta": {}, "ci95": {}, "significant": {}}
-    total_point, total = 0.0, None
-    for task in [*common, AVERAGE]:
-        if task == AVERAGE:
-            interval = percentile_interval(total_point / len(common), total / len(common), confidence)
-        else:
-            point_a, a = found[(unit.key, task, protocol)]
-            point_b, b = found[(reference.key, task, protocol)]
-            interval = percentile_interval(point_a - point_b, a - b, confidence)
-            total_point += point_a - point_b
-            total = (a - b) if total is None else total + (a - b)
+    for column, (point, resampled) in deltas.items():
+        interval = percentile_interval(float(point), resampled, confidence)
         estimate, low, high = interval.points()
-        result["delta"][task] = estimate
-        result["ci95"][task] = [low, high]
-        result["significant"][task] = interval.significant
+        result["delta"][column] = estimate
+        result["ci95"][column] = [low, high]
+        result["significant"][column] = interval.significant
     if len(common) < len(tasks):
         result["tasks"] = common  # the average is over these only
     return result

@@ -45,7 +45,8 @@ class OutputError(FlowPluginError, OSError):
 
 class WeightsUnavailableError(FlowPluginError, OSError):
     """A backbone's weights are neither installed locally nor loadable from the Hugging Face Hub
-    (offline, or not reachable); the message names the command that installs them."""
+    (offline, not reachable, no such model or folder); the message names the command that installs
+    them, or what to check."""
 
 
 class RegistryError(FlowPluginError, LookupError):

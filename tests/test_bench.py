@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import full_disk_at
-from flow_plugin.cli.bench import run_bench
+from flow_plugin.studies.bench import run_bench
 from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.cli.main import main as cli_main
 from flow_plugin.calibration import CALIBRATOR_METHODS
@@ -259,3 +259,22 @@ def test_a_result_cut_short_by_a_full_disk_is_not_blamed_on_an_interrupted_write
     assert [outcome.status for outcome in again.outcomes] == ["computed"]
     assert not any("interrupted" in message or "truncated" in message for message in messages)
     assert_every_result_has_its_record(output)
+
+
+def test_a_backbone_that_cannot_load_stops_the_bench_at_its_first_task(tiny_backbone: str, senteval_dir: Path,
+                                                                         tmp_path: Path) -> None:
+    """The bench used to try the missing weights again for every (model, task), printing the same
+    Hugging Face error dozens of times; the first failure now stops it with one line."""
+    from conftest import tiny_registry
+    from flow_plugin.catalog.registry import default_registry
+    from flow_plugin.errors import WeightsUnavailableError
+
+    tiny_registry(tmp_path / "registry", tmp_path / "no-such-weights")
+    default_registry(refresh=True)
+    messages: list[str] = []
+    report = run_bench(tiny_backbone, senteval_dir, output_folder=tmp_path / "out", tasks=["SentEvalSTS16", "SentEvalSTS13"],
+                       calibrators=["raw", "sn"], progress=messages.append)
+    (failed,) = report.outcomes  # one of the 2 x 2 runs was tried
+    assert failed.status == "failed" and failed.error.startswith(WeightsUnavailableError.__name__)
+    assert "no-such-weights" in failed.error and "\n" not in failed.error
+    assert messages[-1] == "bench: stopped: the backbone of tiny cannot be loaded; the tasks left were not run"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_plugin.cli.bench import run_bench
+from flow_plugin.studies.bench import run_bench
 from flow_plugin.leaderboard import update_leaderboard
 from flow_plugin.encoding.cache import clear_shared_encoders
 

@@ -4,7 +4,6 @@ arguments, calls :func:`flow_plugin.integrations.mteb.evaluate.evaluate_models` 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     options = encoder_options(args)  # its cache_dir reaches the models as data (evaluate_models)
     kwargs: dict[str, Any] = {}
     if args.fit_corpus != TARGET:

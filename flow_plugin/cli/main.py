@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from flow_plugin.errors import FlowPluginError
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("flow_plugin").setLevel(min(level, logging.INFO))
+    # Hugging Face tokenizers' own setting: no tokenizer thread pool next to torch's (set once, here at the edge)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         return int(args.run(args) or 0)
     except FlowPluginError as error:

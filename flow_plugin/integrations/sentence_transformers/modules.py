@@ -69,10 +69,7 @@ def transformer_module(spec: BackboneSpec) -> tuple[Transformer, int, int]:
         transformer = Transformer(location, model_kwargs=dict(kwargs), processor_kwargs=dict(kwargs),
                                   config_kwargs=dict(kwargs))
     except OSError as error:
-        hint = spec.install_hint()
-        if hint is None:
-            raise
-        raise weights_unavailable(spec.hub_id, error, hint, str(spec.source_file)) from error
+        raise weights_unavailable(spec.hub_id, error, spec.install_hint(), str(spec.source_file)) from error
     tokenizer_limit = transformer.max_seq_length
     limit = spec.max_seq_length
     if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:

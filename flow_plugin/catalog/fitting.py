@@ -35,6 +35,7 @@ import numpy as np
 from flow_plugin.calibration import Calibrator
 from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, cosine_stability
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
+from flow_plugin.data.sampling import CorpusSample
 from flow_plugin.errors import CalibrationError, InputError
 
 logger = logging.getLogger(__name__)
@@ -189,3 +190,26 @@ def fit_calibrator(
         record.fit_log_likelihood = float(calibrator.fit_log_likelihood_)
         record.fit_bits_per_dim = float(calibrator.fit_bits_per_dim_)
     return calibrator, record
+
+
+def fit_on_sample(
+    encoder: SentenceEncoder,
+    template: Calibrator,
+    sample: CorpusSample,
+    *,
+    model: str,
+    source: str,
+    what: str,
+    remedy: str,
+    duplicates: str = DEFAULT_DUPLICATES,
+    context: dict[str, Any] | None = None,
+) -> tuple[Calibrator, FitRecord]:
+    """:func:`fit_calibrator` on a corpus sample (:func:`flow_plugin.data.sampling.sample_corpus`): the
+    one fit sequence of the MTEB model and the export. The record's source names the sample and keeps
+    its sampling; a corpus the calibrator cannot be fitted on is an error of the same class, one line:
+    ``<model>: cannot fit <what> (<the sample>): <why>; <remedy>``."""
+    try:
+        return fit_calibrator(encoder, template, sample.sentences, model=model, source=f"{source}, {sample.describe()}",
+                              duplicates=duplicates, context=context, sampling=sample.as_dict())
+    except InputError as error:
+        raise type(error)(f"{model}: cannot fit {what} ({sample.describe()}): {error}; {remedy}") from None

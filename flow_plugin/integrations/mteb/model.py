@@ -33,7 +33,7 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
-from flow_plugin.catalog.fitting import FitRecord, fit_calibrator
+from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET
 from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
@@ -247,14 +247,10 @@ class FlowPluginModel(AbsEncoder):
         context = {"task": task_name, "hf_subset": subset, "fit_corpus": self.fit_corpus.describe()}
         if task_type is not None:
             context["task_type"] = task_type
-        try:
-            calibrator, record = fit_calibrator(self.encoder, self._calibrator_template, sample.sentences,
-                                                model=self.name, source=f"{source}, {sample.describe()}",
-                                                duplicates=self.fit_duplicates,
-                                                context=context, sampling=sample.as_dict())
-        except InputError as error:
-            raise InputError(f"{self.name}: cannot fit {self.variant.calibrator} for {where} ({sample.describe()}): "
-                             f"{error}; fit on more text with fit_corpus=<a text file, one sentence per line>") from None
+        calibrator, record = fit_on_sample(
+            self.encoder, self._calibrator_template, sample, model=self.name, source=source, context=context,
+            duplicates=self.fit_duplicates, what=f"{self.variant.calibrator} for {where}",
+            remedy="fit on more text with fit_corpus=<a text file, one sentence per line>")
         self._records.append(record)
         self._announce(record)
         return _Fit(calibrator, record)

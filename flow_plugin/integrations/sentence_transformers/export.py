@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from flow_plugin.calibration import Calibrator, calibrator_class
-from flow_plugin.catalog.fitting import FitRecord, fit_calibrator
+from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
@@ -304,13 +304,9 @@ def export_model(
         part = CorpusPart(corpus_path.name, lambda: iter([corpus]))
         sample = sample_corpus([part], cap=max_fit_sentences, seed=fit_seed)
         source = f"file {corpus_path.name}"
-        try:
-            calibrator, fit = fit_calibrator(encoder, template, sample.sentences, model=variant.name,
-                                             source=f"{source}, {sample.describe()}", duplicates=fit_duplicates,
-                                             context={"fit_corpus": source}, sampling=sample.as_dict())
-        except InputError as error:
-            raise InputError(f"{variant.name}: cannot fit {variant.calibrator} on {corpus_path.name} "
-                             f"({sample.describe()}): {error}; fit on more sentences") from None
+        calibrator, fit = fit_on_sample(encoder, template, sample, model=variant.name, source=source,
+                                        context={"fit_corpus": source}, duplicates=fit_duplicates,
+                                        what=f"{variant.calibrator} on {corpus_path.name}", remedy="fit on more sentences")
         record_corpus = {
             "file": corpus_path.name, "sha256": _file_sha256(corpus_path), "sentences": len(corpus),
             "unique_sentences": len(set(corpus)), "fit_sentences": len(sample.sentences),

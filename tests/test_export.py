@@ -417,3 +417,40 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_killed_export_leaves_a_stage_the_next_export_removes_and_a_running_one_is_left_alone(tmp_path: Path) -> None:
+    """kill -9 in mid-export used to leave a hidden ``.model.*.partial`` folder for good."""
+    import signal
+    import subprocess
+    import sys
+
+    from flow_plugin.integrations.sentence_transformers.folder import remove_killed_stages, staged_folder
+
+    out = tmp_path / "model"
+    child = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from flow_plugin.integrations.sentence_transformers.folder import staged_folder\n"
+        "with staged_folder(sys.argv[1]) as stage:\n"
+        "    (stage / 'modules.json').write_text('[]')\n"
+        "    print(stage, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    running = subprocess.Popen([sys.executable, "-c", child, str(out)], stdout=subprocess.PIPE, text=True)
+    killed = subprocess.Popen([sys.executable, "-c", child, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        running_stage, killed_stage = Path(running.stdout.readline().strip()), Path(killed.stdout.readline().strip())
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=60)
+        assert killed_stage.is_dir() and running_stage.is_dir()  # what kill -9 leaves
+
+        assert remove_killed_stages(out) == [killed_stage]
+        assert not killed_stage.exists() and not Path(f"{killed_stage}.lock").exists()
+        assert (running_stage / "modules.json").is_file()  # an export still running keeps its stage
+    finally:
+        running.kill()
+        running.wait(timeout=60)
+    with staged_folder(out) as stage:  # the next export cleans up after the second kill on its own
+        (stage / "modules.json").write_text("[]")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]

@@ -2,7 +2,10 @@
 
 The folder is built in a hidden sibling (``.<name>.<random>.partial``, on the same file system)
 and renamed into place when it is complete. An error or Ctrl-C on the way removes the sibling;
-a process killed outright leaves only the hidden sibling, never a half-written ``<name>``.
+a process killed outright leaves only the hidden sibling, never a half-written ``<name>``. While
+it builds, the export holds a lock on ``.<name>.<random>.partial.lock``; the next export to the
+same destination removes every sibling whose lock nobody holds any more (its exporter was killed),
+and leaves those of exports still running alone.
 
 An existing destination is refused unless it is empty, or ``overwrite`` is given and it holds a
 model (``modules.json``: a sentence-transformers folder, an earlier export included). Then the
@@ -14,13 +17,18 @@ mix. A folder that holds no model is never replaced, so a mistyped ``--out`` can
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from flow_plugin._io import file_lock
 from flow_plugin.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 #: the file every sentence-transformers model folder has; only such a folder may be overwritten
 MODEL_MARKER = "modules.json"
@@ -51,6 +59,25 @@ def _default_modes(folder: Path) -> None:
             os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
+def remove_killed_stages(destination: Path) -> list[Path]:
+    """Remove the staging folders of exports to ``destination`` that were killed outright (their
+    lock is free); returns them. Those of exports still running hold their lock and are kept."""
+    removed = []
+    for lock in sorted(destination.parent.glob(f".{destination.name}.*.partial.lock")):
+        stage = lock.with_suffix("")  # .<name>.<random>.partial
+        try:
+            with file_lock(lock, blocking=False):
+                if stage.exists():
+                    shutil.rmtree(stage)
+                    removed.append(stage)
+        except BlockingIOError:
+            continue  # an export still running
+        lock.unlink(missing_ok=True)
+    for stage in removed:
+        logger.info("removed %s, left by an export that was killed", stage)
+    return removed
+
+
 @contextlib.contextmanager
 def staged_folder(destination: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
     """Yield an empty staging folder beside ``destination``; when the block ends without an
@@ -58,14 +85,21 @@ def staged_folder(destination: str | os.PathLike[str], *, overwrite: bool = Fals
     destination = Path(os.path.abspath(destination))  # "." has no name and no parent of its own; links are kept
     check_destination(destination, overwrite=overwrite)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", suffix=".partial", dir=destination.parent))
+    remove_killed_stages(destination)
+    stage = destination.parent / f".{destination.name}.{secrets.token_hex(6)}.partial"
+    lock = stage.with_name(stage.name + ".lock")
     try:
-        yield stage
-        _default_modes(stage)
-        _move_into_place(stage, destination, overwrite=overwrite)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+        with file_lock(lock):  # taken before the folder exists, released after it is gone (moved or removed)
+            stage.mkdir(mode=0o700)
+            try:
+                yield stage
+                _default_modes(stage)
+                _move_into_place(stage, destination, overwrite=overwrite)
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def _move_into_place(stage: Path, destination: Path, *, overwrite: bool) -> None:

@@ -105,6 +105,29 @@ def test_a_board_without_per_pair_cosines_is_flagged_as_older(seeded: dict, tmp_
     assert again["seed_groups"][0]["seeds"] == [1234, 1235]
 
 
+def test_a_bench_of_some_calibrators_gets_intervals_against_references_already_on_the_board(seeded: dict,
+                                                                                          tmp_path: Path) -> None:
+    """``bench --calibrators flow`` on a board that has raw and whitening used to merge only the flow's
+    files, so the references' per-pair cosines were never read and the new rows got no interval."""
+    board = tmp_path / "board.json"
+    update_leaderboard([seeded["out"]], board, models=["flow_plugin/minilm-l6", "flow_plugin/minilm-l6-whiten"])
+    update = update_leaderboard([seeded["out"]], board, models=["flow_plugin/minilm-l6-flow"])
+    (group,) = update.board["seed_groups"]
+    assert update.report.intervals >= 1 and set(group["intervals"]["all"]) == {"raw", "linear"}
+    full = json.loads(seeded["board"].read_text(encoding="utf-8"))["seed_groups"][0]["intervals"]
+    assert group["intervals"] == full  # the same intervals as a bench of all three at once
+
+
+def test_a_row_fitted_on_unique_sentences_is_compared_with_the_same_raw_backbone(seeded: dict, tmp_path: Path) -> None:
+    """The duplicate policy is a fit setting: it used to split the rows from their raw backbone, so a
+    unique-sentence row had no delta against raw, and the best linear one no interval at all."""
+    board = update_leaderboard([seeded["out"]], tmp_path / "board.json").board
+    (raw,) = [row for row in board["rows"] if row["calibrator"] == "raw"]
+    (unique,) = [row for row in board["rows"] if row["experiment_kwargs"].get("fit_duplicates") == "unique"]
+    assert unique["baseline"] == raw["id"] and unique["intervals"]["all"]["raw"]["against"] == raw["id"]
+    assert unique["delta"][TASK] == pytest.approx(unique["scores"][TASK]["score"] - raw["scores"][TASK]["score"], abs=2e-4)
+
+
 def test_the_duplicate_policy_is_its_own_result_and_says_so(seeded: dict) -> None:
     (kept,) = [o for o in seeded["report"].outcomes if o.model.endswith("-whiten")]
     (unique,) = seeded["unique"].outcomes

@@ -40,6 +40,9 @@ POLICIES: tuple[str, ...] = (TARGET, PER_CALL)
 DUPLICATE_POLICIES: tuple[str, ...] = ("keep", "unique")
 #: the official code's policy: it trains on the pairs, so a sentence in two pairs counts twice
 DEFAULT_DUPLICATES = DUPLICATE_POLICIES[0]
+#: the model arguments that say what a calibrator is fitted on (not how the embeddings are made): two
+#: results that differ only in these share their raw backbone
+FIT_ARGUMENTS: tuple[str, ...] = ("fit_corpus", "fit_duplicates", "max_fit_sentences", "fit_seed")
 #: the old name of "per-call", refused with a pointer to it
 _RENAMED = {"inputs": PER_CALL}
 

@@ -187,9 +187,17 @@ def merge_results(
                                   f" next to model_meta.json or run_settings.jsonl, under {found.results})")
         versions: dict[Path, dict[str, dict[str, Any]]] = {}  # run_settings.jsonl, read once per folder
         for result_file in found.files:
-            if model_filter is not None and result_file.identity.model not in model_filter:
-                continue
-            if task_filter is not None and result_file.task not in task_filter:
+            if (model_filter is not None and result_file.identity.model not in model_filter) or (
+                    task_filter is not None and result_file.task not in task_filter):
+                # not merged; but a row already on the board may be the reference of a merged one (its raw
+                # backbone, its best linear baseline): its per-pair cosines serve the intervals when they
+                # reproduce the score recorded
+                recorded = rows.get(result_file.row_id, {}).get("scores", {}).get(result_file.task)
+                if recorded is not None and (result_file.row_id, result_file.task) not in pairs:
+                    kept, _ = pairs_of_result(result_file.path, score_points=recorded["score"],
+                                              dataset_revision=recorded["dataset_revision"])
+                    if kept is not None:
+                        pairs[(result_file.row_id, result_file.task)] = kept
                 continue
             results_folder = result_file.path.parent
             if results_folder not in versions:
@@ -246,10 +254,14 @@ def merge_results(
 
 
 def baseline_key(row: dict[str, Any]) -> str:
-    """Rows sharing this key differ only in the calibrator (and its fit corpus): the same backbone,
-    weights commit (a flow-plugin result revision adds a configuration digest, which names the
+    """Rows sharing this key differ only in the calibrator and what it was fitted on
+    (:data:`~flow_plugin.data.fit_corpus.FIT_ARGUMENTS`: the corpus, the duplicate policy ...): the same
+    backbone, weights commit (a flow-plugin result revision adds a configuration digest, which names the
     calibrator too), pooling, length and other loader kwargs."""
-    kwargs = {k: v for k, v in row["experiment_kwargs"].items() if k not in ("fit_corpus", "calibrator_params", "calibrator")}
+    from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
+
+    ignored = (*FIT_ARGUMENTS, "calibrator_params", "calibrator")
+    kwargs = {k: v for k, v in row["experiment_kwargs"].items() if k not in ignored}
     return json.dumps([row["backbone"], _weights(row), row.get("pooling"), row.get("max_seq_length"), kwargs], sort_keys=True)
 
 

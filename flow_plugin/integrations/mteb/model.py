@@ -34,7 +34,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
 from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
-from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, FIT_ARGUMENTS, PER_CALL, TARGET
 from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
 from flow_plugin.data.sampling import (
@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["FlowPluginModel", "TaskCorpusError"]
 
 #: every loader argument besides the encoder options
-_MODEL_ARGUMENTS = ("fit_corpus", "fit_duplicates", "max_fit_sentences", "fit_seed", "calibrator_params", "embed_dim")
+_MODEL_ARGUMENTS = (*FIT_ARGUMENTS, "calibrator_params", "embed_dim")
 
 
 @dataclass

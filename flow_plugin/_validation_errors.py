@@ -22,6 +22,7 @@ from typing import Any
 
 #: pydantic's error types of a wrong type -> what the key must be
 TYPE_NAMES = {"int_type": "int", "string_type": "str", "bool_type": "bool", "list_type": "a list",
+              "tuple_type": "a list",  # (a TOML list, kept as a tuple by a frozen model)
               "dict_type": "a table", "model_type": "a table", "float_type": "a number"}
 
 
@@ -59,6 +60,8 @@ def describe_validation_error(error: Any, known_keys: Callable[[tuple[Any, ...]]
         elif kind in TYPE_NAMES:
             value = item.get("input")
             phrase = f"key {key!r} must be {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}"
+        elif kind == "too_short" and item.get("ctx", {}).get("min_length") == 1:
+            phrase = f"key {key!r} must not be empty"
         elif kind == "literal_error":
             phrase = f"key {key!r} must be one of {item['ctx']['expected']}, got {item.get('input')!r}"
         elif kind == "value_error":

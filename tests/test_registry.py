@@ -113,6 +113,10 @@ def test_adding_a_backbone_is_one_file(tmp_path: Path) -> None:
         ("badcal", VALID + "[calibrators.pca]\nn = 1\n", r"\[calibrators.pca\] is not a calibrator"),
         ("badlocal", VALID + '[local_weights]\nkind = "zip"\npackages = ["x"]\nfolder = "m"\ninstall = "pip"\n',
          "key 'local_weights.kind' must be one of"),
+        ("named", 'name = "other"\n' + VALID, r"key 'name' is not a registry key \(the backbone's name is the file's name\)"),
+        ("emptylocal", VALID + '[local_weights]\nkind = "split-zip"\npackages = []\nfolder = "m"\ninstall = "pip"\n',
+         "key 'local_weights.packages' must not be empty"),
+        ("strlang", VALID + 'languages = "eng"\n', "key 'languages' must be a list, got str 'eng'"),
     ],
 )
 def test_malformed_files_fail_naming_file_and_key(tmp_path: Path, name: str, text: str, message: str) -> None:
@@ -120,6 +124,17 @@ def test_malformed_files_fail_naming_file_and_key(tmp_path: Path, name: str, tex
     with pytest.raises(RegistryError, match=message) as caught:
         parse_backbone_file(path)
     assert str(path) in str(caught.value)
+
+
+def test_the_validated_file_is_the_frozen_spec_used_everywhere(tmp_path: Path) -> None:
+    """No look-alike copy: the pydantic model that checks the file is the object the code uses."""
+    from pydantic import BaseModel, ValidationError
+
+    spec = parse_backbone_file(write(tmp_path, "tiny", VALID + '[calibrators.whiten]\nn_components = 8\n'))
+    assert isinstance(spec, BaseModel) and spec.name == "tiny" and spec.source_file == tmp_path / "tiny.toml"
+    assert spec.calibrator_params == {"whiten": {"n_components": 8}} and spec.languages == ("eng-Latn",)
+    with pytest.raises(ValidationError, match="frozen"):
+        spec.hub_id = "other"  # type: ignore[misc]
 
 
 def test_missing_registry_folder_is_an_error(tmp_path: Path) -> None:

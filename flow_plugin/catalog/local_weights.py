@@ -22,8 +22,10 @@ import os
 import shutil
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from flow_plugin.errors import RegistryError
 
@@ -45,13 +47,15 @@ def weights_cache_dir() -> Path:
     return user_cache_path("flow-plugin", appauthor=False) / "weights"
 
 
-@dataclass(frozen=True)
-class LocalWeights:
-    """Where a backbone's weights can be found without the Hugging Face Hub."""
+class LocalWeights(BaseModel):
+    """``[local_weights]`` of a registry file, validated (unknown keys are errors): where a backbone's
+    weights can be found without the Hugging Face Hub."""
 
-    kind: str
-    #: package-folder: the import name; split-zip: the pip distribution names, in part order
-    packages: tuple[str, ...]
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    kind: Literal[KINDS]  # type: ignore[valid-type] -- a tuple subscript lists the choices
+    #: package-folder: the import name; split-zip: the pip distribution names, in part order (a TOML list)
+    packages: tuple[str, ...] = Field(min_length=1, strict=False)
     #: package-folder: folder inside the package; split-zip: folder inside the zip
     folder: str
     #: the pip command a user runs to make the weights available

@@ -1,7 +1,7 @@
 """Backbones from ``registry/*.toml`` and the model names they expand to.
 
 One small, human-edited TOML file per backbone; the file name (without ``.toml``) is the
-backbone's short name. Its schema is :class:`BackboneFile`, a pydantic model that forbids
+backbone's short name. It is validated into :class:`BackboneSpec`, a frozen pydantic model that forbids
 unknown keys. Each backbone expands to one model name per calibrator::
 
     flow_plugin/<backbone>            raw embeddings
@@ -34,14 +34,13 @@ import logging
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from flow_plugin.calibration.names import CALIBRATOR_NAMES
-from flow_plugin.catalog.local_weights import KINDS as LOCAL_WEIGHT_KINDS
 from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
 from flow_plugin._io import read_toml
@@ -76,23 +75,19 @@ def model_name_suffixes() -> dict[str, str]:
 MODEL_NAME_SUFFIXES: dict[str, str] = {name: "" if name == "raw" else f"-{name}" for name in CALIBRATOR_NAMES}
 
 
-# ---------------------------------------------------------------------------- the file schema
-class LocalWeightsTable(BaseModel):
-    """``[local_weights]``: where the weights are found without the Hugging Face Hub."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    kind: Literal[LOCAL_WEIGHT_KINDS]  # type: ignore[valid-type] -- a tuple subscript lists the choices
-    packages: list[str] = Field(min_length=1)
-    folder: str
-    install: str
+# ---------------------------------------------------------------------------- the validated file
+#: what a registry file may not set: the backbone's name is the file's name, and the file is where it was read
+_NOT_KEYS = {"name": "the backbone's name is the file's name", "source_file": "it is where the file was read"}
 
 
-class BackboneFile(BaseModel):
-    """The keys of one ``registry/<name>.toml`` file (unknown keys are errors)."""
+class BackboneSpec(BaseModel):
+    """One registry file, validated and frozen: its keys (unknown keys are errors), plus the
+    backbone's ``name`` (the file's stem) and ``source_file``, which the file itself may not set."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
+    name: str
+    source_file: Path
     hub_id: str
     revision: str | None = None
     description: str = ""
@@ -100,15 +95,15 @@ class BackboneFile(BaseModel):
     max_seq_length: int = Field(ge=2)
     embedding_dim: int = Field(ge=1)
     n_parameters: int = Field(ge=1)
-    #: the input embedding matrix (vocabulary x width), MTEB's ``n_embedding_parameters``
+    #: the input embedding matrix (vocabulary x width), MTEB's ``n_embedding_parameters``, when known
     n_embedding_parameters: int | None = Field(default=None, ge=1)
     license: str
     release_date: str
     reference: str
-    languages: list[str] = ["eng-Latn"]
+    languages: tuple[str, ...] = Field(default=("eng-Latn",), strict=False)  # (a TOML list)
     trust_remote_code: bool = False
     citation: str | None = None
-    local_weights: LocalWeightsTable | None = None
+    local_weights: LocalWeights | None = None
     #: per-calibrator hyper-parameters, e.g. ``[calibrators.whiten] n_components = 256``
     calibrators: dict[str, dict[str, Any]] = {}
 
@@ -136,43 +131,11 @@ class BackboneFile(BaseModel):
             raise ValueError(f"must be a URL, got {value!r}")
         return value
 
-
-def _known_keys(location: tuple[Any, ...]) -> list[str]:
-    return list(LocalWeightsTable.model_fields if location[:1] == ("local_weights",) else BackboneFile.model_fields)
-
-
-def _messages(path: Path, error: ValidationError) -> str:
-    """One line naming the file and every bad key (:func:`flow_plugin._validation_errors.describe_validation_error`)."""
-    phrases = describe_validation_error(error, _known_keys, ignore=("str", "list[int]"), special={
-        "pooling": "key 'pooling' must be str or a list of int layer indices"})
-    return f"{path}: " + "; ".join(phrases)
-
-
-# ---------------------------------------------------------------------------- specs
-@dataclass(frozen=True)
-class BackboneSpec:
-    """One registry file, validated."""
-
-    name: str
-    hub_id: str
-    revision: str | None
-    pooling: str
-    max_seq_length: int
-    embedding_dim: int
-    n_parameters: int
-    license: str
-    release_date: str
-    reference: str
-    source_file: Path
-    description: str = ""
-    languages: tuple[str, ...] = ("eng-Latn",)
-    trust_remote_code: bool = False
-    citation: str | None = None
-    local_weights: LocalWeights | None = None
-    #: per-method hyper-parameters, e.g. {"whiten": {"n_components": 256}}
-    calibrator_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: vocabulary x width of the input embeddings (MTEB's ``n_embedding_parameters``), when known
-    n_embedding_parameters: int | None = None
+    @property
+    def calibrator_params(self) -> dict[str, dict[str, Any]]:
+        """Per-method hyper-parameters (the file's ``[calibrators.<method>]`` tables), e.g.
+        ``{"whiten": {"n_components": 256}}``."""
+        return self.calibrators
 
     def model_name(self, calibrator: str = "raw") -> str:
         return f"{NAMESPACE}/{self.name}{model_name_suffixes()[calibrator]}"
@@ -198,6 +161,18 @@ class BackboneSpec:
         if self.local_weights is None or self.local_weights.is_installed():
             return None
         return self.local_weights.install
+
+
+def _known_keys(location: tuple[Any, ...]) -> list[str]:
+    fields = LocalWeights.model_fields if location[:1] == ("local_weights",) else BackboneSpec.model_fields
+    return [key for key in fields if key not in _NOT_KEYS]
+
+
+def _messages(path: Path, error: ValidationError) -> str:
+    """One line naming the file and every bad key (:func:`flow_plugin._validation_errors.describe_validation_error`)."""
+    phrases = describe_validation_error(error, _known_keys, ignore=("str", "list[int]"), special={
+        "pooling": "key 'pooling' must be str or a list of int layer indices"})
+    return f"{path}: " + "; ".join(phrases)
 
 
 @dataclass(frozen=True)
@@ -327,32 +302,15 @@ def parse_backbone_file(path: Path) -> BackboneSpec:
                 f"{path}: backbone name {name!r} ends with {suffix!r}, which would clash with the {method} variant"
             )
     data = read_toml(path, "registry file", RegistryError)
+    for key, why in _NOT_KEYS.items():
+        if key in data:
+            raise RegistryError(f"{path}: key {key!r} is not a registry key ({why}); remove it")
     try:
-        parsed = BackboneFile.model_validate(data)
+        spec = BackboneSpec.model_validate({**data, "name": name, "source_file": path})
     except ValidationError as error:
         raise RegistryError(_messages(path, error)) from None
-    _check_calibrator_tables(path, parsed.calibrators, parsed.embedding_dim)
-    local = parsed.local_weights
-    return BackboneSpec(
-        name=name,
-        hub_id=parsed.hub_id,
-        revision=parsed.revision,
-        pooling=parsed.pooling,
-        max_seq_length=parsed.max_seq_length,
-        embedding_dim=parsed.embedding_dim,
-        n_parameters=parsed.n_parameters,
-        license=parsed.license,
-        release_date=parsed.release_date,
-        reference=parsed.reference,
-        source_file=path,
-        description=parsed.description,
-        languages=tuple(parsed.languages),
-        trust_remote_code=parsed.trust_remote_code,
-        citation=parsed.citation,
-        local_weights=LocalWeights(local.kind, tuple(local.packages), local.folder, local.install) if local else None,
-        calibrator_params={method: dict(params) for method, params in parsed.calibrators.items()},
-        n_embedding_parameters=parsed.n_embedding_parameters,
-    )
+    _check_calibrator_tables(path, spec.calibrators, spec.embedding_dim)
+    return spec
 
 
 @dataclass

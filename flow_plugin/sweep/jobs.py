@@ -4,8 +4,8 @@ One job loads its backbone once and serves all of its runs, planned by the one r
 bench and sweep (:func:`flow_plugin.studies.runs.expand_runs`: calibrators × fit corpora × seeds).
 
 >>> from flow_plugin.sweep.spec import Sweep
->>> sweep = Sweep(Path("s.toml"), "s", ("minilm-l6",), ("raw", "flow"), ("SentEvalSTS13",),
-...               ("target", "per-call"), (1, 2))
+>>> sweep = Sweep(source=Path("s.toml"), name="s", backbones=("minilm-l6",), calibrators=("raw", "flow"),
+...               tasks=("SentEvalSTS13",), fit_corpora=("target", "per-call"), seeds=(1, 2))
 >>> [run.label for run in expand_jobs(sweep)[0].runs]  # doctest: +NORMALIZE_WHITESPACE
 ['flow_plugin/minilm-l6',
  'flow_plugin/minilm-l6-flow [seed=1]', 'flow_plugin/minilm-l6-flow [seed=2]',

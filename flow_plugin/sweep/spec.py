@@ -1,4 +1,5 @@
-"""The sweep file: a pydantic model of its keys, and :func:`load_sweep`, which checks it all.
+"""The sweep file: :class:`Sweep`, the frozen pydantic model of its keys, and :func:`load_sweep`,
+which checks it all.
 
 A sweep file is TOML. Unknown keys, wrong types and unknown names (backbones, calibrators,
 fit corpora) are errors that name the file and the key, with the name you probably meant.
@@ -18,11 +19,11 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
 from flow_plugin.data.fit_corpus import POLICIES as FIT_POLICIES, TARGET
@@ -49,50 +50,36 @@ class ResourcesTable(BaseModel):
     max_retries: int = Field(default=2, ge=0, le=20)
 
 
-class SweepFile(BaseModel):
-    """The keys of a sweep file (unknown keys are errors)."""
+class Sweep(BaseModel):
+    """A sweep file, validated and frozen (unknown keys are errors). :func:`load_sweep` returns it
+    checked and completed, as a copy of the same model: registry names, fit corpora as "target",
+    "per-call" or absolute sentence-file paths, absolute paths (``None`` where the file leaves the
+    choice to the command line's defaults), the name (default: the file's stem) and ``source``, the
+    file it was read from (which the file itself may not set). TOML lists are kept as tuples."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     name: str | None = None
-    backbones: list[str] = Field(min_length=1)
-    calibrators: list[str] | None = None
-    tasks: list[str] = Field(default=list(OFFLINE_TASKS), min_length=1)
-    fit_corpora: list[str] = Field(default=[TARGET], min_length=1)
-    seeds: list[int] = []
-    data: str | None = None
-    output: str | None = None
-    leaderboard: str | None = None
+    backbones: tuple[StrictStr, ...] = Field(min_length=1, strict=False)
+    calibrators: tuple[StrictStr, ...] | None = Field(default=None, strict=False)
+    tasks: tuple[StrictStr, ...] = Field(default=tuple(OFFLINE_TASKS), min_length=1, strict=False)
+    fit_corpora: tuple[StrictStr, ...] = Field(default=(TARGET,), min_length=1, strict=False)
+    seeds: tuple[StrictInt, ...] = Field(default=(), strict=False)
+    data: Path | None = Field(default=None, strict=False)
+    output: Path | None = Field(default=None, strict=False)
+    leaderboard: Path | None = Field(default=None, strict=False)
     resources: ResourcesTable = ResourcesTable()
+    source: Path | None = None
 
 
 def _known_keys(location: tuple[Any, ...]) -> list[str]:
-    return list(ResourcesTable.model_fields if location[:1] == ("resources",) else SweepFile.model_fields)
+    fields = ResourcesTable.model_fields if location[:1] == ("resources",) else Sweep.model_fields
+    return [key for key in fields if key != "source"]
 
 
 def _messages(path: Path, error: ValidationError) -> str:
     """One line naming the file and every bad key (:func:`flow_plugin._validation_errors.describe_validation_error`)."""
     return f"{path}: " + "; ".join(describe_validation_error(error, _known_keys))
-
-
-# ---------------------------------------------------------------------------- the checked sweep
-@dataclass(frozen=True)
-class Sweep:
-    """A checked sweep file: registry names, fit corpora as "target", "per-call" or absolute
-    sentence-file paths, and absolute paths (``None`` where the file leaves the choice to the
-    command line's defaults)."""
-
-    source: Path
-    name: str
-    backbones: tuple[str, ...]
-    calibrators: tuple[str, ...]
-    tasks: tuple[str, ...]
-    fit_corpora: tuple[str, ...]
-    seeds: tuple[int, ...]
-    data: Path | None = None
-    output: Path | None = None
-    leaderboard: Path | None = None
-    resources: ResourcesTable = ResourcesTable()
 
 
 def seeded_calibrators() -> tuple[str, ...]:
@@ -106,11 +93,11 @@ def seeded_calibrators() -> tuple[str, ...]:
     return tuple(name for name in CALIBRATOR_NAMES if "seed" in calibrator_class(name)._get_param_names())
 
 
-def _unique(values: list[Any]) -> tuple[Any, ...]:
+def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def _check_backbones(path: Path, names: list[str]) -> tuple[str, ...]:
+def _check_backbones(path: Path, names: tuple[str, ...]) -> tuple[str, ...]:
     from flow_plugin.catalog.registry import get_backbone
 
     checked = []
@@ -122,7 +109,7 @@ def _check_backbones(path: Path, names: list[str]) -> tuple[str, ...]:
     return _unique(checked)
 
 
-def _check_calibrators(path: Path, names: list[str] | None) -> tuple[str, ...]:
+def _check_calibrators(path: Path, names: tuple[str, ...] | None) -> tuple[str, ...]:
     from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES
 
     if names is None:
@@ -140,7 +127,7 @@ def _check_calibrators(path: Path, names: list[str] | None) -> tuple[str, ...]:
     return _unique(names)
 
 
-def _check_fit_corpora(path: Path, values: list[str]) -> tuple[str, ...]:
+def _check_fit_corpora(path: Path, values: tuple[str, ...]) -> tuple[str, ...]:
     checked = []
     for value in values:
         if value in FIT_POLICIES:
@@ -158,7 +145,7 @@ def _check_fit_corpora(path: Path, values: list[str]) -> tuple[str, ...]:
     return _unique(checked)
 
 
-def _path(path: Path, value: str | None) -> Path | None:
+def _path(path: Path, value: Path | None) -> Path | None:
     return None if value is None else (path.parent / value).expanduser().resolve()
 
 
@@ -166,8 +153,10 @@ def load_sweep(path: str | Path) -> Sweep:
     """Read and check a sweep file; every problem is an error naming the file and the key."""
     path = Path(path)
     data = read_toml(path, "sweep file", SweepError)
+    if "source" in data:
+        raise SweepError(f"{path}: key 'source' is not a sweep key (it is the file the sweep was read from); remove it")
     try:
-        parsed = SweepFile.model_validate(data)
+        parsed = Sweep.model_validate(data)
     except ValidationError as error:
         raise SweepError(_messages(path, error)) from None
     name = parsed.name if parsed.name is not None else path.stem
@@ -180,16 +169,15 @@ def load_sweep(path: str | Path) -> Sweep:
             f"{path}: key 'seeds': none of the calibrators {', '.join(calibrators)} takes a seed "
             f"(only {', '.join(seeded_calibrators())} does); remove 'seeds' or add such a calibrator"
         )
-    return Sweep(
-        source=path,
-        name=name,
-        backbones=_check_backbones(path, parsed.backbones),
-        calibrators=calibrators,
-        tasks=_unique(parsed.tasks),
-        fit_corpora=_check_fit_corpora(path, parsed.fit_corpora),
-        seeds=seeds,
-        data=_path(path, parsed.data),
-        output=_path(path, parsed.output),
-        leaderboard=_path(path, parsed.leaderboard),
-        resources=parsed.resources,
-    )
+    return parsed.model_copy(update={
+        "source": path,
+        "name": name,
+        "backbones": _check_backbones(path, parsed.backbones),
+        "calibrators": calibrators,
+        "tasks": _unique(parsed.tasks),
+        "fit_corpora": _check_fit_corpora(path, parsed.fit_corpora),
+        "seeds": seeds,
+        "data": _path(path, parsed.data),
+        "output": _path(path, parsed.output),
+        "leaderboard": _path(path, parsed.leaderboard),
+    })

@@ -379,9 +379,19 @@ def registry_problems() -> list[tuple[Path, str]]:
     return list(_default_registry().problems)
 
 
+def registry_models(registry: dict[str, BackboneSpec] | None = None) -> dict[str, RegistryModel]:
+    """Every model name the registry defines -> what it means (its backbone and calibrator): the one
+    table of names, so a name is looked up, never taken apart.
+
+    >>> registry_models()["flow_plugin/minilm-l6-sn-natsv"].calibrator
+    'sn-natsv'
+    """
+    known = registry if registry is not None else default_registry()
+    return {spec.model_name(method): RegistryModel(spec, method) for spec in known.values() for method in MODEL_NAME_SUFFIXES}
+
+
 def all_model_names(registry: dict[str, BackboneSpec] | None = None) -> list[str]:
-    registry = registry if registry is not None else default_registry()
-    return [name for spec in registry.values() for name in spec.model_names]
+    return list(registry_models(registry))
 
 
 def _left_out_note(short: str, registry: dict[str, BackboneSpec] | None) -> str:
@@ -405,20 +415,17 @@ def get_backbone(name: str, registry: dict[str, BackboneSpec] | None = None) -> 
 
 
 def parse_model_name(model_name: str, registry: dict[str, BackboneSpec] | None = None) -> RegistryModel:
-    """``flow_plugin/bert-base-flow`` (or ``bert-base-flow``) -> (bert-base, flow)."""
+    """``flow_plugin/bert-base-flow`` (or ``bert-base-flow``) -> (bert-base, flow), looked up in
+    :func:`registry_models`."""
     known = registry if registry is not None else default_registry()
-    short = model_name.removeprefix(f"{NAMESPACE}/")
-    suffixes = model_name_suffixes()
-    # longest suffix first, so "-sn-natsv" wins over "-natsv"
-    for method, suffix in sorted(suffixes.items(), key=lambda item: -len(item[1])):
-        if suffix and short.endswith(suffix) and short[: -len(suffix)] in known:
-            return RegistryModel(known[short[: -len(suffix)]], method)
-    if short in known:
-        return RegistryModel(known[short], "raw")
-    names = all_model_names(known)
-    close = difflib.get_close_matches(f"{NAMESPACE}/{short}", names, n=4, cutoff=0.6)
+    short = model_name.removeprefix(MODEL_PREFIX)
+    table = registry_models(known)
+    found = table.get(MODEL_PREFIX + short)
+    if found is not None:
+        return found
+    close = difflib.get_close_matches(MODEL_PREFIX + short, list(table), n=4, cutoff=0.6)
     hint = f" Close names: {', '.join(close)}." if close else ""
-    variants = "|".join(suffix for suffix in suffixes.values() if suffix)
+    variants = "|".join(suffix for suffix in MODEL_NAME_SUFFIXES.values() if suffix)
     raise RegistryError(
         f"unknown model {model_name!r}.{hint} Model names are {NAMESPACE}/<backbone>[{variants}]"
         f" with backbones {', '.join(sorted(known))}.{_left_out_note(short, registry)}"

@@ -176,7 +176,7 @@ def test_each_task_is_fitted_once_and_the_backbone_runs_once_per_sentence(sts13_
         assert len(model.fit_log) == 1
         record = model.fit_log[0]
         assert (record["task"], record["hf_subset"]) == ("SentEvalSTS13", "default")
-        if model.variant.calibrator != "raw":
+        if model.registry_model.calibrator != "raw":
             assert record["n_sentences"] == 2 * 1500 and record["source"].startswith("target")
 
 
@@ -274,7 +274,7 @@ def test_flow_plugin_eval_cli(senteval_dir: Path, minilm_path: Path, tmp_path: P
 def test_transform_output_matches_library_path(sts13_six_variants, senteval_dir: Path) -> None:
     """The MTEB wrapper is a thin layer: its embeddings equal backbone -> fitted calibrator."""
     models, _ = sts13_six_variants
-    flow_model = next(model for model in models if model.variant.calibrator == "flow")
+    flow_model = next(model for model in models if model.registry_model.calibrator == "flow")
     sentences = ["a man is playing a guitar .", "a woman is slicing an onion ."]
     calibrator = flow_model.calibrator_for("SentEvalSTS13", "default", sentences)
     direct = calibrator.transform(flow_model.encoder.encode(sentences))

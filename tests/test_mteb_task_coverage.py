@@ -50,7 +50,7 @@ def run_grid(models: list[FlowPluginModel], tasks: list) -> dict[tuple[str, str]
     for model in models:
         for task in tasks:
             result = mteb.evaluate(model, task, cache=None, co2_tracker=False, show_progress_bar=False)
-            scores[(task.metadata.name, model.variant.calibrator)] = result.task_results[0].get_score()
+            scores[(task.metadata.name, model.registry_model.calibrator)] = result.task_results[0].get_score()
     return scores
 
 
@@ -89,7 +89,7 @@ def test_one_fit_per_task_and_subset_serves_both_sides(tiny_grid) -> None:
             subsets = ["parallel"] if getattr(task, "parallel_subsets", False) else task.hf_subsets
             for subset in subsets:
                 record = records[(name, subset)]
-                assert record["fit_corpus"] == "target" and record["calibrator"] == model.variant.calibrator
+                assert record["fit_corpus"] == "target" and record["calibrator"] == model.registry_model.calibrator
                 assert record["n_sentences"] >= 2 and record["fit_seconds"] >= 0, record
                 served = record["served"]
                 assert {call["task"] for call in served} == {name}
@@ -113,7 +113,7 @@ def test_one_fit_per_task_and_subset_serves_both_sides(tiny_grid) -> None:
 
 def test_small_sample_rule_is_recorded(tiny_grid) -> None:
     models, _ = tiny_grid
-    by_method = {model.variant.calibrator: model for model in models}
+    by_method = {model.registry_model.calibrator: model for model in models}
     whiten = _records(by_method["whiten"])[("MockSTSTask", "default")]
     assert "Ledoit-Wolf shrinkage" in whiten["adapted"] and whiten["params"].get("shrinkage") == "auto"
     natsv = _records(by_method["natsv"])[("MockSTSTask", "default")]

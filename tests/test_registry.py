@@ -108,7 +108,7 @@ def test_adding_a_backbone_is_one_file(tmp_path: Path) -> None:
         ("badtype", VALID.replace("embedding_dim = 32", 'embedding_dim = "32"'), "key 'embedding_dim' must be int"),
         ("badurl", VALID.replace("https://example.org/tiny", "example.org"), "key 'reference' must be a URL"),
         ("nottoml", "hub_id = \n", "not valid TOML"),
-        ("tiny-flow", VALID, "ends with '-flow', which would clash with the flow variant"),
+        ("tiny-flow", VALID, "ends with '-flow': its model name would be that of backbone 'tiny' with the flow calibrator"),
         ("Upper", VALID, "must be lower-case"),
         ("badcal", VALID + "[calibrators.pca]\nn = 1\n", r"\[calibrators.pca\] is not a calibrator"),
         ("badlocal", VALID + '[local_weights]\nkind = "zip"\npackages = ["x"]\nfolder = "m"\ninstall = "pip"\n',

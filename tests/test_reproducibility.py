@@ -61,10 +61,8 @@ def test_the_registry_configuration_is_part_of_a_result_revision(tmp_path: Path)
     registry = load_registry([REPO_REGISTRY])
     spec = registry["minilm-l6"]
     base = RegistryModel(spec, "whiten")
-    import dataclasses
-
-    other_pooling = RegistryModel(dataclasses.replace(spec, pooling="cls"), "whiten")
-    other_params = RegistryModel(dataclasses.replace(spec, calibrator_params={"whiten": {"n_components": 64}}), "whiten")
+    other_pooling = RegistryModel(spec.model_copy(update={"pooling": "cls"}), "whiten")
+    other_params = RegistryModel(spec.model_copy(update={"calibrators": {"whiten": {"n_components": 64}}}), "whiten")
     revisions = {base.revision, other_pooling.revision, other_params.revision, RegistryModel(spec, "sn").revision}
     assert len(revisions) == 4 and all(r.startswith(spec.revision + "-") for r in revisions)
     assert base.revision == RegistryModel(spec, "whiten").revision  # a function of the configuration only

@@ -5,8 +5,8 @@ the MTEB wrapper and the SentEval adapter are thin layers over it.
 
 Examples
 --------
->>> variant = resolve("flow_plugin/minilm-l6-whiten")
->>> build_calibrator(variant)
+>>> registry_model = resolve("flow_plugin/minilm-l6-whiten")
+>>> build_calibrator(registry_model)
 Whitening(n_components=None, shrinkage=0.0)
 """
 
@@ -24,10 +24,10 @@ from flow_plugin.encoding.options import EncoderOptions
 logger = logging.getLogger(__name__)
 
 
-def build_encoder(variant: RegistryModel, options: EncoderOptions | None = None) -> CachedEncoder:
-    """The process-wide cached encoder of the variant's backbone (shared by all its variants)."""
+def build_encoder(registry_model: RegistryModel, options: EncoderOptions | None = None) -> CachedEncoder:
+    """The process-wide cached encoder of the registry model's backbone (shared by all the backbone's models)."""
     options = options or EncoderOptions()
-    spec = variant.backbone
+    spec = registry_model.backbone
     location, revision, source = spec.weights_location()
     encoder = shared_encoder(
         location,
@@ -46,14 +46,14 @@ def build_encoder(variant: RegistryModel, options: EncoderOptions | None = None)
     return encoder
 
 
-def build_calibrator(variant: RegistryModel, *, device: str | None = None, **overrides: Any) -> Calibrator:
+def build_calibrator(registry_model: RegistryModel, *, device: str | None = None, **overrides: Any) -> Calibrator:
     """An unfitted calibrator: registry hyper-parameters, then ``overrides``; a flow runs on
     ``device`` (the backbone's) unless told otherwise (the flow variants too)."""
-    params = {**variant.calibrator_params, **overrides}
-    known = variant.calibrator in CALIBRATOR_NAMES  # (an unknown name: make_calibrator's error, with close names)
-    if known and calibrator_method(variant.calibrator) == "flow" and "device" not in params:
+    params = {**registry_model.calibrator_params, **overrides}
+    known = registry_model.calibrator in CALIBRATOR_NAMES  # (an unknown name: make_calibrator's error, with close names)
+    if known and calibrator_method(registry_model.calibrator) == "flow" and "device" not in params:
         params["device"] = device
-    return make_calibrator(variant.calibrator, **params)
+    return make_calibrator(registry_model.calibrator, **params)
 
 
 def resolve(model: str | RegistryModel) -> RegistryModel:

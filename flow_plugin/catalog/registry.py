@@ -181,8 +181,8 @@ class RegistryModel:
 
     Examples
     --------
-    >>> variant = parse_model_name("flow_plugin/minilm-l6-flow")
-    >>> variant.revision.startswith(variant.backbone.revision + "-"), len(variant.revision) == 40 + 13
+    >>> registry_model = parse_model_name("flow_plugin/minilm-l6-flow")
+    >>> registry_model.revision.startswith(registry_model.backbone.revision + "-"), len(registry_model.revision) == 40 + 13
     (True, True)
     """
 
@@ -299,7 +299,8 @@ def parse_backbone_file(path: Path) -> BackboneSpec:
     for method, suffix in model_name_suffixes().items():
         if suffix and name.endswith(suffix):
             raise RegistryError(
-                f"{path}: backbone name {name!r} ends with {suffix!r}, which would clash with the {method} variant"
+                f"{path}: backbone name {name!r} ends with {suffix!r}: its model name would be that of backbone "
+                f"{name[: -len(suffix)]!r} with the {method} calibrator; rename the file"
             )
     data = read_toml(path, "registry file", RegistryError)
     for key, why in _NOT_KEYS.items():

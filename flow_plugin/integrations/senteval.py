@@ -174,8 +174,8 @@ class SentEvalAdapter:
         if model is not None:
             if calibrator is not None:
                 raise InputError("calibrator is given by the model name; pass backbone=... to choose it explicitly")
-            variant = resolve(model)
-            backbone, calibrator = variant.backbone, variant.calibrator
+            registry_model = resolve(model)
+            backbone, calibrator = registry_model.backbone, registry_model.calibrator
         calibrator = "raw" if calibrator is None else calibrator
         options, unknown = EncoderOptions.split(encoder_options)
         if unknown:

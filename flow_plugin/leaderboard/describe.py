@@ -55,17 +55,17 @@ def _describe_flow_plugin_model(model: str, kwargs: dict[str, Any], overrides: d
     from flow_plugin.errors import RegistryError
 
     try:
-        variant = parse_model_name(model)
+        registry_model = parse_model_name(model)
     except RegistryError:
-        variant = None
-    if variant is not None:
-        spec = variant.backbone
-        raw = variant.calibrator == "raw"
+        registry_model = None
+    if registry_model is not None:
+        spec = registry_model.backbone
+        raw = registry_model.calibrator == "raw"
         return {
             "backbone": spec.name,
             "backbone_model": spec.hub_id,
-            "calibrator": variant.calibrator,
-            "calibrator_params": {} if raw else {**variant.calibrator_params, **overrides},
+            "calibrator": registry_model.calibrator,
+            "calibrator_params": {} if raw else {**registry_model.calibrator_params, **overrides},
             "pooling": kwargs.get("pooling", spec.pooling),
             "max_seq_length": spec.max_seq_length,
             "fit_corpus": None if raw else _fit_corpus(kwargs),

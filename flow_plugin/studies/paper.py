@@ -89,8 +89,8 @@ def resolve_model(model: str, calibrators: list[str] | None = None) -> tuple[Any
     if short in registry:
         spec, chosen = registry[short], list(CALIBRATOR_METHODS)
     else:
-        variant = parse_model_name(model, registry)  # the registry's error for unknown names
-        spec, chosen = variant.backbone, ["raw", variant.calibrator]
+        registry_model = parse_model_name(model, registry)  # the registry's error for unknown names
+        spec, chosen = registry_model.backbone, ["raw", registry_model.calibrator]
     if calibrators is not None:
         unknown = [name for name in calibrators if name not in CALIBRATOR_NAMES]
         if unknown:

@@ -69,11 +69,11 @@ def check_model_names(models: list[str]) -> None:
     from flow_plugin.catalog.registry import MODEL_PREFIX, parse_model_name
 
     for model_name in models:
-        variant = parse_model_name(model_name)  # our registry's error, with close names
+        registry_model = parse_model_name(model_name)  # our registry's error, with close names
         if not model_name.startswith(MODEL_PREFIX):
             raise RegistryError(
                 f"model {model_name!r} lacks the '{MODEL_PREFIX}' prefix that flow-plugin's MTEB models carry; "
-                f"did you mean {variant.name!r}?"
+                f"did you mean {registry_model.name!r}?"
             )
 
 

@@ -54,29 +54,29 @@ def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[st
     return set()
 
 
-def _embed_dim(variant: RegistryModel) -> int:
+def _embed_dim(registry_model: RegistryModel) -> int:
     from flow_plugin.calibration import make_calibrator
 
-    return make_calibrator(variant.calibrator, **variant.calibrator_params).output_width(variant.backbone.embedding_dim)
+    return make_calibrator(registry_model.calibrator, **registry_model.calibrator_params).output_width(registry_model.backbone.embedding_dim)
 
 
-def model_meta(variant: RegistryModel) -> ModelMeta:
-    spec: BackboneSpec = variant.backbone
+def model_meta(registry_model: RegistryModel) -> ModelMeta:
+    spec: BackboneSpec = registry_model.backbone
     entry = mteb_entry(spec.hub_id)
-    flow = calibrator_method(variant.calibrator) == "flow"  # the paper's flow and each flow variant
+    flow = calibrator_method(registry_model.calibrator) == "flow"  # the paper's flow and each flow variant
     embedding_parameters = spec.n_embedding_parameters or (entry.n_embedding_parameters if entry else None)
     meta = ModelMeta(
         loader=load_model,
         loader_kwargs={},
-        name=variant.name,
-        revision=variant.revision,
+        name=registry_model.name,
+        revision=registry_model.revision,
         release_date=spec.release_date,
         languages=list(spec.languages),
         n_parameters=spec.n_parameters,
         memory_usage_mb=None,  # MTEB's own estimate, below
         n_embedding_parameters=embedding_parameters,
         max_tokens=spec.max_seq_length,
-        embed_dim=_embed_dim(variant),
+        embed_dim=_embed_dim(registry_model),
         license=spec.license,
         open_weights=True,
         public_training_code=BERT_FLOW_CODE if flow else (

@@ -113,10 +113,10 @@ class FlowPluginModel(AbsEncoder):
             raise InputError(
                 f"{model_name}: unknown loader argument(s) {', '.join(hints)}; accepted: {', '.join(accepted)}"
             )
-        self.variant = resolve(model_name)
-        if revision is not None and revision not in (self.variant.revision, self.variant.backbone.revision):
+        self.registry_model = resolve(model_name)
+        if revision is not None and revision not in (self.registry_model.revision, self.registry_model.backbone.revision):
             raise FlowPluginError(
-                f"{model_name} is revision {self.variant.revision} (weights {self.variant.backbone.revision} and this "
+                f"{model_name} is revision {self.registry_model.revision} (weights {self.registry_model.backbone.revision} and this "
                 f"registry configuration), not {revision}: its registry file or flow-plugin changed since"
             )
         self.fit_corpus = FitCorpus.parse(fit_corpus)
@@ -125,16 +125,16 @@ class FlowPluginModel(AbsEncoder):
             raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
         self.fit_duplicates = fit_duplicates
         self.options = EncoderOptions(**encoder_options)
-        self.encoder = build_encoder(self.variant, self.options)
+        self.encoder = build_encoder(self.registry_model, self.options)
         self.model = self.encoder  # AbsEncoder convention: the wrapped model
         self._calibrator_template = build_calibrator(
-            self.variant, device=str(self.encoder.backbone.device), **(calibrator_params or {})
+            self.registry_model, device=str(self.encoder.backbone.device), **(calibrator_params or {})
         )
         if embed_dim is not None and embed_dim != self._expected_width():
             raise InputError(f"{model_name} gives {self._expected_width()}-dimensional embeddings, not {embed_dim}")
         from flow_plugin.integrations.mteb.meta import model_meta
 
-        self.mteb_model_meta = model_meta(self.variant)  # mteb.get_model replaces it with its own copy
+        self.mteb_model_meta = model_meta(self.registry_model)  # mteb.get_model replaces it with its own copy
         self._fits: dict[tuple[str, ...], _Fit] = {}
         self._records: list[FitRecord] = []
         self._tasks: dict[str, Any] = {}  # task name -> task object given to prepare_task
@@ -147,7 +147,7 @@ class FlowPluginModel(AbsEncoder):
             logger.warning("%s", message)
 
     def _expected_width(self) -> int:
-        return self._calibrator_template.output_width(self.variant.backbone.embedding_dim)
+        return self._calibrator_template.output_width(self.registry_model.backbone.embedding_dim)
 
     @property
     def _is_raw(self) -> bool:
@@ -155,7 +155,7 @@ class FlowPluginModel(AbsEncoder):
 
     @property
     def name(self) -> str:
-        return self.variant.name
+        return self.registry_model.name
 
     @property
     def fit_log(self) -> list[dict[str, Any]]:
@@ -229,7 +229,7 @@ class FlowPluginModel(AbsEncoder):
 
     def _no_fit(self, task_name: str, subset: str) -> _Fit:
         calibrator = self._calibrator_template.clone()
-        calibrator.n_features_in_ = self.variant.backbone.embedding_dim
+        calibrator.n_features_in_ = self.registry_model.backbone.embedding_dim
         calibrator.n_samples_fit_ = 0
         record = FitRecord(model=self.name, calibrator="raw", params={}, source="none: raw embeddings need no fit",
                            n_sentences=0, n_unique_sentences=0, duplicates=self.fit_duplicates, encode_seconds=0.0,
@@ -249,7 +249,7 @@ class FlowPluginModel(AbsEncoder):
             context["task_type"] = task_type
         calibrator, record = fit_on_sample(
             self.encoder, self._calibrator_template, sample, model=self.name, source=source, context=context,
-            duplicates=self.fit_duplicates, what=f"{self.variant.calibrator} for {where}",
+            duplicates=self.fit_duplicates, what=f"{self.registry_model.calibrator} for {where}",
             remedy="fit on more text with fit_corpus=<a text file, one sentence per line>")
         self._records.append(record)
         self._announce(record)

@@ -31,8 +31,8 @@ def benchmark_row(board: Mapping[str, Any], model: str | RegistryModel, *, revis
     configuration) in a loaded leaderboard, its default experiment when there are several; errors
     name what the board holds and what to do."""
     if revision is None or not isinstance(model, str):
-        variant = resolve(model)
-        model, revision = variant.name, revision or variant.revision
+        registry_model = resolve(model)
+        model, revision = registry_model.name, revision or registry_model.revision
     name = board.get("name", "the leaderboard")
     rows = [row for row in board.get("rows", []) if row.get("model") == model]
     if not rows:
@@ -59,12 +59,12 @@ def benchmark_row(board: Mapping[str, Any], model: str | RegistryModel, *, revis
                            "pass the row you mean (leaderboard_row=...)")
 
 
-def check_row(row: Mapping[str, Any], variant: RegistryModel) -> None:
+def check_row(row: Mapping[str, Any], registry_model: RegistryModel) -> None:
     """A row given by hand must be the model's, at its configuration's revision."""
-    if row.get("model") != variant.name or row.get("revision") != variant.revision:
+    if row.get("model") != registry_model.name or row.get("revision") != registry_model.revision:
         raise LeaderboardError(
             f"leaderboard row {row.get('id')!r} is of {row.get('model')} at revision {row.get('revision')}, not of "
-            f"{variant.name} at {variant.revision}; pass that model's row (benchmark_row(board, model))"
+            f"{registry_model.name} at {registry_model.revision}; pass that model's row (benchmark_row(board, model))"
         )
 
 

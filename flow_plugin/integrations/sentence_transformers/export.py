@@ -133,16 +133,16 @@ def _read_fit_corpus(path: Path) -> list[str]:
             from None
 
 
-def _load_calibrator(path: Path, variant: RegistryModel) -> Calibrator:
+def _load_calibrator(path: Path, registry_model: RegistryModel) -> Calibrator:
     """The calibrator file, checked against the model's method and width (``Calibrator.load``)."""
-    method_class = calibrator_class(variant.calibrator)
-    assert method_class is not None  # a resolved variant names a known calibrator
+    method_class = calibrator_class(registry_model.calibrator)
+    assert method_class is not None  # a resolved registry model names a known calibrator
     try:
-        return method_class.load(path, n_features=variant.backbone.embedding_dim)
+        return method_class.load(path, n_features=registry_model.backbone.embedding_dim)
     except CalibratorFileError as error:
         raise CalibratorFileError(
             f"{error}; --calibrator (calibrator_path=) must hold a {method_class.method} calibrator fitted on "
-            f"{variant.backbone.name}'s {variant.backbone.embedding_dim}-dimensional embeddings for {variant.name}"
+            f"{registry_model.backbone.name}'s {registry_model.backbone.embedding_dim}-dimensional embeddings for {registry_model.name}"
         ) from None
 
 
@@ -174,7 +174,7 @@ def cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(cosines(ours) - cosines(theirs)).max())
 
 
-def _agreement(folder: Path, variant: RegistryModel, calibrator: Calibrator, options: EncoderOptions,
+def _agreement(folder: Path, registry_model: RegistryModel, calibrator: Calibrator, options: EncoderOptions,
                corpus: list[str] | None, needs_flow_plugin: bool, calibration_modules: int) -> dict[str, Any]:
     """Load the written folder with sentence-transformers and compare it with flow-plugin (float32
     backbone, the calibrator) on a few sentences: the pooled embeddings, the calibration modules (the
@@ -184,7 +184,7 @@ def _agreement(folder: Path, variant: RegistryModel, calibrator: Calibrator, opt
 
     probes = list(dict.fromkeys([*_PROBE_SENTENCES, *(corpus or [])[: AGREEMENT_SENTENCES * 2]]))
     probes = probes[: len(_PROBE_SENTENCES) + AGREEMENT_SENTENCES]
-    reference_encoder = build_encoder(variant, options.replace(precision="float32", show_progress_bar=False))
+    reference_encoder = build_encoder(registry_model, options.replace(precision="float32", show_progress_bar=False))
     pooled = reference_encoder.encode(probes)
     ours = calibrator.transform(pooled)
     device = str(reference_encoder.backbone.device)
@@ -269,17 +269,17 @@ def export_model(
     ``cache_dir``, ``show_progress_bar``) say how the backbone runs for the fit.
     """
     st_version = _check_sentence_transformers()
-    variant = resolve(model)
-    spec = variant.backbone
-    options = _encoder_options(encoder_options, variant.name)
+    registry_model = resolve(model)
+    spec = registry_model.backbone
+    options = _encoder_options(encoder_options, registry_model.name)
     max_fit_sentences, fit_seed = check_cap(max_fit_sentences, fit_seed)
     if fit_duplicates not in DUPLICATE_POLICIES:
         raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
     if fit_corpus is not None and calibrator_path is not None:
-        raise InputError(f"export of {variant.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
+        raise InputError(f"export of {registry_model.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
                          "(--calibrator), not both")
     if leaderboard_row is not None:
-        check_row(leaderboard_row, variant)
+        check_row(leaderboard_row, registry_model)
     out = Path(out_dir).expanduser()
     check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
 
@@ -288,25 +288,25 @@ def export_model(
     record_corpus: dict[str, Any] | None = None
     fit: FitRecord | None = None
     from_file: dict[str, Any] | None = None
-    if variant.calibrator == "raw":
-        calibrator = build_calibrator(variant)
+    if registry_model.calibrator == "raw":
+        calibrator = build_calibrator(registry_model)
         calibrator.n_features_in_, calibrator.n_samples_fit_ = spec.embedding_dim, 0  # raw embeddings need no fit
         if corpus_path is not None or calibrator_path is not None:
-            logger.warning("%s: raw embeddings need no fit; the %s is not used", variant.name,
+            logger.warning("%s: raw embeddings need no fit; the %s is not used", registry_model.name,
                            "fit corpus" if corpus_path is not None else "calibrator file")
     elif calibrator_path is not None:
         path = Path(calibrator_path).expanduser()
-        calibrator = _load_calibrator(path, variant)
+        calibrator = _load_calibrator(path, registry_model)
         from_file = {"name": path.name, "sha256": _file_sha256(path)}
     elif corpus_path is not None and corpus is not None:
-        encoder = build_encoder(variant, options)
-        template = build_calibrator(variant, device=str(encoder.backbone.device), **(calibrator_params or {}))
+        encoder = build_encoder(registry_model, options)
+        template = build_calibrator(registry_model, device=str(encoder.backbone.device), **(calibrator_params or {}))
         part = CorpusPart(corpus_path.name, lambda: iter([corpus]))
         sample = sample_corpus([part], cap=max_fit_sentences, seed=fit_seed)
         source = f"file {corpus_path.name}"
-        calibrator, fit = fit_on_sample(encoder, template, sample, model=variant.name, source=source,
+        calibrator, fit = fit_on_sample(encoder, template, sample, model=registry_model.name, source=source,
                                         context={"fit_corpus": source}, duplicates=fit_duplicates,
-                                        what=f"{variant.calibrator} on {corpus_path.name}", remedy="fit on more sentences")
+                                        what=f"{registry_model.calibrator} on {corpus_path.name}", remedy="fit on more sentences")
         record_corpus = {
             "file": corpus_path.name, "sha256": _file_sha256(corpus_path), "sentences": len(corpus),
             "unique_sentences": len(set(corpus)), "fit_sentences": len(sample.sentences),
@@ -314,7 +314,7 @@ def export_model(
             "fit_seed": fit_seed,
         }
     else:
-        raise InputError(f"{variant.name} needs its {variant.calibrator} calibrator: pass a fit corpus "
+        raise InputError(f"{registry_model.name} needs its {registry_model.calibrator} calibrator: pass a fit corpus "
                          "(--fit-corpus FILE, one sentence per line) or a saved calibrator (--calibrator PATH)")
     if calibrator.method == "flow":
         # the folder's flow runs where it is loaded (CUDA when available, else the CPU), not where it was fitted
@@ -328,8 +328,8 @@ def export_model(
     record: dict[str, Any] = {
         "format": RECORD_FORMAT,
         "format_version": 1,
-        "model": variant.name,
-        "revision": variant.revision,
+        "model": registry_model.name,
+        "revision": registry_model.revision,
         "backbone": {
             "name": spec.name, "hub_id": spec.hub_id, "revision": spec.revision, "description": spec.description,
             "pooling": spec.pooling, "max_seq_length": pipeline.max_seq_length, "layers_kept": pipeline.layers_kept,
@@ -365,16 +365,16 @@ def export_model(
         if needs_flow_plugin:
             _declare_flow_plugin(stage, record["requirements"])
         if check_agreement:
-            record["agreement"] = _agreement(stage, variant, calibrator, options, corpus, needs_flow_plugin,
+            record["agreement"] = _agreement(stage, registry_model, calibrator, options, corpus, needs_flow_plugin,
                                              pipeline.calibration_modules)
             if record["agreement"]["max_rel_diff"] > SENSITIVE_CALIBRATOR:
                 logger.warning(
                     "%s: the fitted %s magnifies tiny differences of its input: the folder's embeddings are %.1e of "
                     "their scale from flow-plugin's although its pooling agrees to %.1e; a fit on more sentences "
-                    "(%d now, %d dimensions) is steadier", variant.name, calibrator.method,
+                    "(%d now, %d dimensions) is steadier", registry_model.name, calibrator.method,
                     record["agreement"]["max_rel_diff"], record["agreement"]["pooled_rel_diff"],
                     calibrator.n_samples_fit_, calibrator.n_features_in_)
         (stage / RECORD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (stage / "README.md").write_text(render_card(record), encoding="utf-8")
     size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
-    return ExportResult(path=out, model=variant.name, record=record, calibrator=calibrator, fit=fit, size_bytes=size)
+    return ExportResult(path=out, model=registry_model.name, record=record, calibrator=calibrator, fit=fit, size_bytes=size)

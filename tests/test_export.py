@@ -24,6 +24,7 @@ from flow_plugin.catalog.registry import RegistryModel, parse_backbone_file, par
 from flow_plugin.catalog.builders import build_encoder
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, LeaderboardError, RegistryError
+from flow_plugin.leaderboard import Leaderboard, Row, TaskScore, empty_leaderboard
 from flow_plugin.integrations.sentence_transformers import benchmark_row, export_model
 from flow_plugin.integrations.sentence_transformers import export as export_module
 from flow_plugin.integrations.sentence_transformers.export import cosine_difference, embedding_differences
@@ -245,12 +246,18 @@ def test_model_card_names_backbone_calibrator_and_corpus_without_paths(exports, 
     assert "trust_remote_code=True" in flow_card and "log-likelihood" in flow_card
 
 
-def _board(variant: RegistryModel) -> dict:
-    score = {"score": 81.25, "metric": "cosine_spearman", "protocol": "all", "wmean": 80.5, "dataset_revision": "sha256:0"}
-    return {"format": "flow-plugin-leaderboard", "format_version": 1, "name": "demo", "tasks": ["SentEvalSTS16"],
-            "rows": [{"id": f"{variant.name}@{variant.revision}", "model": variant.name, "revision": variant.revision,
-                      "backbone": variant.backbone.name, "calibrator": variant.calibrator, "fit_corpus": "target",
-                      "scores": {"SentEvalSTS16": score}, "average": 81.25, "n_tasks": 1}]}
+def _board(variant: RegistryModel) -> Leaderboard:
+    score = TaskScore(score=81.25, metric="cosine_spearman", protocol="all", wmean=80.5, split="test",
+                      hf_subsets=["default"], dataset_revision="sha256:0")
+    board = empty_leaderboard("demo")
+    board.tasks = ["SentEvalSTS16"]
+    board.rows = [Row(id=f"{variant.name}@{variant.revision}", model=variant.name, revision=variant.revision,
+                      experiment=None, experiment_kwargs={}, backbone=variant.backbone.name,
+                      backbone_model=variant.backbone.hub_id, calibrator=variant.calibrator, calibrator_params={},
+                      pooling=variant.backbone.pooling, max_seq_length=variant.backbone.max_seq_length,
+                      fit_corpus="target", metadata_source="registry", scores={"SentEvalSTS16": score}, n_tasks=1,
+                      average=81.25, average_wmean=80.5, complete=True, baseline=None, delta=None)]
+    return board
 
 
 def test_cli_export_with_leaderboard_scores(minilm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -258,7 +265,7 @@ def test_cli_export_with_leaderboard_scores(minilm_path: Path, tmp_path: Path, c
 
     variant = parse_model_name("flow_plugin/minilm-l6-layer0")
     board = tmp_path / "demo.json"
-    board.write_text(json.dumps(_board(variant)), encoding="utf-8")
+    board.write_text(_board(variant).file_text(), encoding="utf-8")
     out = tmp_path / "layer0"
     assert main(["export", variant.name, "--out", str(out), "--leaderboard", str(board)]) == 0
     printed = capsys.readouterr().out

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,8 +64,16 @@ def copy_results(source: Path, target: Path) -> Path:
 
 
 def row(board: dict, model: str) -> dict:
+    """The row of ``model`` in a leaderboard file as JSON reads it."""
     matches = [r for r in board["rows"] if r["model"] == model]
     assert len(matches) == 1, [r["id"] for r in board["rows"]]
+    return matches[0]
+
+
+def model_row(board: lb.Leaderboard, model: str) -> lb.Row:
+    """The row of ``model`` in a leaderboard in memory (the typed model)."""
+    matches = [r for r in board.rows if r.model == model]
+    assert len(matches) == 1, [r.id for r in board.rows]
     return matches[0]
 
 
@@ -90,7 +99,7 @@ def test_offline_task_list_matches_the_tasks_module() -> None:
 def test_rows_hold_the_scores_of_the_result_files(result_dirs: dict[str, Path], tmp_path: Path) -> None:
     update = lb.update_leaderboard([result_dirs["sts"], result_dirs["mock"]], tmp_path / "board.json")
     board = json.loads((tmp_path / "board.json").read_text())
-    assert board == json.loads(json.dumps(update.board))
+    assert board == update.board.model_dump(mode="json")
     assert board["format"] == lb.FORMAT and board["scale"] == "points"
     assert board["tasks"] == [TASK, "MockSTSTask"]  # offline tasks first
     assert [r["model"] for r in board["rows"]] == [RAW, WHITEN]
@@ -188,27 +197,27 @@ def test_external_model_uses_model_meta(result_dirs: dict[str, Path], tmp_path: 
     meta.update(name="acme/encoder", revision="rev1", adapted_from=None)
     (target / "model_meta.json").write_text(json.dumps(meta))
     board = lb.update_leaderboard([tmp_path / "out"], tmp_path / "board.json").board
-    external = row(board, "acme/encoder")
-    assert external["id"] == "acme/encoder@rev1"
-    assert (external["backbone"], external["calibrator"], external["pooling"]) == ("acme/encoder", "raw", None)
-    assert external["metadata_source"] == "model_meta"
+    external = model_row(board, "acme/encoder")
+    assert external.id == "acme/encoder@rev1"
+    assert (external.backbone, external.calibrator, external.pooling) == ("acme/encoder", "raw", None)
+    assert external.metadata_source == "model_meta"
 
 
 def test_experiment_run_gets_its_own_row_with_its_hardware(result_dirs: dict[str, Path], tmp_path: Path) -> None:
     """A model run with loader kwargs: MTEB's experiments/<name>/ folder is its own row."""
     board = lb.update_leaderboard([result_dirs["sts"], result_dirs["experiment"]], tmp_path / "board.json").board
-    raw = row(board, RAW)
-    whiten, experiment = (r for r in board["rows"] if r["model"] == WHITEN)  # default run first
+    raw = model_row(board, RAW)
+    whiten, experiment = (r for r in board.rows if r.model == WHITEN)  # default run first
     (path,) = (result_dirs["experiment"] / "results" / WHITEN.replace("/", "__")).glob(f"*/experiments/*/{TASK}.json")
-    assert whiten["experiment"] is None and experiment["experiment"] == path.parent.name == "fit_corpus_per-call"
-    assert experiment["id"] == f"{WHITEN}@{whiten['revision']} [fit_corpus_per-call]"
-    assert experiment["experiment_kwargs"] == {"fit_corpus": "per-call"}
-    assert (experiment["calibrator"], experiment["fit_corpus"]) == ("whiten", "per-call")
-    assert experiment["baseline"] == whiten["baseline"] == raw["id"]  # the fit corpus is not part of the baseline
-    entry = experiment["scores"][TASK]
+    assert whiten.experiment is None and experiment.experiment == path.parent.name == "fit_corpus_per-call"
+    assert experiment.id == f"{WHITEN}@{whiten.revision} [fit_corpus_per-call]"
+    assert experiment.experiment_kwargs == {"fit_corpus": "per-call"}
+    assert (experiment.calibrator, experiment.fit_corpus) == ("whiten", "per-call")
+    assert experiment.baseline == whiten.baseline == raw.id  # the fit corpus is not part of the baseline
+    entry = experiment.scores[TASK]
     data = json.loads(path.read_text())
-    assert entry["score"] == round(data["scores"]["test"][0]["main_score"] * 100, 4)
-    assert entry["hardware"]["device"] == "cpu"  # evaluate_models' run record names the same experiment
+    assert entry.score == round(data["scores"]["test"][0]["main_score"] * 100, 4)
+    assert entry.hardware is not None and entry.hardware["device"] == "cpu"  # the run record names the same experiment
 
 
 def test_scores_are_what_mteb_itself_reads(result_dirs: dict[str, Path], tmp_path: Path) -> None:
@@ -218,21 +227,21 @@ def test_scores_are_what_mteb_itself_reads(result_dirs: dict[str, Path], tmp_pat
 
     folders = [result_dirs["sts"], result_dirs["experiment"], result_dirs["mock"]]
     update = lb.update_leaderboard(folders, tmp_path / "board.json")
-    rows = {r["id"]: r for r in update.board["rows"]}
+    rows = {r.id: r for r in update.board.rows}
     compared = 0
     for folder in folders:
         results = ResultCache(folder).load_results(include_remote=False, load_experiments="match_name")
         for model_result in results.model_results:
             found = rows[lb.row_id(model_result.model_name, model_result.model_revision, model_result.experiment_name)]
             for task_result in model_result.task_results:
-                entry = found["scores"][task_result.task_name]
-                assert entry["score"] == round(float(task_result.get_score(splits=["test"])) * 100, 4)
-                assert entry["hf_subsets"] == [s["hf_subset"] for s in task_result.scores["test"]]
-                assert entry["dataset_revision"] == task_result.dataset_revision
-                assert entry["mteb_version"] == task_result.mteb_version
-                assert entry["date"] == task_result.date.isoformat(timespec="seconds")
+                entry = found.scores[task_result.task_name]
+                assert entry.score == round(float(task_result.get_score(splits=["test"])) * 100, 4)
+                assert entry.hf_subsets == [s["hf_subset"] for s in task_result.scores["test"]]
+                assert entry.dataset_revision == task_result.dataset_revision
+                assert entry.mteb_version == task_result.mteb_version
+                assert entry.date == task_result.date.isoformat(timespec="seconds")
                 compared += 1
-    assert compared == update.report.files_read == sum(len(r["scores"]) for r in rows.values()) == 4
+    assert compared == update.report.files_read == sum(len(r.scores) for r in rows.values()) == 4
 
 
 @pytest.mark.parametrize("json_path", sorted((REPO / "leaderboards").glob("*.json")), ids=lambda p: p.stem)
@@ -242,7 +251,8 @@ def test_committed_leaderboards_are_reproduced(json_path: Path) -> None:
     from PIL import Image
 
     board = lb.finalize(lb.load_leaderboard(json_path))
-    assert json.dumps(board, indent=2, ensure_ascii=False, allow_nan=False) + "\n" == json_path.read_text(encoding="utf-8")
+    assert board.file_text() == json_path.read_text(encoding="utf-8")
+    assert json.dumps(board.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n" == board.file_text()
     assert lb.render_markdown(board) == json_path.with_suffix(".md").read_text(encoding="utf-8")
     assert lb.render_html(board, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
     with Image.open(json_path.with_suffix(".png")) as committed, Image.open(io.BytesIO(lb.render_png(board))) as drawn:
@@ -254,15 +264,15 @@ def test_committed_leaderboards_are_reproduced(json_path: Path) -> None:
 def test_merging_keeps_every_row_and_identical_duplicates_are_quiet(result_dirs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "board.json"
     first = lb.update_leaderboard([result_dirs["sts"]], out, models=[WHITEN])
-    assert [r["model"] for r in first.board["rows"]] == [WHITEN] and first.board["rows"][0]["baseline"] is None
+    assert [r.model for r in first.board.rows] == [WHITEN] and first.board.rows[0].baseline is None
     second = lb.update_leaderboard([result_dirs["mock"]], out)  # another folder, another task, another model
-    assert [r["model"] for r in second.board["rows"]] == [RAW, WHITEN]
-    assert second.board["tasks"] == [TASK, "MockSTSTask"]
-    assert row(second.board, WHITEN)["baseline"] is None  # the raw row has no SentEvalSTS13 yet: no common task
+    assert [r.model for r in second.board.rows] == [RAW, WHITEN]
+    assert second.board.tasks == [TASK, "MockSTSTask"]
+    assert model_row(second.board, WHITEN).baseline is None  # the raw row has no SentEvalSTS13 yet: no common task
     third = lb.update_leaderboard([result_dirs["sts"], result_dirs["sts"]], out)  # the same files twice
     # whiten was recorded: unchanged twice; raw/STS13 is new from the first copy, unchanged from the second
     assert len(third.report.unchanged) == 3 and third.report.replaced == []
-    assert sorted(third.report.scores_added) == [f"{row(third.board, RAW)['id']} / {TASK}"]
+    assert sorted(third.report.scores_added) == [f"{model_row(third.board, RAW).id} / {TASK}"]
     board = json.loads(out.read_text())
     assert [r["model"] for r in board["rows"]] == [RAW, WHITEN]
     assert set(row(board, RAW)["scores"]) == {TASK, "MockSTSTask"}
@@ -438,7 +448,7 @@ def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp
         lb.update_leaderboard([result_dirs["sts"]], out)  # would add the whiten row
     monkeypatch.undo()
     assert {path.name: path.read_bytes() for path in out.parent.iterdir()} == before  # no temp file left
-    assert [r["model"] for r in lb.load_leaderboard(out)["rows"]] == [RAW]
+    assert [r.model for r in lb.load_leaderboard(out).rows] == [RAW]
 
 
 # ------------------------------------------------------------------ command line
@@ -494,5 +504,55 @@ def test_published_boards_fit_the_typed_models_and_a_bad_board_is_refused(tmp_pa
     del broken["rows"][0]["scores"]
     broken["rows"][0]["colour"] = "red"
     with pytest.raises(lb.LeaderboardError, match=r"missing required key 'rows\[0\]\.scores'.*unknown key 'rows\[0\]\.colour'"):
-        lb_write.write_leaderboard(broken, tmp_path / "broken.json")
-    assert not (tmp_path / "broken.json").exists()
+        check_board(broken, str(tmp_path / "broken.json"))
+    # a board changed in memory into something the format does not allow is not written
+    board = lb.load_leaderboard(published[0])
+    board.rows[0].metadata_source = "elsewhere"  # type: ignore[assignment]
+    board.rows[0].scores[board.tasks[0]].wmean = float("nan")
+    with pytest.raises(lb.LeaderboardError, match=rf"{tmp_path / 'broken.json'} does not fit the leaderboard format: "
+                       rf"key 'rows\[0\]\.metadata_source' must be one of .*; key 'rows\[0\]\.scores\.{board.tasks[0]}\.wmean'"):
+        lb_write.write_leaderboard(board, tmp_path / "broken.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_loaded_board_is_the_typed_model() -> None:
+    published = sorted((Path(__file__).resolve().parents[1] / "leaderboards").glob("*.json"))
+    for path in published:
+        board = lb.load_leaderboard(path)
+        assert isinstance(board, lb.Leaderboard) and board.rows and board.seed_groups
+        assert all(isinstance(row, lb.Row) for row in board.rows)
+        assert all(isinstance(entry, lb.TaskScore) for row in board.rows for entry in row.scores.values())
+        assert all(isinstance(group, lb.SeedGroup) for group in board.seed_groups)
+        compared = [c for unit in [*board.rows, *board.seed_groups] for by_name in (unit.intervals or {}).values()
+                    for c in by_name.values()]
+        assert compared and all(isinstance(c, lb.Comparison) and isinstance(c.ci95["average"], tuple) for c in compared)
+        assert board.model_dump(mode="json") == json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda data: data["rows"][0].pop("scores"), r"missing required key 'rows\[0\]\.scores'"),
+        (lambda data: data["rows"][0]["scores"]["SentEvalSTS12"].update(score="82.5"),
+         r"key 'rows\[0\]\.scores\.SentEvalSTS12\.score' must be a number, got str '82\.5'"),
+        (lambda data: data["rows"][0]["scores"]["SentEvalSTS12"].update(score=True),
+         r"key 'rows\[0\]\.scores\.SentEvalSTS12\.score' must be a number, got bool True"),
+        (lambda data: data["rows"][1].update(id=data["rows"][0]["id"]), r"row id '.*' appears twice"),
+        (lambda data: data.update(format_version=2), r"format_version 2 is not 1"),
+        (lambda data: data.update(rows={}), r"key 'rows' must be a list, got dict \{\}"),
+    ],
+    ids=["row-without-scores", "score-a-string", "score-a-bool", "duplicate-id", "version", "rows-not-a-list"],
+)
+def test_a_broken_board_file_is_one_line_naming_the_file_and_the_key(tmp_path: Path, change: Any, problem: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads((REPO / "leaderboards" / "minilm-l6.json").read_text(encoding="utf-8"))
+    change(data)
+    path = tmp_path / "board.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(lb.LeaderboardError, match=problem) as caught:
+        lb.load_leaderboard(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}") and "\n" not in message
+    assert cli_main(["leaderboard", "--render-only", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and len(err.strip().splitlines()) == 1

@@ -133,7 +133,7 @@ def test_the_page_embeds_the_json_and_needs_no_network(json_path: Path) -> None:
     assert page_path.stat().st_size < 1_000_000, f"{page_path} is {page_path.stat().st_size} bytes"
     embedded = lb.embedded_json(page)
     assert embedded["board-data"] == load(json_path)  # the leaderboard JSON as written, every field
-    assert embedded["view-data"] == lb.page_view(load(json_path))
+    assert embedded["view-data"] == lb.page_view(lb.load_leaderboard(json_path))
     # nothing is loaded from elsewhere: no external script, style sheet, image, font or request
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page, re.I)
     assert not re.search(r"""<link\b|@import|url\(\s*["']?(?:https?:)?//|\bfetch\(|XMLHttpRequest|\bimport\(""", page)
@@ -157,7 +157,7 @@ def test_the_index_lists_every_published_board(tmp_path: Path) -> None:
     for json_path in PUBLISHED:
         board = load(json_path)
         line = next(line for line in index.splitlines() if f'href="{json_path.stem}.html"' in line)
-        entries = len(lb.page_view(board)["entries"])
+        entries = len(lb.page_view(lb.load_leaderboard(json_path))["entries"])
         assert f'<td class="num">{entries}</td><td class="num">{len(board["rows"])}</td>' in line
         assert board["updated"][:10] in line and f'href="{json_path.stem}.json"' in line
         assert all(row["backbone"] in line for row in board["rows"])
@@ -167,7 +167,7 @@ def test_cells_are_the_json_numbers() -> None:
     """The page view (what the page prints) of the seeded testbed: scores, spreads and deltas
     are the JSON's, and the Δ against the best linear baseline is computed as described."""
     board = load(BOARDS / "minilm-l6-layer0.json")
-    view = lb.page_view(board)
+    view = lb.page_view(lb.load_leaderboard(BOARDS / "minilm-l6-layer0.json"))
     assert len(view["entries"]) == len(board["rows"]) - sum(len(g["rows"]) - 1 for g in board["seed_groups"])
     linear_checked = 0
     for entry in view["entries"]:
@@ -199,19 +199,20 @@ def test_cells_are_the_json_numbers() -> None:
 
 
 def test_an_interval_decides_significance_where_the_json_gives_one() -> None:
-    board = load(BOARDS / "minilm-l6-layer0.json")
-    group = board["seed_groups"][0]
-    task = board["tasks"][0]
-    stats = group["delta"][task]
-    assert abs(stats["mean"]) > 3 * stats["std"]  # a spread that would once have counted as significant
-    interval = [stats["mean"] - 2 * abs(stats["mean"]), stats["mean"] + 2 * abs(stats["mean"])]  # covers 0
-    group["intervals"] = {"all": {"raw": {"against": group["baseline"], "delta": {task: stats["mean"]},
-                                          "ci95": {task: interval}, "significant": {task: False}}}}
-    cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group["id"])["cells"]["all"]["raw"][task]
+    board = lb.load_leaderboard(BOARDS / "minilm-l6-layer0.json")
+    group = board.seed_groups[0]
+    task = board.tasks[0]
+    stats = group.delta[task]
+    assert abs(stats.mean) > 3 * stats.std  # a spread that would once have counted as significant
+    interval = [stats.mean - 2 * abs(stats.mean), stats.mean + 2 * abs(stats.mean)]  # covers 0
+    group.intervals = {"all": {"raw": lb.Comparison(against=group.baseline, delta={task: stats.mean},
+                                                    ci95={task: (interval[0], interval[1])},
+                                                    significant={task: False})}}
+    cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group.id)["cells"]["all"]["raw"][task]
     assert cell["ci95"] == interval and cell["basis"] == "ci95" and cell["significant"] is False
     assert not cell["text"].endswith("*") and f"[{interval[0]:+.2f}, {interval[1]:+.2f}]" in cell["text"]
-    other = board["tasks"][1]  # no interval: undecided, never marked, whatever the spread
-    cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group["id"])["cells"]["all"]["raw"][other]
+    other = board.tasks[1]  # no interval: undecided, never marked, whatever the spread
+    cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group.id)["cells"]["all"]["raw"][other]
     assert cell["significant"] is None and not cell["text"].endswith("*")
     assert lb.significance({"mean": -1.0, "std": 5.0, "n": 5, "ci95": [-2.0, -0.5]}) == {"significant": True,
                                                                                        "basis": "ci95"}
@@ -225,8 +226,7 @@ def test_published_boards_name_no_machine_path_and_no_revision(path: Path) -> No
     if path.name == "index.html":
         assert not REVISION.search(text)
         return
-    board = load(path.with_suffix(".json"))
-    for entry in lb.page_view(board)["entries"]:  # the names the page shows
+    for entry in lb.page_view(lb.load_leaderboard(path.with_suffix(".json")))["entries"]:  # the names the page shows
         shown = [entry["name"], entry["short_name"], *entry["columns"].values()]
         assert not any(REVISION.search(name) for name in shown), shown
     if path.suffix == ".md":  # the Markdown tables' name columns
@@ -304,15 +304,15 @@ def file_corpus_board(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Pa
 
 def test_a_sentence_file_corpus_is_published_by_its_name(file_corpus_board: dict) -> None:
     corpus, board, path = file_corpus_board["corpus"], file_corpus_board["board"], file_corpus_board["path"]
-    (row,) = board["rows"]
+    (row,) = board.rows
     # on disk, MTEB named the experiment after the absolute path
     (result,) = (file_corpus_board["output"] / "results").glob("*/*/experiments/*/MockSTSTask.json")
-    assert "corpus_headlines-sentences.txt" in result.parent.name and result.parent.name != row["experiment"]
-    assert row["experiment_kwargs"] == {"fit_corpus": "headlines-sentences.txt"}
-    assert row["experiment"] == "fit_corpus_headlines-sentences.txt"
-    assert row["id"].endswith(" [fit_corpus_headlines-sentences.txt]")
-    assert row["fit_corpus"] == "file headlines-sentences.txt"
-    (fit,) = row["scores"]["MockSTSTask"]["fits"]
+    assert "corpus_headlines-sentences.txt" in result.parent.name and result.parent.name != row.experiment
+    assert row.experiment_kwargs == {"fit_corpus": "headlines-sentences.txt"}
+    assert row.experiment == "fit_corpus_headlines-sentences.txt"
+    assert row.id.endswith(" [fit_corpus_headlines-sentences.txt]")
+    assert row.fit_corpus == "file headlines-sentences.txt"
+    (fit,) = row.scores["MockSTSTask"].fits
     assert fit["fit_corpus"] == "file headlines-sentences.txt" and fit["source"].startswith("file headlines-sentences")
     assert lb.display_columns(row)["fit_corpus"] == "headlines-sentences.txt"
     for suffix in (".json", ".md", ".html"):
@@ -399,7 +399,7 @@ def test_the_page_in_a_browser_shows_the_json(browser: Any, screenshots: Path) -
 
     # 1. scores, protocol "all": every row and seed group, in the JSON's order
     check_scores("all")
-    assert len(table()) == len(lb.page_view(board)["entries"])
+    assert len(table()) == len(lb.page_view(lb.load_leaderboard(PAGE.with_suffix(".json")))["entries"])
     shoot("1-scores-all")
 
     # 2. sort by STS12 with the mouse (highest first), then with the keyboard (lowest first)
@@ -426,7 +426,8 @@ def test_the_page_in_a_browser_shows_the_json(browser: Any, screenshots: Path) -
     page.select_option("#filter-calibrator", "flow")
     shown = table()
     assert {line["cells"]["calibrator"] for line in shown} == {"flow"}
-    flow_keys = {e["key"] for e in lb.page_view(board)["entries"] if e["columns"]["calibrator"] == "flow"}
+    flow_keys = {e["key"] for e in lb.page_view(lb.load_leaderboard(PAGE.with_suffix(".json")))["entries"]
+                 if e["columns"]["calibrator"] == "flow"}
     assert {line["key"] for line in shown} == flow_keys and all(k in groups_by_id(board) for k in flow_keys)
     check_scores("all")
     shoot("4-filter-flow")

@@ -162,8 +162,8 @@ def test_fit_records_next_to_the_result_with_a_capped_sample(tiny_spec, tmp_path
         "max_fit_sentences": 3, "seed": 7, "parts": None}
     assert record["calls"] == len(record["served"]) == 4  # queries and corpus of test and val
     entry = read_score(result_file)
-    assert entry["fits"][0]["sampled"] is True and entry["fits"][0]["seed"] == 7
-    assert entry["fits"][0]["fit_corpus"] == "target"
+    assert entry.fits is not None and entry.fits[0]["sampled"] is True and entry.fits[0]["seed"] == 7
+    assert entry.fits[0]["fit_corpus"] == "target"
 
 
 def test_misspelt_new_loader_arguments(tiny_spec) -> None:

@@ -96,13 +96,15 @@ def test_a_board_without_per_pair_cosines_is_flagged_as_older(seeded: dict, tmp_
         shutil.rmtree(folder)
     update = update_leaderboard([copy], tmp_path / "old.json")
     assert update.report.intervals == 0 and len(update.report.no_pairs) == 6  # 3 flow, whiten, raw, unique whiten
-    assert "interval_method" not in update.board and not update.board["seed_groups"][0].get("intervals")
+    assert update.board.interval_method is None and update.board.seed_groups[0].intervals is None
+    written = json.loads((tmp_path / "old.json").read_text(encoding="utf-8"))
+    assert "interval_method" not in written and "intervals" not in written["seed_groups"][0]
     markdown = (tmp_path / "old.md").read_text(encoding="utf-8")
     assert "**Computed by an older procedure:** 3 of 3 calibrated rows have no confidence intervals" in markdown
     assert "]*" not in markdown  # no significance without an interval
     # --seeds 2 in the leaderboard: the first two seeds only
     again = update_leaderboard([seeded["out"]], seeded["out"] / "two.json", seeds=2).board
-    assert again["seed_groups"][0]["seeds"] == [1234, 1235]
+    assert again.seed_groups[0].seeds == [1234, 1235]
 
 
 def test_a_bench_of_some_calibrators_gets_intervals_against_references_already_on_the_board(seeded: dict,
@@ -112,20 +114,20 @@ def test_a_bench_of_some_calibrators_gets_intervals_against_references_already_o
     board = tmp_path / "board.json"
     update_leaderboard([seeded["out"]], board, models=["flow_plugin/minilm-l6", "flow_plugin/minilm-l6-whiten"])
     update = update_leaderboard([seeded["out"]], board, models=["flow_plugin/minilm-l6-flow"])
-    (group,) = update.board["seed_groups"]
-    assert update.report.intervals >= 1 and set(group["intervals"]["all"]) == {"raw", "linear"}
+    (group,) = update.board.seed_groups
+    assert update.report.intervals >= 1 and set(group.intervals["all"]) == {"raw", "linear"}
     full = json.loads(seeded["board"].read_text(encoding="utf-8"))["seed_groups"][0]["intervals"]
-    assert group["intervals"] == full  # the same intervals as a bench of all three at once
+    assert group.model_dump(mode="json")["intervals"] == full  # the same intervals as a bench of all three at once
 
 
 def test_a_row_fitted_on_unique_sentences_is_compared_with_the_same_raw_backbone(seeded: dict, tmp_path: Path) -> None:
     """The duplicate policy is a fit setting: it used to split the rows from their raw backbone, so a
     unique-sentence row had no delta against raw, and the best linear one no interval at all."""
     board = update_leaderboard([seeded["out"]], tmp_path / "board.json").board
-    (raw,) = [row for row in board["rows"] if row["calibrator"] == "raw"]
-    (unique,) = [row for row in board["rows"] if row["experiment_kwargs"].get("fit_duplicates") == "unique"]
-    assert unique["baseline"] == raw["id"] and unique["intervals"]["all"]["raw"]["against"] == raw["id"]
-    assert unique["delta"][TASK] == pytest.approx(unique["scores"][TASK]["score"] - raw["scores"][TASK]["score"], abs=2e-4)
+    (raw,) = [row for row in board.rows if row.calibrator == "raw"]
+    (unique,) = [row for row in board.rows if row.experiment_kwargs.get("fit_duplicates") == "unique"]
+    assert unique.baseline == raw.id and unique.intervals["all"]["raw"].against == raw.id
+    assert unique.delta[TASK] == pytest.approx(unique.scores[TASK].score - raw.scores[TASK].score, abs=2e-4)
 
 
 def test_the_duplicate_policy_is_its_own_result_and_says_so(seeded: dict) -> None:
@@ -134,5 +136,5 @@ def test_the_duplicate_policy_is_its_own_result_and_says_so(seeded: dict) -> Non
     assert unique.status == "computed" and unique.score != kept.score  # another fit, filed apart
     assert "experiments" in unique.path.parts
     board = update_leaderboard([seeded["out"]], seeded["out"] / "dups.json").board
-    fit_corpora = {row["fit_corpus"] for row in board["rows"] if row["calibrator"] == "whiten"}
+    fit_corpora = {row.fit_corpus for row in board.rows if row.calibrator == "whiten"}
     assert fit_corpora == {"target", "target, unique sentences"}

@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.leaderboard.merge import load_leaderboard
-from flow_plugin.leaderboard.models import schema_text
+from flow_plugin.leaderboard.models import Leaderboard, schema_text
 from flow_plugin.leaderboard.schema import DEFAULT_TOLERANCE
 from flow_plugin.leaderboard.units import procedure_notes
 from flow_plugin.leaderboard.update import LeaderboardUpdate, render_leaderboard, update_leaderboard
@@ -24,7 +23,7 @@ def print_update(update: LeaderboardUpdate) -> None:
     for line in report.replaced:
         print(f"replaced: {line}")
     print(
-        f"leaderboard {update.paths[0]}: {len(update.board['rows'])} rows, {len(update.board['tasks'])} tasks; "
+        f"leaderboard {update.paths[0]}: {len(update.board.rows)} rows, {len(update.board.tasks)} tasks; "
         f"read {report.files_read} result files: {len(report.rows_added)} new rows, "
         f"{len(report.scores_added)} new scores, {len(report.unchanged)} unchanged, {len(report.replaced)} replaced"
     )
@@ -34,10 +33,10 @@ def print_update(update: LeaderboardUpdate) -> None:
     print_written(update.paths)
 
 
-def print_notes(board: dict[str, Any]) -> None:
+def print_notes(board: Leaderboard) -> None:
     """Flag a board computed by an older procedure (on stderr, one line per reason)."""
     for note in procedure_notes(board):
-        print(f"{board['name']}: computed by an older procedure: {note}", file=sys.stderr)
+        print(f"{board.name}: computed by an older procedure: {note}", file=sys.stderr)
 
 
 def print_written(paths: tuple[Path, Path, Path | None, Path]) -> None:

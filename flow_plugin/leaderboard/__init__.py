@@ -12,14 +12,23 @@ folder's ``index.html``. Merging never drops a
 row; a score that disagrees with the one already recorded is an error (or, with
 ``replace=True``, is replaced and reported). The files are written atomically.
 
+In memory the board is that typed model from load to write: :func:`load_leaderboard` validates a
+file into a :class:`Leaderboard` (rows are :class:`Row`, scores :class:`TaskScore`, seed groups
+:class:`SeedGroup`, intervals :class:`Comparison`), every step below reads and sets its attributes,
+and the file written is its serialisation, checked against the models once more.
+
 One job per module:
 
-* :mod:`.models`: the file format as typed pydantic models; the JSON schema is generated from them;
+* :mod:`.models`: the file format and the board in memory, as typed pydantic models; the JSON schema is
+  generated from them;
 * :mod:`.schema`: the format's name and version, the points scale, the column order;
 * :mod:`.read`: result folders -> score entries (mteb's classes, plus run records);
 * :mod:`.describe`: backbone, calibrator and pooling of a model name;
 * :mod:`.public`: what a published row may say (file names, not paths) and its display columns;
-* :mod:`.merge`: the leaderboard model: load, merge (conflicts, tolerance), finalize;
+* :mod:`.merge`: load (an older file brought up to date), merge (conflicts, tolerance), finalize;
+* :mod:`.seeds`: the seed groups (mean and spread over seeds);
+* :mod:`.units`: the displayed rows (a seed group is one) and what each is compared with;
+* :mod:`.intervals`: the 95% interval of every delta, from the per-pair cosines;
 * :mod:`.render`: Markdown and the PNG chart (matplotlib, the optional ``plots`` extra);
 * :mod:`.view`: the HTML page's cells (values, spreads, significance) per protocol and view;
 * :mod:`.html`: the self-contained HTML page and the folder's index page;
@@ -27,8 +36,8 @@ One job per module:
 * :mod:`.update`: :func:`update_leaderboard` and :func:`render_leaderboard` (the command line is
   :mod:`flow_plugin.cli.leaderboard`).
 
-Importing this package imports only the standard library (pydantic when a board is checked, mteb when results are read,
-matplotlib when a chart is drawn, the registry when a ``flow_plugin/...`` row is described).
+Importing this package imports the standard library, pydantic and the registry (mteb when results are read,
+numpy when intervals are computed, matplotlib when a chart is drawn).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from flow_plugin.leaderboard.update import (
 )
 from flow_plugin.leaderboard.describe import describe_model
 from flow_plugin.leaderboard.html import embedded_json, render_html, render_index
+from flow_plugin.leaderboard.models import Comparison, Leaderboard, Row, SeedGroup, TaskScore
 from flow_plugin.leaderboard.merge import (
     MergeReport,
     empty_leaderboard,
@@ -76,13 +86,18 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "OFFLINE_TASKS",
+    "Comparison",
     "DataFolderError",
+    "Leaderboard",
     "LeaderboardConflictError",
     "LeaderboardError",
     "LeaderboardUpdate",
     "MergeReport",
     "ResultFile",
     "ResultFolder",
+    "Row",
+    "SeedGroup",
+    "TaskScore",
     "delta_series",
     "describe_model",
     "display_columns",

@@ -32,7 +32,8 @@ def describe_model(
     512
     """
     kwargs = dict(experiment_kwargs or {})
-    overrides = kwargs.get("calibrator_params") if isinstance(kwargs.get("calibrator_params"), dict) else {}
+    params = kwargs.get("calibrator_params")
+    overrides: dict[str, Any] = params if isinstance(params, dict) else {}
     if model.startswith(MODEL_PREFIX):
         return _describe_flow_plugin_model(model, kwargs, overrides, adapted_from, max_tokens)
     calibrator = str(kwargs.get("calibrator", "raw"))

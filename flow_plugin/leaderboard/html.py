@@ -5,7 +5,8 @@ The page holds everything it needs: its CSS and JavaScript (``page/leaderboard.c
 as written (``<script type="application/json" id="board-data">``) and its page view
 (:func:`~flow_plugin.leaderboard.view.page_view`, ``id="view-data"``). It loads nothing from
 a network or a server, so it works opened from disk as well as served. Rendering is a pure
-function of the leaderboard: the same JSON gives the same bytes. Standard library only.
+function of the leaderboard (:class:`~flow_plugin.leaderboard.models.Leaderboard`): the same JSON
+gives the same bytes.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import re
 from importlib import resources
 from typing import Any
 
-from flow_plugin.leaderboard.units import procedure_notes
-
+from flow_plugin.leaderboard.models import Leaderboard
+from flow_plugin.leaderboard.units import board_units, procedure_notes
 from flow_plugin.leaderboard.view import page_view
 
 _SCRIPT_JSON = re.compile(r'<script type="application/json" id="(?P<id>[\w-]+)">(?P<data>.*?)</script>', re.S)
@@ -62,13 +63,13 @@ dataset revision, date).</p>
 """
 
 
-def render_html(board: dict[str, Any], stem: str | None = None) -> str:
+def render_html(board: Leaderboard, stem: str | None = None) -> str:
     """The leaderboard page: a sortable, filterable table, per-task charts and provenance.
     ``stem``: the leaderboard's file name without ``.json`` (default: its name), for the links to
     its JSON, Markdown and chart."""
-    stem = stem or board["name"]
-    title = f"Leaderboard: {board['name']}"
-    rows = len(board["rows"])
+    stem = stem or board.name
+    title = f"Leaderboard: {board.name}"
+    rows = len(board.rows)
     filters = "\n".join(
         f'      <label class="field" for="filter-{key}">{label}<select id="filter-{key}"></select></label>'
         for key, label in (("backbone", "Backbone"), ("calibrator", "Calibrator"), ("fit_corpus", "Fit corpus"),
@@ -88,8 +89,8 @@ def render_html(board: dict[str, Any], stem: str | None = None) -> str:
         f"<title>{_e(title)}</title>\n<style>\n{_asset('leaderboard.css')}</style>\n</head>\n<body>\n",
         '<header>\n',
         f'<p><a href="index.html">All leaderboards</a></p>\n<h1>{_e(title)}</h1>\n',
-        f'<p class="meta">{rows} results rows, {len(board["tasks"])} tasks; updated {_e(board.get("updated", "?"))} '
-        f'by {_e(board.get("generated_by", "flow-plugin"))}. Data: <a href="{_e(stem)}.json">{_e(stem)}.json</a>, '
+        f'<p class="meta">{rows} results rows, {len(board.tasks)} tasks; updated {_e(board.updated)} '
+        f'by {_e(board.generated_by)}. Data: <a href="{_e(stem)}.json">{_e(stem)}.json</a>, '
         f'<a href="{_e(stem)}.md">Markdown</a>.</p>\n</header>\n<main>\n',
         _INTRO,
         *(f'<p class="older"><strong>Computed by an older procedure:</strong> {_e(note)}.</p>\n'
@@ -116,18 +117,18 @@ def render_html(board: dict[str, Any], stem: str | None = None) -> str:
         '<p class="legend"><span class="swatch pos"></span> gain, <span class="swatch neg"></span> loss; '
         'faint bars: not significant (or no interval); whiskers: the 95% interval, or ± std over seeds without one.</p>\n',
         '<div class="charts" id="charts"></div>\n</main>\n',
-        f'<script type="application/json" id="board-data">{embed_json(board)}</script>\n',
+        f'<script type="application/json" id="board-data">{embed_json(board.model_dump(mode="json"))}</script>\n',
         f'<script type="application/json" id="view-data">{embed_json(page_view(board))}</script>\n',
         f"<script>\n{_asset('leaderboard.js')}</script>\n</body>\n</html>\n",
     ])
 
 
-def board_summary(board: dict[str, Any], stem: str, has_chart: bool) -> dict[str, Any]:
+def board_summary(board: Leaderboard, stem: str, has_chart: bool) -> dict[str, Any]:
     """What the index says about one leaderboard."""
-    backbones = sorted({(row.get("backbone") or row["model"], row.get("backbone_model") or "") for row in board["rows"]})
-    entries = len(page_view(board)["entries"]) if board["rows"] else 0
-    return {"stem": stem, "name": board["name"], "backbones": backbones, "rows": entries, "runs": len(board["rows"]),
-            "tasks": len(board["tasks"]), "updated": board.get("updated"), "has_chart": has_chart}
+    backbones = sorted({(row.backbone or row.model, row.backbone_model) for row in board.rows})
+    entries = len(board_units(board))  # as the page shows them: a seed group once
+    return {"stem": stem, "name": board.name, "backbones": backbones, "rows": entries, "runs": len(board.rows),
+            "tasks": len(board.tasks), "updated": board.updated, "has_chart": has_chart}
 
 
 def render_index(summaries: list[dict[str, Any]]) -> str:

@@ -1,4 +1,4 @@
-"""The leaderboard JSON model: create, load and check, merge new results, derive the rest.
+"""The leaderboard (:class:`~.models.Leaderboard`): create, load and check, merge new results, derive the rest.
 
 Merging never drops a row; a score that disagrees with the one already recorded (beyond the
 tolerance, or on other data) is a conflict: an error that leaves the leaderboard as it was,
@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from flow_plugin._io import read_json
 from flow_plugin.catalog.registry import MODEL_PREFIX
 from flow_plugin.leaderboard.describe import describe_model
+from flow_plugin.leaderboard.models import Leaderboard, Row, TaskScore, check_board, validation_problems
 from flow_plugin.leaderboard.public import public_kwargs, publish_row
 from flow_plugin.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
 from flow_plugin.leaderboard.seeds import annotate as annotate_seed_groups
@@ -33,8 +36,6 @@ from flow_plugin.leaderboard.schema import (
     task_sort_key,
 )
 from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
-
-_ROW_KEYS = {"id": str, "model": str, "revision": str, "scores": dict, "backbone": str, "calibrator": str}
 
 
 @dataclass
@@ -57,103 +58,93 @@ def _now_iso() -> str:
     return datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def empty_leaderboard(name: str, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
+def empty_leaderboard(name: str, tolerance: float = DEFAULT_TOLERANCE) -> Leaderboard:
     """A leaderboard without rows.
 
     >>> board = empty_leaderboard("minilm-l6")
-    >>> board["format"], board["name"], board["tasks"], board["rows"], board["tolerance"]
+    >>> board.format, board.name, board.tasks, board.rows, board.tolerance
     ('flow-plugin-leaderboard', 'minilm-l6', [], [], 0.0001)
     """
     from flow_plugin import __version__
 
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "name": name,
-        "updated": _now_iso(),
-        "generated_by": f"flow-plugin {__version__}",
-        "scale": "points",
-        "tolerance": tolerance,
-        "tasks": [],
-        "rows": [],
-    }
+    return Leaderboard(format=FORMAT, format_version=FORMAT_VERSION, name=name, updated=_now_iso(),
+                       generated_by=f"flow-plugin {__version__}", scale="points", tolerance=tolerance, tasks=[], rows=[])
 
 
-def load_leaderboard(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check a leaderboard JSON file (errors name the file and what is wrong)."""
+def load_leaderboard(path: str | os.PathLike[str]) -> Leaderboard:
+    """Read a leaderboard JSON file as a :class:`~.models.Leaderboard` (errors name the file and what
+    is wrong, in one line). A file of an older flow-plugin is brought up to date as it is read: rows
+    without ``experiment`` / ``experiment_kwargs`` get the defaults, and a sentence file is published
+    by its name (:func:`~.public.publish_row`)."""
     path = Path(path)
     try:
-        board = read_json(path, "leaderboard")
+        data = read_json(path, "leaderboard")
     except DataFolderError as error:
         raise LeaderboardError(str(error)) from None
-
-    def bad(problem: str) -> LeaderboardError:
-        return LeaderboardError(f"{path}: not a {FORMAT} file: {problem}")
-
-    if not isinstance(board, dict) or board.get("format") != FORMAT:
-        raise bad(f"'format' must be {FORMAT!r}")
-    if board.get("format_version") != FORMAT_VERSION:
-        raise bad(f"format_version {board.get('format_version')!r} is not {FORMAT_VERSION} (this flow-plugin's)")
-    if not isinstance(board.get("rows"), list) or not isinstance(board.get("tasks"), list):
-        raise bad("'rows' and 'tasks' must be lists")
-    seen = set()
-    for index, row in enumerate(board["rows"]):
-        if not isinstance(row, dict):
-            raise bad(f"rows[{index}] must be an object")
-        for key, kind in _ROW_KEYS.items():
-            if not isinstance(row.get(key), kind):
-                raise bad(f"rows[{index}].{key} must be {kind.__name__}")
-        row.setdefault("experiment", None)
-        row.setdefault("experiment_kwargs", {})
-        for task, entry in row["scores"].items():
-            if not isinstance(entry, dict) or not is_number(entry.get("score")) or not isinstance(
-                entry.get("dataset_revision"), str
-            ):
-                raise bad(f"rows[{index}].scores.{task} needs a numeric 'score' and a 'dataset_revision'")
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise LeaderboardError(f"{path}: not a {FORMAT} file: 'format' must be {FORMAT!r}")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise LeaderboardError(f"{path}: not a {FORMAT} file: format_version {data.get('format_version')!r} is not "
+                               f"{FORMAT_VERSION} (this flow-plugin's)")
+    rows = data.get("rows")
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict):  # written before experiments had rows of their own
+            row.setdefault("experiment", None)
+            row.setdefault("experiment_kwargs", {})
+    board = check_board(data, str(path))
+    seen: set[str] = set()
+    for row in board.rows:
         publish_row(row)  # a leaderboard written before paths were left out publishes file names from now on
-        if row["id"] in seen:
-            raise bad(f"row id {row['id']!r} appears twice")
-        seen.add(row["id"])
+        if row.id in seen:
+            raise LeaderboardError(f"{path}: not a {FORMAT} file: row id {row.id!r} appears twice")
+        seen.add(row.id)
     return board
 
 
-def score_difference(old: dict[str, Any], new: dict[str, Any], tolerance: float) -> list[str]:
+def score_difference(old: TaskScore, new: TaskScore, tolerance: float) -> list[str]:
     """Why two score entries of the same model and task are not the same result ([] if they are).
 
-    >>> score_difference({"score": 80.0, "dataset_revision": "a"}, {"score": 80.0001, "dataset_revision": "a"}, 1e-4)
+    >>> old = TaskScore(score=80.0, metric=None, protocol="all", split="test", hf_subsets=["default"],
+    ...                 dataset_revision="a")
+    >>> score_difference(old, old.model_copy(update={"score": 80.0001}), 1e-4)
     []
-    >>> score_difference({"score": 80.0, "dataset_revision": "a"}, {"score": 80.5, "dataset_revision": "b"}, 1e-4)
+    >>> score_difference(old, old.model_copy(update={"score": 80.5, "dataset_revision": "b"}), 1e-4)
     ['score 80.0 vs 80.5', 'dataset_revision a vs b']
     """
     limit = tolerance + 1e-9  # points; the 1e-9 absorbs float rounding of the 4-decimal values
     problems = []
-    if abs(old["score"] - new["score"]) > limit:
-        problems.append(f"score {old['score']} vs {new['score']}")
-    if old.get("dataset_revision") != new.get("dataset_revision"):
-        problems.append(f"dataset_revision {old.get('dataset_revision')} vs {new.get('dataset_revision')}")
-    old_w, new_w = old.get("wmean"), new.get("wmean")
-    if old_w is not None and new_w is not None and abs(old_w - new_w) > limit:
-        problems.append(f"wmean {old_w} vs {new_w}")
+    if abs(old.score - new.score) > limit:
+        problems.append(f"score {old.score} vs {new.score}")
+    if old.dataset_revision != new.dataset_revision:
+        problems.append(f"dataset_revision {old.dataset_revision} vs {new.dataset_revision}")
+    if old.wmean is not None and new.wmean is not None and abs(old.wmean - new.wmean) > limit:
+        problems.append(f"wmean {old.wmean} vs {new.wmean}")
     return problems
 
 
-def _new_row(result_file: ResultFile) -> dict[str, Any]:
+def _new_row(result_file: ResultFile) -> Row:
+    """The row of a model run not on the board yet: its description, no scores (so no average and no
+    baseline until :func:`finalize`)."""
     identity = result_file.identity
     meta = identity.model_meta
-    return {
-        "id": result_file.row_id,
-        "model": identity.model,
-        "revision": identity.revision,
-        "experiment": result_file.experiment,
-        "experiment_kwargs": public_kwargs(identity.experiment_kwargs),
-        **describe_model(identity.model, identity.experiment_kwargs,
-                         adapted_from=getattr(meta, "adapted_from", None), max_tokens=getattr(meta, "max_tokens", None)),
-        "scores": {},
-    }
+    try:
+        return Row(
+            id=result_file.row_id,
+            model=identity.model,
+            revision=identity.revision,
+            experiment=result_file.experiment,
+            experiment_kwargs=public_kwargs(identity.experiment_kwargs),
+            **describe_model(identity.model, identity.experiment_kwargs, adapted_from=getattr(meta, "adapted_from", None),
+                             max_tokens=getattr(meta, "max_tokens", None)),
+            scores={}, n_tasks=0, average=None, average_wmean=None, complete=False, baseline=None, delta=None,
+        )
+    except ValidationError as error:  # loader kwargs or a model_meta.json that a row cannot say
+        raise LeaderboardError(f"{result_file.path}: its model run does not fit a leaderboard row: "
+                               f"{validation_problems(error)}") from None
 
 
 def merge_results(
-    board: dict[str, Any],
+    board: Leaderboard,
     folders: Sequence[str | os.PathLike[str]],
     *,
     replace: bool = False,
@@ -169,14 +160,14 @@ def merge_results(
     from flow_plugin.leaderboard.intervals import annotate_intervals
     from flow_plugin.integrations.mteb.pair_scores import PairScores, pairs_of_result
 
-    tolerance = board.get("tolerance", DEFAULT_TOLERANCE) if tolerance is None else tolerance
+    tolerance = board.tolerance if tolerance is None else tolerance
     if not is_number(tolerance) or tolerance < 0:
         raise LeaderboardError(f"tolerance must be a number >= 0, got {tolerance!r}")
     model_filter = set(models) if models is not None else None
     task_filter = set(tasks) if tasks is not None else None
     report = MergeReport()
     content_before = _content(board)
-    rows = {row["id"]: json.loads(json.dumps(row)) for row in board["rows"]}  # work on a copy
+    rows = {row.id: row.model_copy(deep=True) for row in board.rows}  # work on a copy
     origin: dict[tuple[str, str], str] = {}  # (row id, task) -> where the current entry came from
     pairs: dict[tuple[str, str], PairScores] = {}  # (row id, task) -> the per-pair cosines of its current entry
     conflicts: list[str] = []
@@ -192,10 +183,11 @@ def merge_results(
                 # not merged; but a row already on the board may be the reference of a merged one (its raw
                 # backbone, its best linear baseline): its per-pair cosines serve the intervals when they
                 # reproduce the score recorded
-                recorded = rows.get(result_file.row_id, {}).get("scores", {}).get(result_file.task)
+                on_board = rows.get(result_file.row_id)
+                recorded = on_board.scores.get(result_file.task) if on_board is not None else None
                 if recorded is not None and (result_file.row_id, result_file.task) not in pairs:
-                    kept, _ = pairs_of_result(result_file.path, score_points=recorded["score"],
-                                              dataset_revision=recorded["dataset_revision"])
+                    kept, _ = pairs_of_result(result_file.path, score_points=recorded.score,
+                                              dataset_revision=recorded.dataset_revision)
                     if kept is not None:
                         pairs[(result_file.row_id, result_file.task)] = kept
                 continue
@@ -210,9 +202,9 @@ def merge_results(
             if row is None:
                 row = rows[rid] = _new_row(result_file)
                 report.rows_added.append(rid)
-            old = row["scores"].get(task)
+            old = row.scores.get(task)
             if old is None:
-                row["scores"][task] = entry
+                row.scores[task] = entry
                 report.scores_added.append(label)
             else:
                 problems = score_difference(old, entry, tolerance)
@@ -220,15 +212,15 @@ def merge_results(
                 if not problems:
                     report.unchanged.append(label)
                 elif replace:
-                    row["scores"][task] = entry
+                    row.scores[task] = entry
                     report.replaced.append(f"{label}: {'; '.join(problems)} (was from {where}, now {result_file.path})")
                 else:
                     conflicts.append(f"{label}: {'; '.join(problems)} ({where} vs {result_file.path})")
                     continue
             origin[(rid, task)] = str(result_file.path)
-            current = row["scores"][task]
-            kept, why = pairs_of_result(result_file.path, score_points=current["score"],
-                                        dataset_revision=current["dataset_revision"])
+            current = row.scores[task]
+            kept, why = pairs_of_result(result_file.path, score_points=current.score,
+                                        dataset_revision=current.dataset_revision)
             if kept is not None:
                 pairs[(rid, task)] = kept
             else:
@@ -242,18 +234,18 @@ def merge_results(
             "pass --replace to replace them):\n  " + "\n  ".join(conflicts),
             conflicts,
         )
-    board["rows"] = [publish_row(row) for row in rows.values()]
-    board["tolerance"] = tolerance
+    board.rows = [publish_row(row) for row in rows.values()]
+    board.tolerance = tolerance
     finalize(board)
     started = time.perf_counter()
     report.intervals = annotate_intervals(board, pairs)
     report.interval_seconds = time.perf_counter() - started
     if _content(board) != content_before:  # a rerun that changes nothing keeps the file byte for byte
-        board["updated"] = _now_iso()
+        board.updated = _now_iso()
     return report
 
 
-def baseline_key(row: dict[str, Any]) -> str:
+def baseline_key(row: Row) -> str:
     """Rows sharing this key differ only in the calibrator and what it was fitted on
     (:data:`~flow_plugin.data.fit_corpus.FIT_ARGUMENTS`: the corpus, the duplicate policy ...): the same
     backbone, weights commit (a flow-plugin result revision adds a configuration digest, which names the
@@ -261,53 +253,51 @@ def baseline_key(row: dict[str, Any]) -> str:
     from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
 
     ignored = (*FIT_ARGUMENTS, "calibrator_params", "calibrator")
-    kwargs = {k: v for k, v in row["experiment_kwargs"].items() if k not in ignored}
-    return json.dumps([row["backbone"], _weights(row), row.get("pooling"), row.get("max_seq_length"), kwargs], sort_keys=True)
+    kwargs = {k: v for k, v in row.experiment_kwargs.items() if k not in ignored}
+    return json.dumps([row.backbone, _weights(row), row.pooling, row.max_seq_length, kwargs], sort_keys=True)
 
 
-def _weights(row: dict[str, Any]) -> str:
+def _weights(row: Row) -> str:
     """The weights commit of a row's revision (without flow-plugin's configuration digest)."""
     from flow_plugin.catalog.registry import weights_revision
 
-    return weights_revision(row["revision"]) if row["model"].startswith(MODEL_PREFIX) else row["revision"]
+    return weights_revision(row.revision) if row.model.startswith(MODEL_PREFIX) else row.revision
 
 
-def finalize(board: dict[str, Any]) -> dict[str, Any]:
-    """Recompute the derived fields: task order, averages, baselines, deltas, row order."""
-    tasks = {task for row in board["rows"] for task in row["scores"]} | set(board.get("tasks", []))
-    board["tasks"] = sorted(tasks, key=task_sort_key)
+def finalize(board: Leaderboard) -> Leaderboard:
+    """Recompute the derived fields (in place): task order, averages, baselines, deltas, row order, seed groups."""
+    board.tasks = sorted({task for row in board.rows for task in row.scores} | set(board.tasks), key=task_sort_key)
     order = {method: index for index, method in enumerate(CALIBRATOR_ORDER)}
-    board["rows"].sort(key=lambda r: (r.get("backbone", ""), _weights(r), r.get("experiment") or "",
-                                      order.get(r.get("calibrator"), len(order)), r.get("calibrator", ""), r["id"]))
-    raw_rows: dict[str, dict[str, Any]] = {}
-    for row in board["rows"]:
-        row.setdefault("experiment_kwargs", {})
-        row["scores"] = {task: row["scores"][task] for task in board["tasks"] if task in row["scores"]}
-        values = [entry["score"] for entry in row["scores"].values()]
-        wmeans = [entry.get("wmean") for entry in row["scores"].values()]
-        row["n_tasks"] = len(values)
-        row["average"] = round_points(sum(values) / len(values)) if values else None
-        row["average_wmean"] = round_points(sum(wmeans) / len(wmeans)) if wmeans and None not in wmeans else None
-        row["complete"] = len(values) == len(board["tasks"])
-        if row.get("calibrator") == "raw":
+    board.rows.sort(key=lambda r: (r.backbone, _weights(r), r.experiment or "", order.get(r.calibrator, len(order)),
+                                   r.calibrator, r.id))
+    raw_rows: dict[str, Row] = {}
+    for row in board.rows:
+        row.scores = {task: row.scores[task] for task in board.tasks if task in row.scores}
+        values = [entry.score for entry in row.scores.values()]
+        wmeans = [entry.wmean for entry in row.scores.values() if entry.wmean is not None]
+        row.n_tasks = len(values)
+        row.average = round_points(sum(values) / len(values)) if values else None
+        row.average_wmean = round_points(sum(wmeans) / len(wmeans)) if wmeans and len(wmeans) == len(values) else None
+        row.complete = len(values) == len(board.tasks)
+        if row.calibrator == "raw":
             raw_rows.setdefault(baseline_key(row), row)
-    for row in board["rows"]:
-        baseline = raw_rows.get(baseline_key(row)) if row.get("calibrator") != "raw" else None
+    for row in board.rows:
+        baseline = raw_rows.get(baseline_key(row)) if row.calibrator != "raw" else None
         if baseline is None:
-            row["baseline"], row["delta"] = None, None
+            row.baseline, row.delta = None, None
             continue
         deltas = {
-            task: round_points(entry["score"] - baseline["scores"][task]["score"])
-            for task, entry in row["scores"].items()
-            if task in baseline["scores"]
+            task: round_points(entry.score - baseline.scores[task].score)
+            for task, entry in row.scores.items()
+            if task in baseline.scores
         }
         if deltas:
             deltas["average"] = round_points(sum(deltas.values()) / len(deltas))
-        row["baseline"], row["delta"] = (baseline["id"], deltas) if deltas else (None, None)
-    annotate_seed_groups(board, board.get("max_seeds"))
+        row.baseline, row.delta = (baseline.id, deltas) if deltas else (None, None)
+    annotate_seed_groups(board, board.max_seeds)
     return board
 
 
-def _content(board: dict[str, Any]) -> str:
+def _content(board: Leaderboard) -> str:
     """Everything but the update stamp: what decides whether an update changed anything."""
-    return json.dumps({k: v for k, v in board.items() if k not in ("updated", "generated_by")}, sort_keys=True)
+    return json.dumps(board.model_dump(mode="json", exclude={"updated", "generated_by"}), sort_keys=True)

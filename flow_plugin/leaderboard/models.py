@@ -1,9 +1,14 @@
-"""The leaderboard file as typed pydantic models: the one description of its format.
+"""The leaderboard as typed pydantic models: the one description of its file format, and the board
+in memory from load to write.
 
-The JSON schema (``flow-plugin leaderboard --schema``, and README's schema block) is generated
-from these models; every board is checked against them before it is written
-(:func:`check_board`). Scores are in points: a correlation × 100 (Spearman 0.820441 ->
-82.0441), kept with 4 decimals, every digit MTEB stores (6 decimals on its 0-1 scale).
+:func:`~flow_plugin.leaderboard.merge.load_leaderboard` validates a file into a :class:`Leaderboard`;
+merging, the derived fields, the seed groups, the intervals and every rendering work on that model;
+:meth:`Leaderboard.file_text` is what is written, checked against the models once more first
+(assignments in memory are not validated). The JSON schema (``flow-plugin leaderboard --schema``,
+and the docs' schema block) is generated from these models. The fields a model names in its
+``_ABSENT_WHEN_NONE`` are left out of the file when None, not written as null. Scores are in points: a correlation × 100
+(Spearman 0.820441 -> 82.0441), kept with 4 decimals, every digit MTEB stores (6 decimals on its
+0-1 scale).
 
 >>> schema = leaderboard_schema()
 >>> schema["title"], sorted(schema["$defs"])[:3]
@@ -13,20 +18,36 @@ from these models; every board is checked against them before it is written
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, Strict, ValidationError, model_serializer
 
+from flow_plugin._validation_errors import describe_validation_error
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.leaderboard.schema import FORMAT, FORMAT_VERSION
 
-_STRICT = ConfigDict(extra="forbid")
+#: no unknown key, no conversion (a score is a number, not a numeric string or a bool), finite numbers (a NaN
+#: set in memory stays NaN in a dump, so the check before writing refuses it instead of writing null)
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, ser_json_inf_nan="constants")
 
 
-class TaskScore(BaseModel):
-    """One task's result in a row."""
+class _Part(BaseModel):
+    """A part of the file; the fields named in ``_ABSENT_WHEN_NONE`` are left out when None."""
 
     model_config = _STRICT
+    _ABSENT_WHEN_NONE: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _leave_out_absent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for key in self._ABSENT_WHEN_NONE:
+            if key in data and data[key] is None:
+                del data[key]
+        return data
+
+
+class TaskScore(_Part):
+    """One task's result in a row."""
 
     score: float = Field(description="the task's main score in points")
     metric: str | None = Field(description='e.g. "cosine_spearman"')
@@ -53,28 +74,34 @@ class TaskScore(BaseModel):
                                               "when none were written")
 
 
-class Comparison(BaseModel):
+class Comparison(_Part):
     """A delta against one reference, with its 95% interval per task and on the average."""
 
-    model_config = _STRICT
+    _ABSENT_WHEN_NONE = ("tasks", "calibrator")
 
     against: str = Field(description="the id of the row (or seed group) compared with")
-    calibrator: str | None = Field(None, description='("linear" only) which baseline that is')
     delta: dict[str, float] = Field(description='"<Task>" | "average": mean over seeds of this minus that')
-    ci95: dict[str, tuple[float, float]] = Field(description='"<Task>" | "average": the 95% interval of the delta')
+    # the pair (low, high), from the JSON list [low, high]: the one conversion the strict models allow
+    ci95: dict[str, Annotated[tuple[float, float], Strict(False)]] = Field(
+        description='"<Task>" | "average": the 95% interval of the delta')
     significant: dict[str, bool] = Field(description='"<Task>" | "average": the interval excludes 0')
     tasks: list[str] | None = Field(None, description="only when the average is over fewer tasks than the board's")
+    calibrator: str | None = Field(None, description='("linear" only) which baseline that is')
 
 
-#: protocol ("all" | "wmean") -> reference ("raw": the raw backbone; "linear": the best linear
-#: baseline of the same backbone, loader kwargs and fit corpus) -> the comparison
-Intervals = dict[Literal["all", "wmean"], dict[Literal["raw", "linear"], Comparison]]
+#: a score's protocol: "all" (every test pair pooled) or "wmean" (per subset, weighted by pair count)
+ProtocolName = Literal["all", "wmean"]
+#: what a delta is against: "raw" (the raw backbone) or "linear" (the best linear baseline of the same
+#: backbone, loader kwargs and fit corpus)
+ReferenceName = Literal["raw", "linear"]
+#: protocol -> reference -> the comparison
+Intervals = dict[ProtocolName, dict[ReferenceName, Comparison]]
 
 
-class Row(BaseModel):
+class Row(_Part):
     """One registry model (or outside model) with its loader kwargs: its scores and deltas."""
 
-    model_config = _STRICT
+    _ABSENT_WHEN_NONE = ("intervals",)
 
     id: str = Field(description='"<model>@<revision>", plus " [<experiment>]" for a model run with extra loader '
                     "kwargs; unique within the file")
@@ -110,10 +137,8 @@ class Row(BaseModel):
                                         "cosines were kept")
 
 
-class SeedSpread(BaseModel):
+class SeedSpread(_Part):
     """A value over the seeds of a group."""
-
-    model_config = _STRICT
 
     mean: float
     std: float = Field(description="sample standard deviation")
@@ -121,10 +146,10 @@ class SeedSpread(BaseModel):
     values: list[float]
 
 
-class SeedGroup(BaseModel):
+class SeedGroup(_Part):
     """The rows that differ only in the seed of a seeded calibrator (the flow and its variants)."""
 
-    model_config = _STRICT
+    _ABSENT_WHEN_NONE = ("average", "average_wmean", "baseline", "delta", "intervals")
 
     id: str = Field(description='"<first row id> (seeds <first>-<last>)"')
     model: str
@@ -140,10 +165,8 @@ class SeedGroup(BaseModel):
     intervals: Intervals | None = None
 
 
-class IntervalMethod(BaseModel):
+class IntervalMethod(_Part):
     """How the intervals were computed."""
-
-    model_config = _STRICT
 
     method: str = Field(description="the paired, stratified, two-stage percentile bootstrap")
     confidence: float
@@ -151,10 +174,10 @@ class IntervalMethod(BaseModel):
     seed: int
 
 
-class Leaderboard(BaseModel):
+class Leaderboard(_Part):
     """A flow-plugin leaderboard file (JSON)."""
 
-    model_config = _STRICT
+    _ABSENT_WHEN_NONE = ("max_seeds", "seed_groups", "interval_method")
 
     format: Literal[FORMAT]  # type: ignore[valid-type]
     format_version: Literal[FORMAT_VERSION]  # type: ignore[valid-type]
@@ -167,10 +190,17 @@ class Leaderboard(BaseModel):
     tasks: list[str] = Field(description="column order: the offline SentEval tasks first, then any other task "
                              "alphabetically")
     rows: list[Row] = Field(description="sorted by backbone then calibrator")
+    max_seeds: int | None = Field(None, description="only with --seeds N: at most N seeds per group")
     seed_groups: list[SeedGroup] | None = Field(None, description="only when a seeded calibrator ran with several "
                                                 "seeds (flow-plugin bench --seeds N)")
-    max_seeds: int | None = Field(None, description="only with --seeds N: at most N seeds per group")
     interval_method: IntervalMethod | None = Field(None, description="only when some row has intervals")
+
+    def file_text(self, where: str = "leaderboard") -> str:
+        """The file's text (JSON, indented by 2, non-ASCII as it is, a newline at the end), after checking
+        the board against the models (:func:`check_board`; ``where`` names it in the error)."""
+        data = self.model_dump(mode="json")
+        check_board(data, where)
+        return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def leaderboard_schema() -> dict[str, Any]:
@@ -183,17 +213,20 @@ def schema_text() -> str:
     return json.dumps(leaderboard_schema(), indent=2, ensure_ascii=False)
 
 
-def check_board(board: dict[str, Any], where: str = "leaderboard") -> Leaderboard:
-    """``board`` as a :class:`Leaderboard`; a board that does not fit the format is a
-    :class:`~flow_plugin.errors.LeaderboardError` naming each problem."""
-    from flow_plugin._validation_errors import describe_validation_error
+def validation_problems(error: ValidationError) -> str:
+    """A validation error of these models in one line: its first five problems, each naming the key."""
+    return "; ".join(describe_validation_error(error, lambda location: [])[:5])
 
+
+def check_board(data: Any, where: str = "leaderboard") -> Leaderboard:
+    """``data`` (a board as JSON reads it) as a :class:`Leaderboard`; data that does not fit the format
+    is a one-line :class:`~flow_plugin.errors.LeaderboardError` naming ``where`` and the problems."""
     try:
-        return Leaderboard.model_validate(board)
+        return Leaderboard.model_validate(data)
     except ValidationError as error:
-        problems = describe_validation_error(error, lambda location: [])
-        raise LeaderboardError(f"{where} does not fit the leaderboard format: {'; '.join(problems[:5])}") from None
+        raise LeaderboardError(f"{where} does not fit the leaderboard format: {validation_problems(error)}") from None
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Leaderboard", "Row", "SeedGroup", "TaskScore", "check_board",
-           "leaderboard_schema", "schema_text"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "Comparison", "IntervalMethod", "Intervals", "Leaderboard", "ProtocolName",
+           "ReferenceName", "Row", "SeedGroup", "SeedSpread", "TaskScore", "check_board", "leaderboard_schema", "schema_text",
+           "validation_problems"]

@@ -7,7 +7,7 @@ summaries all say ``sts-sick-train.txt``, not ``/tmp/sts-sick-train.txt``. :func
 applies this to a row, whether just read or loaded from an older leaderboard, and is idempotent.
 
 The display columns (:func:`display_columns`) are what the Markdown, the chart and the HTML page
-show instead of MTEB model names with revision hashes. Standard library only.
+show instead of MTEB model names with revision hashes. A row here is the typed :class:`~.models.Row`.
 
 >>> corpus_name("/tmp/sts-sick-train.txt"), corpus_name("C:\\\\data\\\\nli.txt"), corpus_name("target")
 ('sts-sick-train.txt', 'nli.txt', 'target')
@@ -16,10 +16,11 @@ show instead of MTEB model names with revision hashes. Standard library only.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES
 from flow_plugin.catalog.registry import MODEL_PREFIX
+from flow_plugin.leaderboard.models import Row
 
 #: fit-corpus policies; any other value is a sentence file
 POLICIES = ("target", "per-call")
@@ -29,7 +30,7 @@ _MTEB_INVALID = '<>:"|?*\\/\0'
 _OWN_COLUMNS = ("fit_corpus", "fit_duplicates", "calibrator", "pooling")
 
 
-def is_file_corpus(value: Any) -> bool:
+def is_file_corpus(value: Any) -> TypeGuard[str]:
     """True for a fit corpus that names a sentence file (not a policy).
 
     >>> is_file_corpus("target"), is_file_corpus("/tmp/nli.txt"), is_file_corpus(None)
@@ -107,35 +108,35 @@ def public_fits(fits: list[dict[str, Any]] | None, kwargs: dict[str, Any]) -> li
     return [{key: public_text(value, kwargs) for key, value in fit.items()} for fit in fits]
 
 
-def _corpus_sha256(row: dict[str, Any]) -> str | None:
+def _corpus_sha256(row: Row) -> str | None:
     """The sentence file's sha256 when every fit record of the row that has one agrees."""
-    found = {fit.get("corpus_sha256") for entry in row.get("scores", {}).values() for fit in entry.get("fits") or []}
+    found = {fit.get("corpus_sha256") for entry in row.scores.values() for fit in entry.fits or []}
     found.discard(None)
     return found.pop() if len(found) == 1 else None
 
 
-def publish_row(row: dict[str, Any]) -> dict[str, Any]:
+def publish_row(row: Row) -> Row:
     """Make a row publishable (in place; idempotent): the sentence file by its name in the kwargs,
     the experiment name, the id, ``fit_corpus`` and the fit summaries."""
     from flow_plugin.leaderboard.read import row_id
 
-    kwargs = row.get("experiment_kwargs") or {}
+    kwargs = row.experiment_kwargs
     corpus = kwargs.get("fit_corpus")
     if not is_file_corpus(corpus):
         return row
-    for entry in row.get("scores", {}).values():
-        entry["fits"] = public_fits(entry.get("fits"), kwargs)
-    row["experiment"] = public_experiment(row.get("experiment"), kwargs)
-    if isinstance(row.get("fit_corpus"), str):
+    for entry in row.scores.values():
+        entry.fits = public_fits(entry.fits, kwargs)
+    row.experiment = public_experiment(row.experiment, kwargs)
+    if row.fit_corpus is not None:
         label = corpus_label(corpus, _corpus_sha256(row))
-        text = row["fit_corpus"]
+        text = row.fit_corpus
         for old in (f"file {corpus}", corpus, f"file {corpus_name(corpus)}"):
             if text.startswith(old) and not text.startswith(label):
                 text = label + text[len(old):]
                 break
-        row["fit_corpus"] = text
-    row["experiment_kwargs"] = public_kwargs(kwargs)
-    row["id"] = row_id(row["model"], row["revision"], row["experiment"])
+        row.fit_corpus = text
+    row.experiment_kwargs = public_kwargs(kwargs)
+    row.id = row_id(row.model, row.revision, row.experiment)
     return row
 
 
@@ -144,25 +145,29 @@ def _format_value(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def display_columns(row: dict[str, Any], seeds: list[int] | None = None) -> dict[str, str]:
+def display_columns(row: Row, seeds: list[int] | None = None) -> dict[str, str]:
     """The columns that name a row in every rendering: backbone, calibrator, pooling, fit corpus,
     duplicate policy and options (hyper-parameters, other loader kwargs, the seed or seed count).
     ``seeds``: the seeds of the row's seed group, when it stands for one.
 
-    >>> display_columns({"model": "flow_plugin/m-flow", "backbone": "m", "calibrator": "flow", "pooling": "last-avg",
-    ...                  "fit_corpus": "file nli.txt", "calibrator_params": {"seed": 3, "epochs": 2},
-    ...                  "experiment_kwargs": {"fit_corpus": "nli.txt", "fit_duplicates": "unique",
-    ...                                        "calibrator_params": {"seed": 3, "epochs": 2}}})
+    >>> row = Row(id="flow_plugin/m-flow@r [fit_corpus_nli.txt]", model="flow_plugin/m-flow", revision="r",
+    ...           experiment="fit_corpus_nli.txt", backbone="m", backbone_model="acme/m", calibrator="flow",
+    ...           experiment_kwargs={"fit_corpus": "nli.txt", "fit_duplicates": "unique",
+    ...                              "calibrator_params": {"seed": 3, "epochs": 2}},
+    ...           calibrator_params={"seed": 3, "epochs": 2}, pooling="last-avg", max_seq_length=128,
+    ...           fit_corpus="file nli.txt", metadata_source="registry", scores={}, n_tasks=0, average=None,
+    ...           average_wmean=None, complete=False, baseline=None, delta=None)
+    >>> display_columns(row)
     {'backbone': 'm', 'calibrator': 'flow', 'pooling': 'last-avg', 'fit_corpus': 'nli.txt', 'duplicates': 'unique', 'options': 'epochs=2, seed 3'}
     """
-    kwargs = row.get("experiment_kwargs") or {}
-    raw = row.get("calibrator") == "raw"
-    fitted = not raw and row.get("fit_corpus") is not None
-    corpus = str(row["fit_corpus"]).split(", unique sentences")[0] if fitted else "—"
+    kwargs = row.experiment_kwargs
+    raw = row.calibrator == "raw"
+    fitted = not raw and row.fit_corpus is not None
+    corpus = str(row.fit_corpus).split(", unique sentences")[0] if fitted else "—"
     if corpus.startswith("file "):
         corpus = corpus[len("file "):]
-    duplicates = str(kwargs.get("fit_duplicates") or (DEFAULT_DUPLICATES if row.get("model", "").startswith(MODEL_PREFIX) else "—"))
-    params = dict(row.get("calibrator_params") or {})
+    duplicates = str(kwargs.get("fit_duplicates") or (DEFAULT_DUPLICATES if row.model.startswith(MODEL_PREFIX) else "—"))
+    params = dict(row.calibrator_params)
     seed = params.pop("seed", None)
     options = [f"{key}={_format_value(value)}" for key, value in sorted(params.items())]
     options += [f"{key}={_format_value(value)}" for key, value in sorted(kwargs.items())
@@ -172,9 +177,9 @@ def display_columns(row: dict[str, Any], seeds: list[int] | None = None) -> dict
     elif seed is not None:
         options.append(f"seed {seed}")
     return {
-        "backbone": str(row.get("backbone") or row.get("model")),
-        "calibrator": str(row.get("calibrator")),
-        "pooling": str(row.get("pooling") or "—"),
+        "backbone": row.backbone or row.model,
+        "calibrator": row.calibrator,
+        "pooling": row.pooling or "—",
         "fit_corpus": corpus,
         "duplicates": duplicates if fitted else "—",
         "options": ", ".join(options) or "—",

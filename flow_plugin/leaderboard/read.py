@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flow_plugin._io import read_json_lines
+from flow_plugin.leaderboard.models import TaskScore
 from flow_plugin.leaderboard.public import public_experiment, public_fits
 from flow_plugin.leaderboard.schema import is_number, to_points
 from flow_plugin.errors import DataFolderError
@@ -99,7 +100,7 @@ def find_results(folder: str | os.PathLike[str]) -> ResultFolder:
 
 
 def read_score(result_file: ResultFile, hardware: dict[tuple[Any, ...], dict[str, Any]] | None = None,
-               versions: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+               versions: dict[str, dict[str, Any]] | None = None) -> TaskScore:
     """The leaderboard score entry (points) of one result file, with its library versions
     (``versions``: task -> versions of its folder's ``run_settings.jsonl``, read when not
     given) and hardware (looked up in ``hardware``, see :func:`hardware_index`)."""
@@ -108,22 +109,22 @@ def read_score(result_file: ResultFile, hardware: dict[tuple[Any, ...], dict[str
     entry = score_entry(result, path)
     if versions is None:
         versions = run_settings_versions(path.parent)
-    entry["versions"] = versions.get(result.task_name)
+    entry.versions = versions.get(result.task_name)
     identity = result_file.identity
     key = run_key(identity.model, identity.revision, identity.experiment, result_file.task,
                   result.date.timestamp() if result.date is not None else None)
-    entry["hardware"] = (hardware or {}).get(key)
+    entry.hardware = (hardware or {}).get(key)
     fits = fits_of_result(path)
-    entry["fits"] = None if fits is None else public_fits([summarize_fit(record) for record in fits],
-                                                           identity.experiment_kwargs)
+    entry.fits = None if fits is None else public_fits([summarize_fit(record) for record in fits],
+                                                        identity.experiment_kwargs)
     return entry
 
 
-def score_entry(result: TaskResult, path: Path) -> dict[str, Any]:
+def score_entry(result: TaskResult, path: Path) -> TaskScore:
     """Check an mteb ``TaskResult`` read from ``path`` and turn it into a score entry: the
     main score of its "test" split (or its only split) in points, averaged over subsets as
     mteb's ``get_score`` does, with the metric, the protocol, the "wmean" field and the
-    result's provenance. ``versions`` and ``hardware`` are left None."""
+    result's provenance. ``versions``, ``hardware`` and ``fits`` are left None."""
 
     def bad(problem: str) -> DataFolderError:
         return DataFolderError(f"{path}: malformed MTEB task result: {problem}")
@@ -154,23 +155,21 @@ def score_entry(result: TaskResult, path: Path) -> dict[str, Any]:
     metric, protocol = _metric_and_protocol(entries[0])
     wmeans = [float(subset["cosine_spearman_wmean"]) for subset in entries if is_number(subset.get("cosine_spearman_wmean"))]
     evaluation_time = result.evaluation_time
-    return {
-        "score": to_points(score),
-        "metric": metric,
-        "protocol": protocol,
-        "wmean": to_points(sum(wmeans) / len(wmeans)) if len(wmeans) == len(entries) else None,
-        "split": split,
-        "hf_subsets": [str(subset["hf_subset"]) for subset in entries],
-        "dataset_revision": result.dataset_revision,
-        "mteb_version": result.mteb_version,
-        "date": _iso(result.date),
-        "evaluation_time_s": round(evaluation_time, 3) if is_number(evaluation_time) else None,
-        "versions": None,
-        "hardware": None,
-    }
+    return TaskScore(
+        score=to_points(score),
+        metric=metric,
+        protocol=protocol,
+        wmean=to_points(sum(wmeans) / len(wmeans)) if len(wmeans) == len(entries) else None,
+        split=split,
+        hf_subsets=[str(subset["hf_subset"]) for subset in entries],
+        dataset_revision=result.dataset_revision,
+        mteb_version=result.mteb_version,
+        date=_iso(result.date),
+        evaluation_time_s=round(evaluation_time, 3) if is_number(evaluation_time) else None,
+    )
 
 
-def _metric_and_protocol(subset: dict[str, Any]) -> tuple[str | None, str]:
+def _metric_and_protocol(subset: Mapping[str, Any]) -> tuple[str | None, str]:
     """("cosine_spearman", its protocol) when that is the main score, else (None, "all").
 
     flow-plugin's tasks name the protocol of each metric in ``protocols`` ("all: ...");

@@ -1,6 +1,7 @@
 """Rendering a leaderboard: Markdown tables and a PNG bar chart of the deltas.
 
-Pure functions of the leaderboard dict. The chart needs matplotlib, an optional extra
+Pure functions of the leaderboard (:class:`~.models.Leaderboard`); a seed group is one row, a unit
+(:mod:`.units`). The chart needs matplotlib, an optional extra
 (``pip install 'flow-plugin[plots]'``), imported only when a chart is drawn.
 """
 
@@ -10,10 +11,19 @@ import io
 import json
 from typing import Any
 
-from flow_plugin.leaderboard.public import display_columns, display_name
+from flow_plugin.leaderboard.models import Leaderboard, ProtocolName
 from flow_plugin.leaderboard.schema import DECIMALS, round_points
-from flow_plugin.leaderboard.seeds import display_rows
-from flow_plugin.leaderboard.units import best_linear, board_units, linear_reference, procedure_notes, unit_interval
+from flow_plugin.leaderboard.units import (
+    AVERAGE,
+    PROTOCOLS,
+    Stats,
+    Unit,
+    best_linear,
+    board_units,
+    linear_reference,
+    procedure_notes,
+    unit_interval,
+)
 from flow_plugin.errors import MissingExtraError
 
 
@@ -29,9 +39,9 @@ def _fmt(value: float | None, signed: bool = False) -> str:
     return "0.00" if text in ("+0.00", "-0.00") and signed else text
 
 
-def _best_entry(rows: list[dict[str, Any]], value: Any) -> float | None:
+def _best(values: list[float | None]) -> float | None:
     """The best value of a column."""
-    present = [value(row) for row in rows if value(row) is not None]
+    present = [value for value in values if value is not None]
     return max(present) if present else None
 
 
@@ -73,39 +83,40 @@ def _with_spread(text: str, std: float | None) -> str:
     return text if std is None else f"{text} ± {std:.2f}"
 
 
+def _stats_text(stats: Stats | None, signed: bool = False) -> str:
+    """A displayed value with its spread over seeds ("—" when absent)."""
+    return _with_spread(_fmt(stats.mean if stats else None, signed=signed), stats.std if stats else None)
+
+
 #: the columns that name a row (:func:`~flow_plugin.leaderboard.public.display_columns`)
 _NAME_COLUMNS = (("backbone", "Backbone"), ("calibrator", "Calibrator"), ("pooling", "Pooling"),
                  ("fit_corpus", "Fit corpus"), ("duplicates", "Duplicates"), ("options", "Options"))
 
 
-def _name_cells(row: dict[str, Any], keys: tuple[str, ...] | None = None) -> list[str]:
-    columns = display_columns(row, row.get("seeds"))
-    return [columns[key] for key, _ in _NAME_COLUMNS if keys is None or key in keys]
+def _name_cells(unit: Unit, keys: tuple[str, ...] | None = None) -> list[str]:
+    return [unit.columns[key] for key, _ in _NAME_COLUMNS if keys is None or key in keys]
 
 
 def _name_header(keys: tuple[str, ...] | None = None) -> list[str]:
     return [title for key, title in _NAME_COLUMNS if keys is None or key in keys]
 
 
-def _label(row: dict[str, Any]) -> str:
-    """A row in one line (chart legends): backbone, calibrator and what differs from the defaults."""
-    return display_name(display_columns(row, row.get("seeds")))
+def _mean(stats: Stats | None) -> float | None:
+    return stats.mean if stats is not None else None
 
 
-def render_markdown(board: dict[str, Any]) -> str:
+def render_markdown(board: Leaderboard) -> str:
     """The leaderboard as Markdown: scores (best per column in bold), deltas, wmean, provenance.
     A calibrator run with several seeds is one row: mean ± standard deviation over its seeds."""
-    tasks = board["tasks"]
-    all_rows = board["rows"]
-    rows = display_rows(board)
-    seeded = bool(board.get("seed_groups"))
-    lines = [f"# Leaderboard: {board['name']}", ""]
+    tasks = board.tasks
+    units = board_units(board)
+    lines = [f"# Leaderboard: {board.name}", ""]
     lines.append(
         "Scores are Spearman correlations × 100 between cosine similarity and the gold scores, protocol "
         "\"all\" (all test pairs pooled, as MTEB and SimCSE report), unless a column says otherwise. "
         "**Bold**: best in the column. Avg: mean over the row's tasks (a partial average shows how many)."
     )
-    if seeded:
+    if board.seed_groups:
         lines.append("")
         lines.append(
             "Rows run with several seeds show the mean ± the sample standard deviation over the seeds."
@@ -122,31 +133,32 @@ def render_markdown(board: dict[str, Any]) -> str:
         lines.append("")
         lines.append("**Computed by an older procedure:** " + "; ".join(notes) + ".")
     lines.append("")
-    if not rows:
+    if not units:
         lines.append("_No results yet._")
         return "\n".join(lines) + "\n"
 
     header = [*_name_header(), *tasks, "Avg"]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join(["---"] * len(_NAME_COLUMNS) + ["---:"] * (len(tasks) + 1)) + "|")
-    best = {task: _best_entry(rows, lambda row, t=task: row["scores"].get(t, {}).get("score")) for task in tasks}
-    best_avg = _best_entry([row for row in rows if row["complete"]], lambda row: row["average"])
-    for row in rows:
-        cells = _name_cells(row)
+    best = {task: _best([_mean(unit.score_stats(task, "all")) for unit in units]) for task in tasks}
+    best_avg = _best([_mean(unit.score_stats(AVERAGE, "all")) for unit in units if unit.complete])
+    for unit in units:
+        cells = _name_cells(unit)
         for task in tasks:
-            entry = row["scores"].get(task)
-            value = entry["score"] if entry else None
-            text = _with_spread(_fmt(value), entry.get("std") if entry else None)
-            if entry and entry.get("protocol", "all") != "all":
-                text += f" ({entry['protocol']})"
-            cells.append(_mark(text, value, best[task]))
-        average = _with_spread(_fmt(row["average"]), row.get("average_std"))
-        if row["average"] is not None and not row["complete"]:
-            average += f" ({row['n_tasks']}/{len(tasks)})"
-        cells.append(_mark(average, row["average"], best_avg) if row["complete"] else average)
+            stats = unit.score_stats(task, "all")
+            text = _stats_text(stats)
+            protocol = unit.first.scores[task].protocol if stats is not None else "all"
+            if protocol != "all":
+                text += f" ({protocol})"
+            cells.append(_mark(text, _mean(stats), best[task]))
+        stats = unit.score_stats(AVERAGE, "all")
+        average = _stats_text(stats)
+        if stats is not None and not unit.complete:
+            average += f" ({unit.first.n_tasks}/{len(tasks)})"
+        cells.append(_mark(average, _mean(stats), best_avg) if unit.complete else average)
         lines.append("| " + " | ".join(cells) + " |")
 
-    with_delta = [row for row in rows if row.get("delta")]
+    with_delta = [(unit, deltas) for unit in units if (deltas := unit.recorded_deltas())]
     lines += ["", "## Δ against the raw backbone", ""]
     if with_delta:
         lines.append("Calibrated score minus the raw backbone's score on the same task, in points.")
@@ -154,21 +166,19 @@ def render_markdown(board: dict[str, Any]) -> str:
         keys = ("backbone", "calibrator", "fit_corpus", "duplicates", "options")
         lines.append("| " + " | ".join([*_name_header(keys), *tasks, "Avg"]) + " |")
         lines.append("|" + "|".join(["---"] * len(keys) + ["---:"] * (len(tasks) + 1)) + "|")
-        units = {unit.first["id"]: unit for unit in board_units(board)}  # a displayed row has its first member's id
-        for row in with_delta:
-            unit = units.get(row["id"])
-            cells = _name_cells(row, keys)
-            for task in [*tasks, "average"]:
-                text = _with_spread(_fmt(row["delta"].get(task), signed=True), (row.get("delta_std") or {}).get(task))
-                cells.append(_interval_text(text, unit_interval(unit, "all", "raw", task) if unit else None))
+        for unit, deltas in with_delta:
+            cells = _name_cells(unit, keys)
+            for task in [*tasks, AVERAGE]:
+                cells.append(_interval_text(_stats_text(deltas.get(task), signed=True),
+                                            unit_interval(unit, "all", "raw", task)))
             lines.append("| " + " | ".join(cells) + " |")
     else:
         lines.append("_No calibrated row has its raw backbone in this leaderboard._")
-    for protocol in ("all", "wmean"):
-        lines += _linear_table(board, tasks, protocol)
+    for protocol in PROTOCOLS:
+        lines += _linear_table(units, tasks, protocol)
 
-    wmean_rows = [row for row in rows if any(e.get("wmean") is not None for e in row["scores"].values())]
-    if wmean_rows:
+    wmean_units = [unit for unit in units if any(unit.score_stats(task, "wmean") is not None for task in tasks)]
+    if wmean_units:
         lines += ["", "## wmean protocol", ""]
         lines.append(
             "The same correlations per subset, averaged weighted by pair count (SentEval's and the BERT-flow "
@@ -178,36 +188,33 @@ def render_markdown(board: dict[str, Any]) -> str:
         keys = ("backbone", "calibrator", "fit_corpus", "duplicates", "options")
         lines.append("| " + " | ".join([*_name_header(keys), *tasks, "Avg"]) + " |")
         lines.append("|" + "|".join(["---"] * len(keys) + ["---:"] * (len(tasks) + 1)) + "|")
-        for row in wmean_rows:
-            cells = _name_cells(row, keys)
-            cells += [_with_spread(_fmt(row["scores"].get(task, {}).get("wmean")),
-                                   row["scores"].get(task, {}).get("wmean_std")) for task in tasks]
-            cells.append(_with_spread(_fmt(row.get("average_wmean")), row.get("average_wmean_std")))
+        for unit in wmean_units:
+            cells = _name_cells(unit, keys)
+            cells += [_stats_text(unit.score_stats(column, "wmean")) for column in [*tasks, AVERAGE]]
             lines.append("| " + " | ".join(cells) + " |")
 
     lines += ["", "## Provenance", ""]
-    entries = [entry for row in all_rows for entry in row["scores"].values()]
-    versions = sorted({e.get("mteb_version") or "unknown" for e in entries})
-    dates = sorted(e["date"] for e in entries if e.get("date"))
+    entries = [entry for row in board.rows for entry in row.scores.values()]
+    versions = sorted({e.mteb_version or "unknown" for e in entries})
+    dates = sorted(e.date for e in entries if e.date)
     lines.append(f"- mteb: {', '.join(versions)}")
     if dates:
         lines.append(f"- computed: {dates[0]} to {dates[-1]}" if dates[0] != dates[-1] else f"- computed: {dates[0]}")
     for task in tasks:
-        revisions = sorted({row["scores"][task]["dataset_revision"] for row in all_rows if task in row["scores"]})
+        revisions = sorted({row.scores[task].dataset_revision for row in board.rows if task in row.scores})
         lines.append(f"- {task} data: {', '.join(f'`{r}`' for r in revisions)}")
-    hardware = sorted({_hardware_text(e["hardware"]) for e in entries if e.get("hardware")})
-    unknown = sum(1 for e in entries if not e.get("hardware"))
+    hardware = sorted({_hardware_text(e.hardware) for e in entries if e.hardware})
+    unknown = sum(1 for e in entries if not e.hardware)
     for text in hardware:
         lines.append(f"- hardware: {text}")
     if unknown:
         lines.append(f"- hardware not recorded for {unknown} of {len(entries)} scores")
-    lines.append(f"- updated: {board['updated']} by {board.get('generated_by', 'flow-plugin')}")
+    lines.append(f"- updated: {board.updated} by {board.generated_by}")
     return "\n".join(lines) + "\n"
 
 
-def _linear_table(board: dict[str, Any], tasks: list[str], protocol: str) -> list[str]:
+def _linear_table(units: list[Unit], tasks: list[str], protocol: ProtocolName) -> list[str]:
     """The table of Δ against the best linear baseline (with intervals), for the rows that have one."""
-    units = board_units(board)
     best = best_linear(units, protocol)
     shown = [(unit, reference) for unit in units if (reference := linear_reference(unit, best)) is not None]
     if not shown:
@@ -220,11 +227,11 @@ def _linear_table(board: dict[str, Any], tasks: list[str], protocol: str) -> lis
     lines.append("| " + " | ".join([*_name_header(keys), "Against", *tasks, "Avg"]) + " |")
     lines.append("|" + "|".join(["---"] * (len(keys) + 1) + ["---:"] * (len(tasks) + 1)) + "|")
     for unit, reference in shown:
-        cells = [*(unit.columns[key] for key, _ in _NAME_COLUMNS if key in keys), str(reference.calibrator)]
+        cells = [*_name_cells(unit, keys), reference.calibrator]
         means, base = unit.means(tasks, protocol), reference.means(tasks, protocol)
         common = [t for t in tasks if t in means and t in base]
-        for task in [*tasks, "average"]:
-            if task == "average":
+        for task in [*tasks, AVERAGE]:
+            if task == AVERAGE:
                 value = round_points(sum(means[t] - base[t] for t in common) / len(common)) if common else None
             else:
                 value = round_points(means[task] - base[task]) if task in common else None
@@ -233,24 +240,24 @@ def _linear_table(board: dict[str, Any], tasks: list[str], protocol: str) -> lis
     return lines
 
 
-def delta_series(board: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[float | None]]]]:
+def delta_series(board: Leaderboard) -> tuple[list[str], list[tuple[str, list[float | None]]]]:
     """(x labels, [(series label, delta per label)]) of the delta chart: tasks then "Avg"."""
-    labels = [*board["tasks"], "Avg"]
-    series = []
-    for row in display_rows(board):
-        if row.get("delta"):
-            values = [row["delta"].get(task) for task in board["tasks"]] + [row["delta"].get("average")]
-            label = _label(row)
+    labels = [*board.tasks, "Avg"]
+    series: list[tuple[str, list[float | None]]] = []
+    for unit in board_units(board):
+        deltas = unit.recorded_deltas()
+        if deltas:
+            values = [_mean(deltas.get(column)) for column in [*board.tasks, AVERAGE]]
             taken = {name for name, _ in series}
-            unique, count = label, 1
+            unique, count = unit.name, 1
             while unique in taken:  # rows differing only in what the name leaves out (weights, pooling kwargs)
                 count += 1
-                unique = f"{label} #{count}"
+                unique = f"{unit.name} #{count}"
             series.append((unique, values))
     return labels, series
 
 
-def render_png(board: dict[str, Any]) -> bytes:
+def render_png(board: Leaderboard) -> bytes:
     """A bar chart of the deltas against the raw backbone, as PNG bytes (matplotlib, Agg).
 
     The PNG's "Description" text chunk holds the bar heights as drawn (JSON), so the
@@ -286,7 +293,7 @@ def render_png(board: dict[str, Any]) -> bytes:
     axes.set_xticks(range(len(labels)))
     axes.set_xticklabels(short, rotation=30, ha="right", fontsize=9)
     axes.set_ylabel("Δ Spearman × 100 vs raw")
-    axes.set_title(f"{board['name']}: calibrator minus raw backbone (protocol all)", fontsize=10)
+    axes.set_title(f"{board.name}: calibrator minus raw backbone (protocol all)", fontsize=10)
     axes.grid(axis="y", alpha=0.3)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", bbox_inches="tight",

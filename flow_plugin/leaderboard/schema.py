@@ -6,7 +6,7 @@ Standard library only.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from flow_plugin.calibration.names import CALIBRATOR_NAMES
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
@@ -40,7 +40,7 @@ def round_points(value: float) -> float:
     return round(float(value), DECIMALS)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
     """True for a finite int or float (not a bool).
 
     Examples

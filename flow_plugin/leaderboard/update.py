@@ -9,7 +9,6 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from flow_plugin.leaderboard.merge import (
     MergeReport,
@@ -18,17 +17,18 @@ from flow_plugin.leaderboard.merge import (
     load_leaderboard,
     merge_results,
 )
+from flow_plugin.leaderboard.models import Leaderboard
 from flow_plugin.leaderboard.write import folder_lock, output_paths, write_index, write_leaderboard
 from flow_plugin.errors import LeaderboardError
 
 
 @dataclass
 class LeaderboardUpdate:
-    """What :func:`update_leaderboard` wrote (JSON, Markdown, PNG or None, HTML) and merged."""
+    """What :func:`update_leaderboard` wrote (JSON, Markdown, PNG or None, HTML), merged, and the board written."""
 
     paths: tuple[Path, Path, Path | None, Path]
     report: MergeReport
-    board: dict[str, Any]
+    board: Leaderboard
 
 
 def update_leaderboard(
@@ -53,15 +53,15 @@ def update_leaderboard(
         if json_file.exists():
             board = load_leaderboard(json_file)
             if name:
-                board["name"] = name
+                board.name = name
         else:
             board = empty_leaderboard(name or json_file.stem)
         if seeds is not None:
-            board["max_seeds"] = seeds
+            board.max_seeds = seeds
         report = merge_results(board, folders, replace=replace, models=models, tasks=tasks, tolerance=tolerance)
         from flow_plugin import __version__
 
-        board["generated_by"] = f"flow-plugin {__version__}"
+        board.generated_by = f"flow-plugin {__version__}"
         paths = write_leaderboard(board, json_file)
         write_index(json_file.parent)
     return LeaderboardUpdate(paths, report, board)

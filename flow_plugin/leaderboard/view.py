@@ -7,10 +7,10 @@ then "average") gets a cell: the value (the mean over seeds), its spread (sample
 over seeds), an interval where the leaderboard gives one, whether a delta is significant
 (:func:`significance`), and the text the page prints, formatted as in the Markdown.
 
-Deltas the leaderboard JSON holds (protocol "all" against raw: ``rows[].delta``,
-``seed_groups[].delta``) are taken from it; the others are computed the same way: per member row,
-score minus baseline score per task (4 decimals), "average" the mean of those per-task deltas, then
-mean and spread over the members. Standard library only.
+Deltas the leaderboard holds (protocol "all" against raw: ``Row.delta``, ``SeedGroup.delta``) are
+taken from it; the others are computed the same way: per member row, score minus baseline score per
+task (4 decimals), "average" the mean of those per-task deltas, then mean and spread over the members.
+The view itself is plain JSON data (the page embeds it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from flow_plugin.calibration.names import LINEAR_BASELINES
+from flow_plugin.leaderboard.models import Leaderboard, ProtocolName, ReferenceName, Row
 from flow_plugin.leaderboard.public import display_name
 from flow_plugin.leaderboard.render import _fmt, _with_spread
 from flow_plugin.leaderboard.schema import is_number, round_points
@@ -25,6 +26,7 @@ from flow_plugin.leaderboard.seeds import spread
 from flow_plugin.leaderboard.units import (
     AVERAGE,
     PROTOCOLS,
+    Stats,
     Unit,
     best_linear,
     board_units,
@@ -64,23 +66,23 @@ def significance(delta: dict[str, Any]) -> dict[str, Any]:
     return {"significant": None, "basis": None}
 
 
-def _stats(values: list[float]) -> dict[str, Any]:
+def _stats(values: list[float]) -> Stats:
     """Mean and spread of one value per member (no spread for a single run)."""
     mean, std = spread(values)
-    return {"mean": round_points(mean), "std": round_points(std) if len(values) > 1 else None, "n": len(values)}
+    return Stats(round_points(mean), round_points(std) if len(values) > 1 else None, len(values))
 
 
-def _cell(stats: dict[str, Any] | None, delta: bool) -> dict[str, Any] | None:
+def _cell(stats: Stats | None, delta: bool, ci95: tuple[float, float] | None = None) -> dict[str, Any] | None:
+    """What the page shows of a value (a delta with its 95% interval ``ci95`` where the leaderboard gives one)."""
     if stats is None:
         return None
-    cell = {"value": stats["mean"], "spread": stats.get("std") if stats.get("n", 1) > 1 else None, "n": stats.get("n", 1)}
-    text = _with_spread(_fmt(cell["value"], signed=delta), cell["spread"])
+    cell: dict[str, Any] = {"value": stats.mean, "spread": stats.std if stats.n > 1 else None, "n": stats.n}
+    text = _with_spread(_fmt(stats.mean, signed=delta), cell["spread"])
     if delta:
-        interval = stats.get("ci95")
-        judged = significance(stats)
-        if judged["basis"] == "ci95":
-            cell["ci95"] = [interval[0], interval[1]]
-            text += f" [{_fmt(interval[0], signed=True)}, {_fmt(interval[1], signed=True)}]"
+        judged = significance({"ci95": ci95})
+        if ci95 is not None and judged["basis"] == "ci95":
+            cell["ci95"] = [ci95[0], ci95[1]]
+            text += f" [{_fmt(ci95[0], signed=True)}, {_fmt(ci95[1], signed=True)}]"
         cell.update(judged)
         if judged["significant"]:
             text += "*"
@@ -88,48 +90,41 @@ def _cell(stats: dict[str, Any] | None, delta: bool) -> dict[str, Any] | None:
     return cell
 
 
-def _deltas(rows: list[dict[str, Any]], baseline: dict[str, float], tasks: list[str],
-            protocol: str) -> dict[str, dict[str, Any]]:
+def _deltas(rows: list[Row], baseline: dict[str, float], tasks: list[str], protocol: ProtocolName) -> dict[str, Stats]:
     """Per column, the stats over ``rows`` of score minus ``baseline`` (per task, 4 decimals;
     "average": the mean of each row's per-task deltas, over the tasks every row and the baseline have)."""
-    common = [t for t in tasks if t in baseline and all(member_value(r, t, protocol) is not None for r in rows)]
-    per_row = [{t: round_points(member_value(r, t, protocol) - baseline[t]) for t in common} for r in rows]
+    values = {t: [v for r in rows if (v := member_value(r, t, protocol)) is not None] for t in tasks if t in baseline}
+    common = [t for t, found in values.items() if len(found) == len(rows)]
+    per_row = [{t: round_points(values[t][i] - baseline[t]) for t in common} for i in range(len(rows))]
     out = {t: _stats([d[t] for d in per_row]) for t in common}
     if common:
         out[AVERAGE] = _stats([round_points(sum(d.values()) / len(d)) for d in per_row])
     return out
 
 
-def _raw_deltas(entry: Unit, rows: dict[str, dict[str, Any]], tasks: list[str],
-                protocol: str) -> dict[str, dict[str, Any]]:
-    """Δ against the raw backbone: the JSON's own deltas for protocol "all", computed for "wmean"."""
-    baseline = rows.get(entry.first.get("baseline") or "")
+def _raw_deltas(entry: Unit, rows: dict[str, Row], tasks: list[str], protocol: ProtocolName) -> dict[str, Stats]:
+    """Δ against the raw backbone: the leaderboard's own deltas for protocol "all", computed for "wmean"."""
+    baseline = rows.get(entry.first.baseline or "")
     if baseline is None:
         return {}
     if protocol == "all":
-        if entry.group is not None:
-            return {c: dict(stats) for c, stats in (entry.group.get("delta") or {}).items()}
-        return {c: {"mean": v, "std": None, "n": 1} for c, v in (entry.first.get("delta") or {}).items()}
+        return entry.recorded_deltas()
     base = {t: v for t in tasks if (v := member_value(baseline, t, protocol)) is not None}
     return _deltas(entry.members, base, tasks, protocol)
 
 
-def _with_intervals(deltas: dict[str, dict[str, Any]], entry: Unit, protocol: str,
-                    reference: str) -> dict[str, dict[str, Any]]:
-    """The deltas with the leaderboard's 95% interval of each column added (see :mod:`.intervals`)."""
-    for column, stats in deltas.items():
-        found = unit_interval(entry, protocol, reference, column)
-        if found is not None:
-            stats["ci95"] = found["ci95"]
-    return deltas
+def _ci95(entry: Unit, protocol: ProtocolName, reference: ReferenceName, column: str) -> tuple[float, float] | None:
+    """The leaderboard's 95% interval of a delta (see :mod:`.intervals`), None where it gives none."""
+    found = unit_interval(entry, protocol, reference, column)
+    return None if found is None else found["ci95"]
 
 
-def page_view(board: dict[str, Any]) -> dict[str, Any]:
+def page_view(board: Leaderboard) -> dict[str, Any]:
     """The page's data besides the leaderboard itself: columns and, per displayed row, its display
     columns, member row ids and a cell per protocol, view and column."""
-    tasks = list(board["tasks"])
+    tasks = list(board.tasks)
     columns = [*tasks, AVERAGE]
-    rows = {row["id"]: row for row in board["rows"]}
+    rows = {row.id: row for row in board.rows}
     entries = board_units(board)
     best = {protocol: best_linear(entries, protocol) for protocol in PROTOCOLS}
     out = []
@@ -137,23 +132,22 @@ def page_view(board: dict[str, Any]) -> dict[str, Any]:
         cells: dict[str, Any] = {}
         against: dict[str, Any] = {}
         for protocol in PROTOCOLS:
-            raw = _with_intervals(_raw_deltas(entry, rows, tasks, protocol), entry, protocol, "raw")
+            raw = _raw_deltas(entry, rows, tasks, protocol)
             linear_entry = linear_reference(entry, best[protocol])
-            linear = ({} if linear_entry is None
-                      else _with_intervals(_deltas(entry.members, linear_entry.means(tasks, protocol), tasks, protocol),
-                                           entry, protocol, "linear"))
+            linear = {} if linear_entry is None else _deltas(entry.members, linear_entry.means(tasks, protocol), tasks,
+                                                             protocol)
             cells[protocol] = {
                 "scores": {c: _cell(entry.score_stats(c, protocol), delta=False) for c in columns},
-                "raw": {c: _cell(raw.get(c), delta=True) for c in columns},
-                "linear": {c: _cell(linear.get(c), delta=True) for c in columns},
+                "raw": {c: _cell(raw.get(c), True, _ci95(entry, protocol, "raw", c)) for c in columns},
+                "linear": {c: _cell(linear.get(c), True, _ci95(entry, protocol, "linear", c)) for c in columns},
             }
             against[protocol] = {
                 "raw": "raw" if raw else None,
                 "linear": linear_entry.columns["calibrator"] if linear_entry is not None and linear else None,
             }
-        out.append({"key": entry.key, "rows": [row["id"] for row in entry.members], "columns": entry.columns,
-                    "name": entry.name, "short_name": display_name(entry.columns, backbone=False), "seeds": entry.group["seeds"] if entry.group else None,
-                    "against": against, "cells": cells})
+        out.append({"key": entry.key, "rows": [row.id for row in entry.members], "columns": entry.columns,
+                    "name": entry.name, "short_name": display_name(entry.columns, backbone=False),
+                    "seeds": entry.group.seeds if entry.group else None, "against": against, "cells": cells})
     return {
         "columns": [{"key": c, "label": "Avg" if c == AVERAGE else task_label(c),
                      "title": "Average over the tasks" if c == AVERAGE else c} for c in columns],
@@ -162,4 +156,3 @@ def page_view(board: dict[str, Any]) -> dict[str, Any]:
         "linear": list(LINEAR_BASELINES),
         "entries": out,
     }
-

@@ -10,16 +10,15 @@ chart is skipped with one warning; the other files are written all the same.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_text, file_lock, make_output_folder
 from flow_plugin.leaderboard.html import board_summary, render_html, render_index
 from flow_plugin.leaderboard.merge import load_leaderboard
+from flow_plugin.leaderboard.models import Leaderboard
 from flow_plugin.leaderboard.render import render_markdown, render_png
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 
@@ -45,15 +44,14 @@ def output_paths(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path, P
     return path, path.with_suffix(".md"), path.with_suffix(".png"), path.with_suffix(".html")
 
 
-def write_leaderboard(board: dict[str, Any],
+def write_leaderboard(board: Leaderboard,
                       json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
     """Render all four files in memory, then write each atomically (JSON last: it is the
-    record). Returns their paths; the PNG's is None when matplotlib is missing."""
-    from flow_plugin.leaderboard.models import check_board
-
+    record). Returns their paths; the PNG's is None when matplotlib is missing. A board changed in
+    memory into something the typed format does not allow is a :class:`LeaderboardError` and
+    nothing is written."""
     json_file, md_file, png_file, html_file = output_paths(json_path)
-    check_board(board, str(json_file))  # nothing that does not fit the typed format is written
-    text = json.dumps(board, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    text = board.file_text(str(json_file))
     markdown = render_markdown(board)
     page = render_html(board, json_file.stem)
     try:

@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from flow_plugin.data.fit_corpus import read_sentence_file
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError
-from flow_plugin.integrations.sentence_transformers.benchmark import benchmark_summary, check_row
+from flow_plugin.integrations.sentence_transformers.benchmark import LeaderboardRow, benchmark_summary, check_row
 from flow_plugin.integrations.sentence_transformers.card import SENSITIVE_CALIBRATOR, render_card
 from flow_plugin.integrations.sentence_transformers.folder import check_destination, staged_folder
 
@@ -244,7 +243,7 @@ def export_model(
     fit_corpus: str | os.PathLike[str] | None = None,
     calibrator_path: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
-    leaderboard_row: Mapping[str, Any] | None = None,
+    leaderboard_row: LeaderboardRow | None = None,
     leaderboard_name: str | None = None,
     fit_duplicates: str = DEFAULT_DUPLICATES,
     max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
@@ -258,7 +257,7 @@ def export_model(
     ``calibrator_path`` (``Calibrator.save``'s file) as a sentence-transformers folder ``out_dir``.
 
     ``fit_duplicates``, ``max_fit_sentences``, ``fit_seed`` and ``calibrator_params`` are the MTEB
-    loader arguments of the same names; ``leaderboard_row`` (a row of a leaderboard JSON,
+    loader arguments of the same names; ``leaderboard_row`` (a row of a loaded leaderboard,
     :func:`.benchmark.benchmark_row`) puts the model's benchmark scores in the model card.
     ``out_dir`` must not exist, or be empty, or (``overwrite``) hold a model folder, which is then
     replaced. ``check_agreement`` loads the folder back before moving it into place, measures how
@@ -353,7 +352,8 @@ def export_model(
                                           "reason": "the flow is flow-plugin's FlowCalibration module"}}
                          if needs_flow_plugin else {}),
         "agreement": None,
-        "benchmark": benchmark_summary(leaderboard_row, board_name=leaderboard_name) if leaderboard_row else None,
+        "benchmark": (benchmark_summary(leaderboard_row, board_name=leaderboard_name) if leaderboard_row is not None
+                      else None),
         "versions": versions,
         "created": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -10,14 +10,16 @@ task (drawn once per task), a seeded unit's seeds are drawn with replacement (on
 shared by its tasks), and the delta of two units on one resample is the difference of their
 scores on it; "average" is the mean of the per-task deltas of one resample.
 
-Stored on the unit's JSON record (the row, or its seed group)::
+Stored as the unit's ``intervals`` (its :class:`~.models.Row`, or its :class:`~.models.SeedGroup`):
+protocol -> reference -> a :class:`~.models.Comparison`, which the file writes as::
 
     "intervals": {"all": {"raw": {"against": <row id>, "delta": {task: Δ, ..., "average": Δ},
                                   "ci95": {task: [low, high], ...}, "significant": {task: bool, ...}},
-                          "linear": {"against": <unit id>, "calibrator": "sn-natsv", ...}},
+                          "linear": {"against": <unit id>, ..., "calibrator": "sn-natsv"}},
                   "wmean": {...}}
 
-in points (4 decimals). The board's ``interval_method`` says how they were computed. A unit
+in points (4 decimals). The board's ``interval_method`` (:class:`~.models.IntervalMethod`) says how they
+were computed. A unit
 whose pairs (or whose reference's pairs) are missing for a task gets no interval for it; one
 that has none at all is listed by :func:`procedure_notes`.
 """

@@ -2,7 +2,8 @@
 members), its scores under a protocol, and the best linear baseline it is compared with.
 
 Shared by the page's view (:mod:`.view`), the Markdown (:mod:`.render`) and the confidence
-intervals (:mod:`.intervals`), so that all three compare the same rows. Standard library only.
+intervals (:mod:`.intervals`), so that all three compare the same rows. A unit holds the board's own
+:class:`~.models.Row` and :class:`~.models.SeedGroup` models; its :class:`Stats` are derived, for display.
 """
 
 from __future__ import annotations

@@ -120,6 +120,34 @@ def test_a_bench_of_some_calibrators_gets_intervals_against_references_already_o
     assert group.model_dump(mode="json")["intervals"] == full  # the same intervals as a bench of all three at once
 
 
+def test_a_merge_that_can_recompute_only_some_comparisons_keeps_the_others(seeded: dict, tmp_path: Path) -> None:
+    """Re-merging a flow's results from a folder without the linear baseline's per-pair cosines (the
+    baseline was run on another machine) recomputes the interval against raw and used to drop the one
+    against the linear baseline; it is kept, since its reference and its deltas are unchanged."""
+    import shutil
+
+    board = tmp_path / "board.json"
+    update_leaderboard([seeded["out"]], board, models=["flow_plugin/minilm-l6", "flow_plugin/minilm-l6-whiten",
+                                                       "flow_plugin/minilm-l6-flow"])
+    before = json.loads(board.read_text(encoding="utf-8"))["seed_groups"][0]["intervals"]
+    copy = tmp_path / "out"
+    shutil.copytree(seeded["out"], copy)
+    for folder in copy.rglob("flow-plugin-pairs"):
+        if "minilm-l6-whiten" in str(folder):
+            shutil.rmtree(folder)
+    update = update_leaderboard([copy], board, models=["flow_plugin/minilm-l6", "flow_plugin/minilm-l6-flow"])
+    assert update.report.intervals == 1  # the flow's group, against raw
+    after = json.loads(board.read_text(encoding="utf-8"))["seed_groups"][0]["intervals"]
+    assert after == before and set(after["all"]) == {"raw", "linear"}
+    # the kept comparison is dropped once the reference's scores no longer match it
+    data = json.loads(board.read_text(encoding="utf-8"))
+    (whiten,) = [row for row in data["rows"] if row["calibrator"] == "whiten" and row["fit_corpus"] == "target"]
+    whiten["scores"][TASK]["score"] += 0.5
+    board.write_text(json.dumps(data), encoding="utf-8")
+    update = update_leaderboard([copy], board, models=["flow_plugin/minilm-l6", "flow_plugin/minilm-l6-flow"])
+    assert set(update.board.seed_groups[0].intervals["all"]) == {"raw"}
+
+
 def test_a_row_fitted_on_unique_sentences_is_compared_with_the_same_raw_backbone(seeded: dict, tmp_path: Path) -> None:
     """The duplicate policy is a fit setting: it used to split the rows from their raw backbone, so a
     unique-sentence row had no delta against raw, and the best linear one no interval at all."""

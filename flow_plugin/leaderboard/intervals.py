@@ -101,8 +101,10 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
                        n_resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
                        seed: int = 0) -> int:
     """Compute the intervals of every unit whose pairs (and its references' pairs) are in ``pairs``
-    ((row id, task) -> pairs), in place; a unit's earlier intervals are kept when none could be
-    computed now and its references are the same. Returns the number of units given intervals."""
+    ((row id, task) -> pairs), in place. A comparison that cannot be computed now (its pairs or its
+    reference's pairs are not in ``pairs``) keeps its earlier value when that was against the same
+    reference and its deltas still match the board's scores. Returns the number of units given
+    at least one newly computed interval."""
     settings = interval_method(n_resamples, confidence, seed)
     tasks = list(board.tasks)
     units = board_units(board)
@@ -123,26 +125,34 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
             protocol: {"raw": unit_of_row.get(baseline.id) if baseline else None,
                        "linear": linear_reference(unit, best[protocol])} for protocol in PROTOCOLS}
         intervals: Intervals = {}
+        fresh = False
         for protocol in PROTOCOLS:
             for name, reference in references[protocol].items():
-                compared = None if reference is None else _compare(unit, reference, tasks, protocol, found, confidence)
-                if compared is not None and reference is not None:
+                if reference is None:
+                    continue
+                compared = _compare(unit, reference, tasks, protocol, found, confidence)
+                if compared is not None:
+                    fresh = True
                     if name == "linear":
                         compared.calibrator = reference.calibrator
+                else:
+                    earlier = (old or {}).get(protocol, {}).get(name)
+                    if earlier is not None and _still_true(earlier, unit, reference, tasks, protocol):
+                        compared = earlier
+                if compared is not None:
                     intervals.setdefault(protocol, {})[name] = compared
-        if intervals:
-            unit.record.intervals = intervals
-            computed += 1
-        elif old and _same_references(old, references):
-            unit.record.intervals = old
+        unit.record.intervals = intervals or None
+        computed += fresh
     board.interval_method = settings if any(unit.record.intervals is not None for unit in units) else None
     return computed
 
 
-def _same_references(old: Intervals, references: dict[ProtocolName, dict[ReferenceName, Unit | None]]) -> bool:
-    for protocol, by_name in old.items():
-        for name, compared in by_name.items():
-            reference = references.get(protocol, {}).get(name)
-            if reference is None or compared.against != reference.key:
-                return False
-    return True
+def _still_true(earlier: Comparison, unit: Unit, reference: Unit, tasks: list[str], protocol: ProtocolName) -> bool:
+    """Whether an earlier comparison still describes the board: against the same reference, and each
+    per-task delta equal to the board's mean scores' difference (within 0.001 points, which absorbs the
+    4-decimal rounding of scores and deltas)."""
+    if earlier.against != reference.key:
+        return False
+    mine, theirs = unit.means(tasks, protocol), reference.means(tasks, protocol)
+    return all(task in mine and task in theirs and abs(mine[task] - theirs[task] - delta) <= 1e-3
+               for task, delta in earlier.delta.items() if task != AVERAGE)

@@ -108,7 +108,6 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
     settings = interval_method(n_resamples, confidence, seed)
     tasks = list(board.tasks)
     units = board_units(board)
-    rows = {row.id: row for row in board.rows}
     unit_of_row = {row.id: unit for unit in units for row in unit.members}
     found = _distributions(units, tasks, pairs, settings)
     best = {protocol: best_linear(units, protocol) for protocol in PROTOCOLS}
@@ -120,10 +119,9 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
                 member.intervals = None
         if unit.calibrator == "raw":
             continue
-        baseline = rows.get(unit.first.baseline or "")
+        raw = unit_of_row.get(unit.first.baseline or "")  # the raw backbone's unit
         references: dict[ProtocolName, dict[ReferenceName, Unit | None]] = {
-            protocol: {"raw": unit_of_row.get(baseline.id) if baseline else None,
-                       "linear": linear_reference(unit, best[protocol])} for protocol in PROTOCOLS}
+            protocol: {"raw": raw, "linear": linear_reference(unit, best[protocol])} for protocol in PROTOCOLS}
         intervals: Intervals = {}
         fresh = False
         for protocol in PROTOCOLS:

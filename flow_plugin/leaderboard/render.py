@@ -16,6 +16,7 @@ from flow_plugin.leaderboard.schema import DECIMALS, round_points
 from flow_plugin.leaderboard.units import (
     AVERAGE,
     PROTOCOLS,
+    CellInterval,
     Stats,
     Unit,
     best_linear,
@@ -50,18 +51,18 @@ def _mark(text: str, value: float | None, best: float | None) -> str:
     return f"**{text}**" if value is not None and value == best else text
 
 
-def _interval_text(text: str, found: dict[str, Any] | None) -> str:
+def _interval_text(text: str, found: CellInterval | None) -> str:
     """A Δ cell with its 95% interval and * when the interval excludes 0.
 
-    >>> _interval_text("+1.20", {"ci95": [0.4, 2.01], "significant": True})
+    >>> _interval_text("+1.20", CellInterval((0.4, 2.01), True))
     '+1.20 [+0.40, +2.01]*'
     >>> _interval_text("+0.10", None)
     '+0.10'
     """
     if found is None:
         return text
-    low, high = found["ci95"]
-    return f"{text} [{_fmt(low, signed=True)}, {_fmt(high, signed=True)}]" + ("*" if found["significant"] else "")
+    low, high = found.ci95
+    return f"{text} [{_fmt(low, signed=True)}, {_fmt(high, signed=True)}]" + ("*" if found.significant else "")
 
 
 def _hardware_text(hardware: dict[str, Any]) -> str:

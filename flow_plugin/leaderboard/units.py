@@ -9,7 +9,6 @@ intervals (:mod:`.intervals`), so that all three compare the same rows. A unit h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from flow_plugin.calibration.names import LINEAR_BASELINES
 from flow_plugin.leaderboard.merge import baseline_key
@@ -126,13 +125,20 @@ def linear_reference(unit: Unit, best: dict[str, Unit]) -> Unit | None:
     return None if reference is None or reference.key == unit.key else reference
 
 
-def unit_interval(unit: Unit, protocol: ProtocolName, reference: ReferenceName, column: str) -> dict[str, Any] | None:
-    """{"delta", "ci95", "significant", "against"} of one cell, or None."""
+@dataclass(frozen=True)
+class CellInterval:
+    """A delta cell's 95% interval and whether it excludes 0, as the board's :class:`~.models.Comparison` holds them."""
+
+    ci95: tuple[float, float]
+    significant: bool
+
+
+def unit_interval(unit: Unit, protocol: ProtocolName, reference: ReferenceName, column: str) -> CellInterval | None:
+    """The interval of one cell (a task or ``"average"``) of a unit's delta against a reference, or None."""
     compared = (unit.record.intervals or {}).get(protocol, {}).get(reference)
     if compared is None or column not in compared.ci95:
         return None
-    return {"delta": compared.delta[column], "ci95": compared.ci95[column],
-            "significant": compared.significant[column], "against": compared.against}
+    return CellInterval(compared.ci95[column], compared.significant[column])
 
 
 def procedure_notes(board: Leaderboard) -> list[str]:

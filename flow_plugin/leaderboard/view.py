@@ -116,7 +116,7 @@ def _raw_deltas(entry: Unit, rows: dict[str, Row], tasks: list[str], protocol: P
 def _ci95(entry: Unit, protocol: ProtocolName, reference: ReferenceName, column: str) -> tuple[float, float] | None:
     """The leaderboard's 95% interval of a delta (see :mod:`.intervals`), None where it gives none."""
     found = unit_interval(entry, protocol, reference, column)
-    return None if found is None else found["ci95"]
+    return None if found is None else found.ci95
 
 
 def page_view(board: Leaderboard) -> dict[str, Any]:

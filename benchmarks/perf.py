@@ -584,6 +584,20 @@ def forward_flops(config: Any, lengths: Sequence[int], batch_size: int, chunk: i
     }
 
 
+def torch_dtype(name: str) -> Any:
+    """The torch dtype of a precision name of this benchmark ("bf16", "float32", "fp16")."""
+    import torch
+
+    return {"bf16": torch.bfloat16, "float32": torch.float32, "fp16": torch.float16}[name]
+
+
+def device_sync(device: str) -> Callable[[], None]:
+    """What waits for the device's queued work before a clock is read (nothing to wait for on a CPU)."""
+    import torch
+
+    return torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+
 def matmul_peak(dtype_name: str, device: str, shapes: Sequence[tuple[int, int, int]], seconds: float = 0.5) -> dict[str, Any]:
     """Best sustained GFLOP/s of dense ``torch.matmul`` in ``dtype`` over ``shapes`` (M, K, N).
 
@@ -595,8 +609,8 @@ def matmul_peak(dtype_name: str, device: str, shapes: Sequence[tuple[int, int, i
     """
     import torch
 
-    dtype = {"bf16": torch.bfloat16, "float32": torch.float32, "fp16": torch.float16}[dtype_name]
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    dtype = torch_dtype(dtype_name)
+    sync = device_sync(device)
     per_shape = {}
     for m, k, n in shapes:
         a = torch.randn(m, k, device=device).to(dtype)
@@ -624,8 +638,8 @@ def square_peak_size(dtype_name: str, device: str, budget: float = 0.1, largest:
     without kernels for the dtype gets a small square instead of minutes of timing)."""
     import torch
 
-    dtype = {"bf16": torch.bfloat16, "float32": torch.float32, "fp16": torch.float16}[dtype_name]
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    dtype = torch_dtype(dtype_name)
+    sync = device_sync(device)
     size = 256
     while size < largest:
         a = torch.randn(size, size, device=device).to(dtype)
@@ -657,7 +671,7 @@ def _job_encode(p: dict[str, Any]) -> dict[str, Any]:
         result["gpu"] = "no GPU available"
     gold = load_eval_subsets(p["data"], "STSBenchmark")[0]
     for device in devices:
-        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+        sync = device_sync(device)
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
         fast = Backbone(location, pooling=pooling, max_seq_length=p["max_length"], batch_size=p["batch_size"],

@@ -66,6 +66,7 @@ def no_cache_env(monkeypatch: pytest.MonkeyPatch) -> None:
     clear_shared_encoders()
 
 
+@pytest.mark.slow
 def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
     senteval_dir: Path, minilm_path: Path, tmp_path: Path, no_cache_env: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -68,6 +68,7 @@ def test_a_lone_surrogate_is_named_not_a_traceback(minilm_path: Path) -> None:
         adapter.encoder.encode(["fine", "broken \ud800 text"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_bench_with_a_one_line_summary(senteval_dir: Path, tmp_path: Path, minilm_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("FLOW_PLUGIN_CACHE_DIR", None)

@@ -67,6 +67,7 @@ def python_example() -> str:
     return code
 
 
+@pytest.mark.slow
 def test_the_quick_start_example_runs_as_pasted(tmp_path: Path) -> None:
     code = python_example()
     assert "..." not in code  # nothing for the reader to fill in

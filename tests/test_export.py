@@ -129,6 +129,7 @@ def pooled(model: str | RegistryModel, precision: str) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ the six methods
+@pytest.mark.slow
 def test_each_method_gives_flow_plugins_embeddings_in_float32_and_bf16(exports) -> None:
     float32, bf16 = pooled("flow_plugin/minilm-l6", "float32"), pooled("flow_plugin/minilm-l6", "bf16")
     for method, result in exports.items():
@@ -174,6 +175,7 @@ def test_linear_methods_are_standard_dense_layers_and_the_flow_one_flow_plugin_m
         assert json.loads((result.path / "tokenizer_config.json").read_text(encoding="utf-8"))["model_max_length"] == 64
 
 
+@pytest.mark.slow
 def test_linear_exports_load_where_flow_plugin_cannot_be_imported(exports, tmp_path: Path) -> None:
     linear = [method for method in CALIBRATOR_METHODS if method != "flow"]
     script = tmp_path / "load.py"
@@ -237,7 +239,8 @@ def test_model_card_names_backbone_calibrator_and_corpus_without_paths(exports, 
     assert record == json.loads(json.dumps(result.record))
     assert card.startswith("---\nlibrary_name: sentence-transformers\n")
     assert "sentence-transformers/all-MiniLM-L6-v2" in card and "'last-avg'" in card
-    assert "**whiten**" in card and "`shrinkage`=`\"auto\"`" in card and "Ledoit-Wolf" in card  # 200 distinct < 384
+    assert "**whiten**" in card and "`shrinkage`=`0.0`" in card and "Ledoit-Wolf" in card  # 200 distinct < 384
+    assert "`covariance_estimator_`=`\"ledoit-wolf\"`" in card  # the value the fit ran with, beside the one set
     assert f"`{fit_corpus.name}`: 220 sentences (200 distinct)" in card
     assert hashlib.sha256(fit_corpus.read_bytes()).hexdigest() in card
     assert f"flow-plugin {__version__}" in card and "loads without flow-plugin" in card

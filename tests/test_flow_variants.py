@@ -20,7 +20,9 @@ def anisotropic(n: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     latent = rng.normal(size=(n, DIM))
     latent[:, 1::2] += 0.8 * (latent[:, ::2] ** 2 - 1)
-    mixing = np.random.default_rng(123).normal(size=(DIM, DIM)) * np.geomspace(4.0, 0.05, DIM)[:, None]
+    # the smallest scale 0.3 against an offset of 6: whitened, the rows keep their cosine order under bf16-size
+    # rounding (cosine stability 0.996; 0.93 with 0.05, which fit refuses as rounding noise)
+    mixing = np.random.default_rng(123).normal(size=(DIM, DIM)) * np.geomspace(4.0, 0.3, DIM)[:, None]
     return (latent @ mixing + np.random.default_rng(7).normal(size=DIM) * 6.0).astype(np.float32)
 
 
@@ -127,8 +129,8 @@ def test_whitening_first_models_only_the_directions_the_rows_span(train: np.ndar
     # invertible on the rows' span (the input space up to the null direction, where the rows have no variance)
     np.testing.assert_allclose(white.inverse_transform(Z), rank_deficient, rtol=0, atol=1e-3 * np.abs(train).max())
     assert make_calibrator("flow-white", **QUICK).fit(train).n_flow_features_ == DIM  # full rank: every direction
-    few = train[: DIM // 2]  # fewer rows than dimensions: they span DIM // 2 - 1 directions
-    assert make_calibrator("flow-white", **{**QUICK, "n_levels": 2}).fit(few).n_flow_features_ == DIM // 2 - 1
+    few = train[:DIM]  # as many rows as dimensions: they span DIM - 1 directions, and the fit whitens half of them
+    assert make_calibrator("flow-white", **{**QUICK, "n_levels": 2}).fit(few).n_flow_features_ == (DIM - 1) // 2
 
 
 def test_ensembles_of_different_seeds_share_no_member(train: np.ndarray) -> None:

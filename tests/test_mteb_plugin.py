@@ -55,6 +55,7 @@ def test_startup_hook_is_installed_and_imports_nothing_heavy() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_model_meta_without_weights_and_hook_can_be_turned_off() -> None:
     code = """
         import mteb
@@ -104,6 +105,7 @@ def test_linear_calibrators_do_not_cite_bert_flow(calibrator: str) -> None:
         mteb.get_model_meta("flow_plugin/bert-bse-flow")
 
 
+@pytest.mark.slow
 def test_extra_registry_folder_adds_a_backbone_to_mteb(tmp_path: Path, tiny_bert_dir: Path) -> None:
     (tmp_path / "tiny.toml").write_text(
         f'hub_id = "{tiny_bert_dir}"\npooling = "cls"\nmax_seq_length = 16\nembedding_dim = 32\n'
@@ -234,6 +236,7 @@ def test_offline_tasks_need_a_configured_folder(monkeypatch: pytest.MonkeyPatch,
 
 
 # ------------------------------------------------------------------ the real CLIs
+@pytest.mark.slow
 def test_real_mteb_run_cli_offline(senteval_dir: Path, minilm_path: Path, tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLOW_PLUGIN_SENTEVAL_DATA": str(senteval_dir),
            "FLOW_PLUGIN_CACHE_DIR": str(tmp_path / "cache")}

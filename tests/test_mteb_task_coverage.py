@@ -61,6 +61,7 @@ def tiny_grid(tiny_spec, tmp_path_factory: pytest.TempPathFactory):
     return models, run_grid(models, TEXT_GRID)
 
 
+@pytest.mark.slow
 def test_every_task_type_runs_with_every_calibrator(tiny_grid) -> None:
     models, scores = tiny_grid
     assert {"BitextMining", "Classification", "Clustering", "InstructionReranking", "InstructionRetrieval",
@@ -115,12 +116,15 @@ def test_small_sample_rule_is_recorded(tiny_grid) -> None:
     models, _ = tiny_grid
     by_method = {model.registry_model.calibrator: model for model in models}
     whiten = _records(by_method["whiten"])[("MockSTSTask", "default")]
-    assert "Ledoit-Wolf shrinkage" in whiten["adapted"] and whiten["params"].get("shrinkage") == "auto"
+    assert "Ledoit-Wolf shrinkage" in whiten["adapted"] and whiten["params"].get("shrinkage") == 0.0  # as set
+    assert whiten["effective_params"]["covariance_estimator_"] == "ledoit-wolf"
     natsv = _records(by_method["natsv"])[("MockSTSTask", "default")]
-    assert "n_components=1" in natsv["adapted"]  # 4 distinct sentences span 3 directions: null at most 1
+    assert "n_components_=1" in natsv["adapted"]  # 4 distinct sentences span 3 directions: null at most 1
+    assert natsv["params"]["n_components"] == 5 and natsv["effective_params"] == {"n_components_": 1}
     assert _records(by_method["sn"])[("MockSTSTask", "default")]["adapted"] is None
 
 
+@pytest.mark.slow
 def test_monolingual_grid_on_minilm_six_variants(minilm_path: Path) -> None:
     models = [mteb.get_model(f"flow_plugin/minilm-l6{'' if method == 'raw' else '-' + method}")
               for method in CALIBRATOR_METHODS]

@@ -48,6 +48,7 @@ def test_qnli_retrieval_needs_its_file(monkeypatch: pytest.MonkeyPatch, tmp_path
         GlueQNLIRetrieval(data_dir=tmp_path).load_data()
 
 
+@pytest.mark.slow
 def test_qnli_retrieval_through_mteb_run(glue_dir: Path, tiny_minilm_vocab_bert: Path, tmp_path: Path) -> None:
     registry = tmp_path / "registry"
     registry.mkdir()

@@ -64,7 +64,7 @@ def test_model_data_and_protocols_are_recorded(paper_run: dict, shared_data_dir:
     for key in ("spearman.all", "spearman.wmean", "qnli.AUC", "lexical", "isotropy", "sts_fit"):
         assert report["protocols"][key]
     assert report["sections"] == ["sts", "qnli", "lexical", "isotropy"]
-    assert report["timings_seconds"]["total"] > 0 and report["machine"]["python"]
+    assert report["timings_seconds"]["total"] >= 0 and report["machine"]["python"]  # a measured time: never its value
     assert report["encoder"]["precision"] in ("float32", "bf16", "fp16")
 
 

@@ -75,6 +75,7 @@ def _copy_sts16(source: Path, target: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_a_result_of_other_data_is_recomputed_never_reused(
     senteval_dir: Path, minilm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -27,6 +27,7 @@ def seeded(senteval_dir: Path, minilm_path: Path, tmp_path_factory: pytest.TempP
     return {"out": out, "board": board, "report": report, "unique": unique}
 
 
+@pytest.mark.slow
 def test_a_seeded_calibrator_runs_once_per_seed_and_the_others_once(seeded: dict) -> None:
     report = seeded["report"]
     assert [(o.model.split("/")[-1], o.seed) for o in report.outcomes] == [

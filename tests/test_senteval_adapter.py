@@ -98,6 +98,7 @@ def driven(senteval_dir: Path, stsb_test: tuple[list, list, list], minilm_path: 
 
 
 # ------------------------------------------------------------------------ the documented sequence
+@pytest.mark.slow
 def test_prepare_fits_a_fresh_calibrator_on_exactly_the_task_sentences(driven: dict) -> None:
     adapter = driven["adapter"]
     calibrator = adapter.calibrator

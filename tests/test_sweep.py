@@ -158,6 +158,7 @@ def killed_sweep(tmp_path_factory: pytest.TempPathFactory, tiny_registry: Path, 
             "seconds": time.monotonic() - started}
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_job_is_retried_and_nothing_is_lost_or_duplicated(killed_sweep: dict) -> None:
     output, log, victim = killed_sweep["output"], killed_sweep["log"], killed_sweep["victim"]
     assert killed_sweep["code"] == 0, log[-4000:]
@@ -238,6 +239,7 @@ def assert_equal_to_eval(output: Path, models: dict[str, str], precision: str, s
                 assert swept[key] == pytest.approx(evaluated[key], abs=ROUTE_TOLERANCE[precision]), (model, task, key)
 
 
+@pytest.mark.slow
 def test_results_equal_flow_plugin_eval_and_fill_one_leaderboard(
     killed_sweep: dict, senteval_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,6 +257,7 @@ def test_results_equal_flow_plugin_eval_and_fill_one_leaderboard(
             assert row["scores"][task]["hardware"]["precision"] == "bf16"
 
 
+@pytest.mark.slow
 def test_a_rerun_of_a_finished_sweep_computes_nothing(killed_sweep: dict, tiny_registry: Path) -> None:
     output, board = killed_sweep["output"], killed_sweep["folder"] / "leaderboards" / "sweep.json"
     before = stamps(output)
@@ -279,6 +282,7 @@ def test_a_rerun_of_a_finished_sweep_computes_nothing(killed_sweep: dict, tiny_r
 
 
 # ------------------------------------------------------------------ Ctrl-C, then resume
+@pytest.mark.slow
 def test_ctrl_c_stops_the_sweep_and_the_rerun_resumes(killed_sweep: dict, tiny_registry: Path, senteval_dir: Path,
                                                       tmp_path: Path) -> None:
     # the first sweep's embeddings (another output folder, another cache_dir): every item takes a second or two
@@ -317,6 +321,7 @@ def test_ctrl_c_stops_the_sweep_and_the_rerun_resumes(killed_sweep: dict, tiny_r
     assert (tmp_path / "leaderboards" / "sweep.json").is_file()
 
 
+@pytest.mark.slow
 def test_float32_results_equal_flow_plugin_eval(tiny_registry: Path, senteval_dir: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The float32 route (the killed sweep checks bf16): a sweep's results equal eval's within 1e-6."""
@@ -462,6 +467,7 @@ def test_sweep_modules_import_nothing_heavy() -> None:
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_a_result_without_its_run_record_is_not_done(
     tiny_registry: Path, senteval_dir: Path, tiny_embedding_cache: Path, tmp_path: Path
 ) -> None:

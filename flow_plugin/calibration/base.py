@@ -5,7 +5,12 @@ embeddings:
 
 - hyper-parameters are set in ``__init__`` and nothing else happens there, so sklearn's
   ``get_params``/``set_params``/``clone`` work as for any estimator;
-- ``fit(X)`` learns state into attributes ending in ``_`` and returns ``self``;
+- ``fit(X)`` learns state into attributes ending in ``_`` and returns ``self``; the values a fit
+  runs with where the data decides them (the small-sample rule: ``n_components_``,
+  ``shrinkage_``, ...) are fitted attributes too, and the hyper-parameters stay as set;
+- ``fit`` refuses, with one :class:`CalibrationError` naming the remedy, a fit whose cosines
+  would be rounding noise (:mod:`flow_plugin.calibration.stability`), so every route that fits
+  a calibrator, the plain estimator included, gets the same safe result;
 - ``transform(X)`` maps (n, d) float32 embeddings; it raises :class:`NotFittedError`
   (found by sklearn's ``check_is_fitted``) before ``fit``;
 - ``save(path)`` writes one ``.npz`` file (arrays plus a JSON header, no pickle), and
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import zipfile
 from typing import Any, ClassVar, TypeVar
@@ -39,7 +45,10 @@ from sklearn.utils.validation import check_is_fitted
 from flow_plugin._io import atomic_write_bytes
 from flow_plugin._validation import check_embeddings
 from flow_plugin.calibration.names import resolve_name
-from flow_plugin.errors import CalibratorFileError, InputError, NotFittedError
+from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, is_rounding_noise
+from flow_plugin.errors import CalibrationError, CalibratorFileError, InputError, NotFittedError
+
+logger = logging.getLogger(__name__)
 
 FILE_FORMAT = "flow-plugin-calibrator"
 FILE_VERSION = 1
@@ -63,6 +72,18 @@ def half_of_span(n_distinct: int) -> int:
     (100, 0)
     """
     return max(0, (n_distinct - 1) // 2)
+
+
+def count_distinct_rows(X: np.ndarray) -> int:
+    """How many distinct rows ``X`` has (rows compared bit for bit): the small-sample rule's n.
+
+    Examples
+    --------
+    >>> count_distinct_rows(np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 1.0]], dtype=np.float32))
+    2
+    """
+    rows = np.ascontiguousarray(X)
+    return int(np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1])))).shape[0])
 
 
 def calibrator_class(name: str) -> type[Calibrator] | None:
@@ -120,34 +141,35 @@ class Calibrator(TransformerMixin, BaseEstimator):
         return f"{type(self).__name__}({params})"
 
     # ------------------------------------------------------------ fitting
+    #: the fitted attributes that hold values the data decided (the small-sample rule), recorded with each fit
+    EFFECTIVE_ATTRIBUTES: ClassVar[tuple[str, ...]] = ()
+
     def min_samples(self, n_features: int) -> int:
-        """Fewest rows ``fit`` accepts for ``n_features`` dimensions."""
+        """Fewest rows ``fit`` accepts for ``n_features`` dimensions (with the effective values, once set)."""
         return 1
 
     def min_samples_remedy(self) -> str:
         """What to do about too few rows, beyond fitting on more (one clause, or empty)."""
         return ""
 
-    def for_sample_size(self: CalibratorT, n_distinct: int, n_features: int) -> tuple[CalibratorT, str | None]:
-        """The small-sample rule: this calibrator, or a copy adapted to a fit corpus of only
-        ``n_distinct`` distinct samples, and the reason for the change (``None``: unchanged).
+    def _adapt_to_sample(self, n_distinct: int, n_features: int) -> str | None:
+        """The small-sample rule: set the effective values (:attr:`EFFECTIVE_ATTRIBUTES`) for a fit on
+        ``n_distinct`` distinct rows of ``n_features`` dimensions, and say why they differ from the
+        hyper-parameters (``None``: they don't).
 
-        Calibrators whose size outgrows a small corpus shrink to what it supports instead of
-        failing or degenerating, each by the same limit (:func:`half_of_span`): whitening falls
-        back to Ledoit-Wolf shrinkage when it would rescale more than half of the directions the
-        distinct samples span, NATSV nulls at most half of them, and a whitening-first flow
-        whitens at most half of them. Every other calibrator is unchanged (fewer than 2 distinct
-        samples stay an error).
-
-        Examples
-        --------
-        >>> from flow_plugin.calibration import make_calibrator
-        >>> make_calibrator("whiten").for_sample_size(10, 384)
-        (Whitening(n_components=None, shrinkage='auto'), 'whitening 384 directions needs at least 769 distinct sentences (twice as many), got 10: Ledoit-Wolf shrinkage (shrinkage=auto) instead')
-        >>> make_calibrator("sn").for_sample_size(10, 384)
-        (StandardNormalization(), None)
+        Calibrators whose size outgrows a small corpus shrink to what it supports instead of failing or
+        degenerating, each by the same limit (:func:`half_of_span`): whitening falls back to Ledoit-Wolf
+        shrinkage when it would rescale more than half of the directions the distinct rows span, NATSV
+        nulls at most half of them, and a whitening-first flow whitens at most half of them. Every other
+        calibrator is unchanged (fewer than 2 distinct rows stay an error).
         """
-        return self, None
+        return None
+
+    def effective_params(self) -> dict[str, Any]:
+        """The values the fit ran with where the data decided them (``{"n_components_": 88}``; empty
+        for a calibrator without any)."""
+        self._check_is_fitted()
+        return {name: getattr(self, name, None) for name in self.EFFECTIVE_ATTRIBUTES}
 
     @property
     def is_fitted(self) -> bool:
@@ -162,10 +184,22 @@ class Calibrator(TransformerMixin, BaseEstimator):
             ) from None
 
     def fit(self: CalibratorT, X: Any, y: Any = None) -> CalibratorT:
-        """Learn the calibration from embeddings ``X`` of shape (n_samples, n_features)."""
+        """Learn the calibration from embeddings ``X`` of shape (n_samples, n_features).
+
+        The small-sample rule (:meth:`_adapt_to_sample`) first sets the effective values from the number
+        of distinct rows (``adapted_`` says why they differ from the hyper-parameters, and a warning is
+        logged); after fitting, the calibrated cosines' stability under bf16-size rounding is measured
+        (``cosine_stability_``) and a space of rounding noise is refused with :class:`CalibrationError`.
+        """
         X = check_embeddings(X, name="X", allow_empty=False)
         n_samples, n_features = X.shape
         self._check_params(n_features)
+        for name in ("n_features_in_", "adapted_", "cosine_stability_"):  # a refit starts unfitted
+            self.__dict__.pop(name, None)
+        n_distinct = count_distinct_rows(X)
+        adapted = self._adapt_to_sample(n_distinct, n_features)
+        if adapted:
+            logger.warning("%s: %s", type(self).__name__, adapted)
         needed = self.min_samples(n_features)
         if n_samples < needed:
             remedy = self.min_samples_remedy()
@@ -176,6 +210,19 @@ class Calibrator(TransformerMixin, BaseEstimator):
         self._fit(X)
         self.n_features_in_ = n_features
         self.n_samples_fit_ = n_samples
+        self.n_distinct_fit_ = n_distinct
+        refused, stability, raw = is_rounding_noise(self, X)
+        if refused:
+            del self.n_features_in_  # nothing unsound stays usable
+            raw_figure = "" if raw is None else f" against {raw:.4f} raw"
+            raise CalibrationError(
+                f"{self.method} fitted on {n_samples} samples ({n_distinct} distinct, {n_features} dimensions) "
+                f"gives cosines dominated by near-null directions: rounding the embeddings as bf16 does reorders "
+                f"them (rank correlation {stability:.2f}{raw_figure}, at least {MIN_COSINE_STABILITY} needed); fit "
+                "on more sentences or use another calibrator for this corpus"
+            )
+        self.adapted_ = adapted
+        self.cosine_stability_ = stability
         return self
 
     def transform(self, X: Any) -> np.ndarray:
@@ -224,6 +271,10 @@ class Calibrator(TransformerMixin, BaseEstimator):
         """Restore what ``_get_state`` returned."""
 
     # ------------------------------------------------------------ persistence
+    def _fit_record_attributes(self) -> tuple[str, ...]:
+        """The fitted attributes of plain JSON values that a saved file keeps in its header."""
+        return (*self.EFFECTIVE_ATTRIBUTES, "n_distinct_fit_", "adapted_", "cosine_stability_")
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the fitted calibrator to ``path`` (``.npz``), atomically."""
         self._check_is_fitted()
@@ -234,6 +285,7 @@ class Calibrator(TransformerMixin, BaseEstimator):
             "params": self.get_params(deep=False),
             "n_features_in": int(self.n_features_in_),
             "n_samples_fit": int(self.n_samples_fit_),
+            "fit": {name: getattr(self, name, None) for name in self._fit_record_attributes()},
         }
         arrays = {f"state/{key}": np.asarray(value) for key, value in self._get_state().items()}
         buffer = io.BytesIO()
@@ -285,6 +337,10 @@ class Calibrator(TransformerMixin, BaseEstimator):
             calibrator.n_features_in_ = int(header["n_features_in"])
             calibrator.n_samples_fit_ = int(header["n_samples_fit"])
             calibrator._set_state(state)
+            recorded = header.get("fit", {})  # files written before these existed lack them
+            for name in calibrator._fit_record_attributes():
+                if name in recorded:
+                    setattr(calibrator, name, recorded[name])
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise CalibratorFileError(f"{where} holds an incomplete or inconsistent state: {error}") from None
         return calibrator

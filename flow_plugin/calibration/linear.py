@@ -111,17 +111,17 @@ class StandardNormalization(Calibrator):
         self.mean_, self.scale_ = state["mean"], state["scale"]
 
 
-def _natsv_for_sample_size(calibrator: Calibrator, n_distinct: int) -> tuple[Calibrator, str | None]:
+def _adapt_nulled_directions(calibrator: Calibrator, n_distinct: int) -> str | None:
     """NATSV and SN+NATSV on few samples: ``n`` distinct rows span at most ``n - 1`` directions;
-    nulling more than half of them would leave (almost) nothing to compare, so k shrinks to
-    ``(n - 1) // 2``."""
+    nulling more than half of them would leave (almost) nothing to compare, so the effective k,
+    ``n_components_``, is at most ``(n - 1) // 2``."""
+    requested = int(calibrator.n_components)  # type: ignore[attr-defined]
     limit = half_of_span(n_distinct)
-    if calibrator.n_components <= limit:  # type: ignore[attr-defined]
-        return calibrator, None
-    adapted = calibrator.clone().set_params(n_components=limit)
-    return adapted, (f"nulling {calibrator.n_components} directions of the at most {max(n_distinct - 1, 0)} that "  # type: ignore[attr-defined]
-                     f"{n_distinct} distinct sentences span would leave too little: n_components={limit} "
-                     "(at most half of them)")
+    calibrator.n_components_ = min(requested, limit)  # type: ignore[attr-defined]
+    if requested <= limit:
+        return None
+    return (f"nulling {requested} directions of the at most {max(n_distinct - 1, 0)} that {n_distinct} distinct "
+            f"rows span would leave too little: n_components_={limit} (at most half of them)")
 
 
 class NATSV(Calibrator):
@@ -136,6 +136,7 @@ class NATSV(Calibrator):
 
     method = "natsv"
     label = "NATSV"
+    EFFECTIVE_ATTRIBUTES = ("n_components_",)
 
     def __init__(self, n_components: int = 5) -> None:
         self.n_components = n_components
@@ -144,23 +145,23 @@ class NATSV(Calibrator):
         _check_n_components(self, n_features, minimum=0)
 
     def min_samples(self, n_features: int) -> int:
-        return self.n_components + 1  # k directions of a centred matrix need k + 1 rows
+        return getattr(self, "n_components_", self.n_components) + 1  # k directions of a centred matrix: k + 1 rows
 
     def min_samples_remedy(self) -> str:
         return "null fewer directions (n_components)"
 
-    def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[NATSV, str | None]:
-        return _natsv_for_sample_size(self, n_distinct)  # type: ignore[return-value]
+    def _adapt_to_sample(self, n_distinct: int, n_features: int) -> str | None:
+        return _adapt_nulled_directions(self, n_distinct)
 
     def _fit(self, X: np.ndarray) -> None:
         X64 = X.astype(np.float64)
         _refuse_identical_rows(self, X64, "remove")
-        if self.n_components == 0:
+        if self.n_components_ == 0:
             self.mean_ = X64.mean(axis=0).astype(np.float32)
             self.components_ = np.zeros((0, X.shape[1]), dtype=np.float32)
             return
         # the d x d covariance eigenproblem: O(n d^2), far cheaper than an n x d SVD for n >> d
-        pca = PCA(n_components=int(self.n_components), svd_solver="covariance_eigh").fit(X64)
+        pca = PCA(n_components=int(self.n_components_), svd_solver="covariance_eigh").fit(X64)
         self.mean_ = pca.mean_.astype(np.float32)
         self.components_ = pca.components_.astype(np.float32)  # (k, d), orthonormal rows
 
@@ -173,6 +174,7 @@ class NATSV(Calibrator):
 
     def _set_state(self, state: dict[str, np.ndarray]) -> None:
         self.mean_, self.components_ = state["mean"], state["components"]
+        self.n_components_ = int(self.components_.shape[0])
 
 
 class StandardNormalizationNATSV(Calibrator):
@@ -181,6 +183,7 @@ class StandardNormalizationNATSV(Calibrator):
 
     method = "sn-natsv"
     label = "SN+NATSV"
+    EFFECTIVE_ATTRIBUTES = ("n_components_",)
 
     def __init__(self, n_components: int = 5) -> None:
         self.n_components = n_components
@@ -189,19 +192,19 @@ class StandardNormalizationNATSV(Calibrator):
         _check_n_components(self, n_features, minimum=0)
 
     def min_samples(self, n_features: int) -> int:
-        return max(2, self.n_components + 1)
+        return max(2, getattr(self, "n_components_", self.n_components) + 1)
 
     def min_samples_remedy(self) -> str:
         return "null fewer directions (n_components)"
 
-    def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[StandardNormalizationNATSV, str | None]:
-        return _natsv_for_sample_size(self, n_distinct)  # type: ignore[return-value]
+    def _adapt_to_sample(self, n_distinct: int, n_features: int) -> str | None:
+        return _adapt_nulled_directions(self, n_distinct)
 
-    def _pipeline(self) -> Pipeline:
-        return Pipeline([("sn", StandardNormalization()), ("natsv", NATSV(self.n_components))])
+    def _pipeline(self, n_components: int) -> Pipeline:
+        return Pipeline([("sn", StandardNormalization()), ("natsv", NATSV(n_components))])
 
     def _fit(self, X: np.ndarray) -> None:
-        self.pipeline_ = self._pipeline().fit(X)
+        self.pipeline_ = self._pipeline(self.n_components_).fit(X)
 
     @property
     def standardize_(self) -> StandardNormalization:
@@ -224,7 +227,8 @@ class StandardNormalizationNATSV(Calibrator):
 
     def _set_state(self, state: dict[str, np.ndarray]) -> None:
         dim = int(state["sn_mean"].shape[0])
-        pipeline = self._pipeline()
+        self.n_components_ = int(state["natsv_components"].shape[0])
+        pipeline = self._pipeline(self.n_components_)
         pipeline.named_steps["sn"]._set_state({"mean": state["sn_mean"], "scale": state["sn_scale"]})
         pipeline.named_steps["natsv"]._set_state({"mean": state["natsv_mean"], "components": state["natsv_components"]})
         for _, step in pipeline.steps:
@@ -253,10 +257,16 @@ class Whitening(Calibrator):
     Directions with (numerically) zero variance, below 1e-9 of the largest, carry no
     information; they are mapped to 0 (pseudo-inverse whitening) rather than divided by ~0,
     and ``n_degenerate_`` counts them.
+
+    The fit's effective values are fitted attributes: ``n_components_`` (the directions kept),
+    ``covariance_estimator_`` (``"empirical"``, ``"shrunk"`` or ``"ledoit-wolf"``) and ``shrinkage_``
+    (the shrinkage the covariance got: 0.0, the given number, or the Ledoit-Wolf estimate). With
+    ``shrinkage=0`` on too few distinct rows, the small-sample rule uses Ledoit-Wolf instead.
     """
 
     method = "whiten"
     label = "whitening"
+    EFFECTIVE_ATTRIBUTES = ("n_components_", "covariance_estimator_", "shrinkage_")
 
     def __init__(self, n_components: int | None = None, shrinkage: float | str = 0.0) -> None:
         self.n_components = n_components
@@ -272,32 +282,40 @@ class Whitening(Calibrator):
             raise InputError(f"Whitening shrinkage must be a number in [0, 1] or 'auto', got {shrinkage!r}")
 
     def min_samples(self, n_features: int) -> int:
-        if self.shrinkage == "auto" or self.shrinkage > 0:
+        estimator = getattr(self, "covariance_estimator_", "empirical" if self.shrinkage == 0 else "shrunk")
+        if estimator != "empirical":
             return 2
-        kept = n_features if self.n_components is None else self.n_components
+        kept = getattr(self, "n_components_", n_features if self.n_components is None else self.n_components)
         return kept + 1  # a centred n-row matrix has rank <= n - 1
 
     def min_samples_remedy(self) -> str:
         return "use shrinkage='auto' (Ledoit-Wolf) or keep fewer directions (n_components)"
 
-    def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[Whitening, str | None]:
+    def _adapt_to_sample(self, n_distinct: int, n_features: int) -> str | None:
         """Ledoit-Wolf shrinkage where the sample covariance would rescale more than half of the
         directions the distinct rows span (measured on 100-700 STS-B pairs, all-MiniLM-L6-v2: plain
         whitening of 384 directions on 442 distinct sentences scores 64.05, shrunk 83.77)."""
         kept = n_features if self.n_components is None else int(self.n_components)
-        if self.shrinkage != 0 or kept <= half_of_span(n_distinct):
-            return self, None
-        return self.clone().set_params(shrinkage="auto"), (
-            f"whitening {kept} directions needs at least {2 * kept + 1} distinct sentences (twice as many), got "
-            f"{n_distinct}: Ledoit-Wolf shrinkage (shrinkage=auto) instead")
+        self.n_components_ = kept
+        if self.shrinkage == "auto":
+            self.covariance_estimator_ = "ledoit-wolf"
+        elif self.shrinkage != 0:
+            self.covariance_estimator_, self.shrinkage_ = "shrunk", float(self.shrinkage)
+        elif kept <= half_of_span(n_distinct):
+            self.covariance_estimator_, self.shrinkage_ = "empirical", 0.0
+        else:
+            self.covariance_estimator_ = "ledoit-wolf"
+            return (f"whitening {kept} directions needs at least {2 * kept + 1} distinct rows (twice as many), got "
+                    f"{n_distinct}: Ledoit-Wolf shrinkage instead of the sample covariance")
+        return None
 
     def _spectrum(self, X64: np.ndarray, kept: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean, eigenvalues in decreasing order, eigenvectors as columns) of the covariance used."""
-        if self.shrinkage == 0:
+        if self.covariance_estimator_ == "empirical":
             pca = PCA(n_components=kept, svd_solver="covariance_eigh").fit(X64)
             return pca.mean_, pca.explained_variance_, pca.components_.T
-        estimator = (LedoitWolf(store_precision=False) if self.shrinkage == "auto"
-                     else ShrunkCovariance(store_precision=False, shrinkage=float(self.shrinkage)))
+        estimator = (LedoitWolf(store_precision=False) if self.covariance_estimator_ == "ledoit-wolf"
+                     else ShrunkCovariance(store_precision=False, shrinkage=self.shrinkage_))
         estimator.fit(X64)
         eigenvalues, eigenvectors = np.linalg.eigh(estimator.covariance_)
         order = np.argsort(eigenvalues)[::-1][:kept]
@@ -306,8 +324,7 @@ class Whitening(Calibrator):
         return estimator.location_, np.clip(eigenvalues[order], 0.0, None), eigenvectors[:, order]
 
     def _fit(self, X: np.ndarray) -> None:
-        n_features = X.shape[1]
-        kept = n_features if self.n_components is None else int(self.n_components)
+        kept = self.n_components_
         X64 = X.astype(np.float64)
         _refuse_identical_rows(self, X64, "whiten")
         mean, eigenvalues, eigenvectors = self._spectrum(X64, kept)
@@ -348,3 +365,4 @@ class Whitening(Calibrator):
         self.inverse_components_ = state["inverse_components"]
         self.explained_variance_ = state["explained_variance"]
         self.n_degenerate_ = int(state["n_degenerate"])
+        self.n_components_ = int(self.components_.shape[1])

@@ -22,6 +22,11 @@ flow that shrank unspanned directions instead of dropping them: score 3.3; 0.10 
 pairs of the layer-0 testbed). :data:`MIN_COSINE_STABILITY` (0.99) sits in that gap, 30x the largest
 legitimate loss (3.3e-4) away from it.
 
+:func:`is_rounding_noise` is the verdict ``Calibrator.fit`` applies: a calibrated space is refused when
+its correlation is below :data:`MIN_COSINE_STABILITY` *and* more than ``1 - MIN_COSINE_STABILITY`` below
+the raw embeddings' own. Inputs whose raw cosines already crowd together (all-positive two-dimensional
+data keeps 0.84 raw) are not the calibrator's doing, and the identity is never refused.
+
 Examples
 --------
 >>> import numpy as np
@@ -59,7 +64,8 @@ def _paired_cosines(Z: np.ndarray) -> np.ndarray:
 def cosine_stability(calibrator: Any, X: np.ndarray, *, seed: int = 0) -> float | None:
     """Spearman correlation between the calibrated cosines of pairs of distinct rows of ``X`` and
     the same cosines after a relative rounding of :data:`ROUNDING` of every input element
-    (``None`` when ``X`` has fewer than ``2 * MIN_PAIRS`` distinct rows)."""
+    (``None`` when ``X`` has fewer than ``2 * MIN_PAIRS`` distinct rows). ``calibrator=None``
+    measures the raw embeddings, with the same pairs and the same rounding."""
     rng = np.random.default_rng(seed)
     sample = X[rng.permutation(X.shape[0])[: 8 * MAX_PAIRS]]
     _, first = np.unique(sample, axis=0, return_index=True)
@@ -68,8 +74,32 @@ def cosine_stability(calibrator: Any, X: np.ndarray, *, seed: int = 0) -> float 
     if rows.shape[0] < 2 * MIN_PAIRS:
         return None
     rounded = (rows * (1.0 + ROUNDING * rng.uniform(-1.0, 1.0, size=rows.shape))).astype(np.float32)
-    before = _paired_cosines(calibrator.transform(rows))
-    after = _paired_cosines(calibrator.transform(rounded))
-    if np.ptp(before) == 0.0:
-        return None  # every pair has the same cosine: there is no order to keep
+    transform = (lambda Z: Z) if calibrator is None else calibrator.transform
+    before = _paired_cosines(transform(rows))
+    after = _paired_cosines(transform(rounded))
+    if np.unique(np.round(before, 10)).shape[0] < MIN_PAIRS:
+        # the pairs share a handful of cosines up to float64 rounding (a space of one direction: +-1): no order to
+        # keep. Cosines that differ by float32 rounding only (rows at equal distances) stay apart: they are noise
+        return None
     return float(spearmanr(before, after).statistic)
+
+
+def is_rounding_noise(calibrator: Any, X: np.ndarray) -> tuple[bool, float | None, float | None]:
+    """``(refused, calibrated stability, raw stability)`` for a calibrator fitted on ``X``: refused when
+    its cosines lose their order under rounding (below :data:`MIN_COSINE_STABILITY`) by more than
+    ``1 - MIN_COSINE_STABILITY`` beyond what the raw embeddings lose. The raw figure is measured only
+    when the calibrated one is low (``None`` otherwise).
+
+    Examples
+    --------
+    >>> from flow_plugin.calibration import make_calibrator
+    >>> X = (100 + np.random.default_rng(0).normal(size=(200, 2))).astype(np.float32)  # a narrow cone
+    >>> refused, calibrated, raw = is_rounding_noise(make_calibrator("raw").fit(X), X)
+    >>> refused, calibrated < 0.99, calibrated == raw  # raw cosines lose their order: not the identity's doing
+    (False, True, True)
+    """
+    calibrated = cosine_stability(calibrator, X)
+    if calibrated is None or calibrated >= MIN_COSINE_STABILITY:
+        return False, calibrated, None
+    raw = cosine_stability(None, X)
+    return raw is None or calibrated < raw - (1.0 - MIN_COSINE_STABILITY), calibrated, raw

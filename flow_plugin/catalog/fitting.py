@@ -33,7 +33,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from flow_plugin.calibration import Calibrator
-from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, cosine_stability
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from flow_plugin.data.sampling import CorpusSample
 from flow_plugin.errors import CalibrationError, InputError
@@ -50,6 +49,7 @@ class FitRecord:
 
     model: str
     calibrator: str
+    #: the hyper-parameters as set (``Calibrator.result_params``)
     params: dict[str, Any]
     #: where the sentences came from
     source: str
@@ -62,7 +62,9 @@ class FitRecord:
     fit_bits_per_dim: float | None = None
     #: distinct embeddings the fit saw (the small-sample rule's n)
     n_distinct_embeddings: int | None = None
-    #: why the calibrator was changed for a small corpus (see ``Calibrator.for_sample_size``), or None
+    #: the values the fit ran with where the data decided them (``Calibrator.effective_params``)
+    effective_params: dict[str, Any] = field(default_factory=dict)
+    #: why the effective values differ from the hyper-parameters on a small corpus (``Calibrator.adapted_``), or None
     adapted: str | None = None
     #: the seeds of an ensemble's flows (``FlowCalibrator.member_seeds_``), or None
     member_seeds: list[int] | None = None
@@ -118,21 +120,6 @@ def canonical_order(sentences: list[str]) -> list[str]:
 
 
 
-def distinct_rows(embeddings: np.ndarray, n_unique_texts: int) -> int:
-    """How many distinct rows ``embeddings`` has. Exact when it can matter to the small-sample
-    rule (at most 2 d + 2 distinct texts: two texts may share an embedding, e.g. after
-    truncation); otherwise the distinct texts are counted.
-
-    Examples
-    --------
-    >>> distinct_rows(np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 1.0]], dtype=np.float32), 3)
-    2
-    """
-    if n_unique_texts > 2 * embeddings.shape[1] + 2:
-        return n_unique_texts
-    return int(np.unique(embeddings, axis=0).shape[0])
-
-
 def fit_calibrator(
     encoder: SentenceEncoder,
     template: Calibrator,
@@ -145,8 +132,9 @@ def fit_calibrator(
     sampling: dict[str, Any] | None = None,
 ) -> tuple[Calibrator, FitRecord]:
     """Encode ``sentences`` in canonical order and fit a clone of ``template`` on them (every
-    occurrence, or each distinct sentence once: ``duplicates``), adapted by the small-sample rule
-    (``Calibrator.for_sample_size``) when the corpus is small."""
+    occurrence, or each distinct sentence once: ``duplicates``). The fit itself applies the
+    small-sample rule and the cosine-stability check (``Calibrator.fit``); a refusal is re-raised
+    naming ``model`` and ``source``."""
     if duplicates not in DUPLICATE_POLICIES:
         raise InputError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
     if not sentences:
@@ -156,17 +144,11 @@ def fit_calibrator(
     start = time.perf_counter()
     embeddings = encoder.encode(ordered)
     encoded = time.perf_counter()
-    distinct = distinct_rows(embeddings, n_unique)
-    calibrator, adapted = template.clone().for_sample_size(distinct, embeddings.shape[1])
-    calibrator.fit(embeddings)
-    stability = cosine_stability(calibrator, embeddings)
-    if stability is not None and stability < MIN_COSINE_STABILITY:
-        raise CalibrationError(
-            f"{model}: {calibrator.method} fitted on {source} ({len(sentences)} sentences, {distinct} distinct, "
-            f"{embeddings.shape[1]} dimensions) gives cosines dominated by near-null directions: rounding the "
-            f"embeddings as bf16 does reorders them (rank correlation {stability:.2f}, at least "
-            f"{MIN_COSINE_STABILITY} needed); fit on more sentences or use another calibrator for this corpus"
-        )
+    calibrator = template.clone()
+    try:
+        calibrator.fit(embeddings)
+    except CalibrationError as error:
+        raise CalibrationError(f"{model}: {source} ({len(sentences)} sentences): {error}") from None
     fitted = time.perf_counter()
     record = FitRecord(
         model=model,
@@ -178,9 +160,10 @@ def fit_calibrator(
         duplicates=duplicates,
         encode_seconds=round(encoded - start, 3),
         fit_seconds=round(fitted - encoded, 3),
-        n_distinct_embeddings=distinct,
-        adapted=adapted,
-        cosine_stability=None if stability is None else round(stability, 6),
+        n_distinct_embeddings=calibrator.n_distinct_fit_,
+        effective_params=calibrator.effective_params(),
+        adapted=calibrator.adapted_,
+        cosine_stability=None if calibrator.cosine_stability_ is None else round(calibrator.cosine_stability_, 6),
         sampling=sampling,
         context=dict(context or {}),
     )

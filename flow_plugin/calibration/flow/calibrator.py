@@ -82,9 +82,10 @@ class FlowCalibrator(Calibrator):
         directions' latent coordinates are 0. ``False``: the paper's flow.
     whiten_components:
         With ``whiten_first``: keep at most this many leading whitened directions (``None``: all
-        the rows span). The small-sample rule sets it to half of what the distinct rows span: n
-        rows whitened on all n - 1 directions they span sit at equal distances from each other
-        (their cosines carry nothing but rounding), and ActNorm would undo any shrinkage.
+        the rows span). On a small corpus the fit keeps at most half of what the distinct rows span
+        (the fitted ``whiten_components_``): n rows whitened on all n - 1 directions they span sit at
+        equal distances from each other (their cosines carry nothing but rounding), and ActNorm would
+        undo any shrinkage.
     validation_fraction, patience:
         Early stopping: hold out this fraction of the rows (seeded), check their mean
         log-likelihood four times an epoch, stop after ``patience`` checks without a rise and
@@ -115,6 +116,7 @@ class FlowCalibrator(Calibrator):
 
     method = "flow"
     label = "flow"
+    EFFECTIVE_ATTRIBUTES = ("whiten_components_",)
 
     def __init__(
         self,
@@ -164,23 +166,25 @@ class FlowCalibrator(Calibrator):
     def min_samples(self, n_features: int) -> int:
         return 2  # ActNorm's data-dependent initialisation needs a standard deviation
 
-    def for_sample_size(self, n_distinct: int, n_features: int) -> tuple[FlowCalibrator, str | None]:
+    def _adapt_to_sample(self, n_distinct: int, n_features: int) -> str | None:
         """With ``whiten_first``, the whitening keeps at most half of the ``n_distinct - 1`` directions the
-        rows span (see ``whiten_components``); the paper's flow is unchanged.
+        rows span (``whiten_components_``); the paper's flow is unchanged (``whiten_components_`` is None).
 
         Examples
         --------
-        >>> FlowCalibrator(whiten_first=True).for_sample_size(201, 384)[1]
-        'whitening first on all the directions 201 distinct sentences span would leave their cosines nothing but rounding: whiten_components=100 (half of them)'
-        >>> FlowCalibrator(whiten_first=True).for_sample_size(5000, 384)[1] is None
-        True
+        >>> flow = FlowCalibrator(whiten_first=True)
+        >>> flow._adapt_to_sample(201, 384), flow.whiten_components_
+        ('whitening first on all the directions 201 distinct rows span would leave their cosines nothing but rounding: whiten_components_=100 (half of them)', 100)
+        >>> flow._adapt_to_sample(5000, 384) is None, flow.whiten_components_
+        (True, None)
         """
+        self.whiten_components_ = self.whiten_components if self.whiten_first else None
         limit = max(1, half_of_span(n_distinct))
         if not self.whiten_first or limit >= min(n_features, self.whiten_components or n_features):
-            return self, None
-        return self.clone().set_params(whiten_components=limit), (
-            f"whitening first on all the directions {n_distinct} distinct sentences span would leave their cosines "
-            f"nothing but rounding: whiten_components={limit} (half of them)")
+            return None
+        self.whiten_components_ = limit
+        return (f"whitening first on all the directions {n_distinct} distinct rows span would leave their cosines "
+                f"nothing but rounding: whiten_components_={limit} (half of them)")
 
     def _check_params(self, n_features: int) -> None:
         if self.permutation not in PERMUTATIONS:
@@ -247,7 +251,7 @@ class FlowCalibrator(Calibrator):
             # the sample covariance's whitening, keeping only the directions the rows span: a null direction
             # (fewer rows than dimensions, or one the backbone never uses: all-MiniLM-L6-v2 has 3 of 384) holds
             # only rounding error, which ActNorm's data-dependent scale would blow up to unit variance
-            kept = min(n_features, n_samples - 1, self.whiten_components or n_features)
+            kept = min(n_features, n_samples - 1, self.whiten_components_ or n_features)
             self.whitening_ = Whitening(n_components=kept).fit(X)
             self.n_flow_features_ = self.whitening_.output_width(n_features) - self.whitening_.n_degenerate_
             smallest_level = self.n_flow_features_ // 2 ** (self.n_levels - 1)
@@ -388,6 +392,7 @@ class FlowCalibrator(Calibrator):
 
         n_features = self.n_features_in_
         self._check_params(n_features)
+        self.whiten_components_ = self.whiten_components if self.whiten_first else None  # the header may say more
         if self.whiten_first:
             from flow_plugin.calibration.linear import Whitening
 

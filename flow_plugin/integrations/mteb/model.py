@@ -6,8 +6,8 @@ subset) gathers that task's text (:mod:`.corpus`, found through :mod:`.call_stac
 calibrator on it, and every later call of the same (task, subset) reuses that one fit: both
 sides of every comparison share one space. Which sentences are used is the ``fit_corpus``
 policy (:mod:`flow_plugin.data.fit_corpus`); a corpus larger than ``max_fit_sentences`` is
-sampled (:mod:`flow_plugin.data.sampling`), and a small one adapts the calibrator
-(``Calibrator.for_sample_size``).
+sampled (:mod:`flow_plugin.data.sampling`), and on a small one the calibrator's own ``fit``
+applies the small-sample rule (:meth:`flow_plugin.calibration.base.Calibrator.fit`).
 
 Every fit leaves a record (``model.fit_log``; :class:`flow_plugin.catalog.fitting.FitRecord`)
 that lists the calls it served; a one-line summary is logged at INFO, or printed to stderr

@@ -65,6 +65,9 @@ def _calibrator(record: dict[str, Any]) -> list[str]:
              f"{calibrator['n_features_in']} -> {calibrator['n_features_out']} dimensions"]
     params = calibrator["params"]
     lines.append("- parameters: " + (", ".join(f"`{key}`={_value(value)}" for key, value in params.items()) or "none"))
+    effective = calibrator.get("effective_params") or {}
+    if effective:
+        lines.append("- values the fit ran with: " + ", ".join(f"`{key}`={_value(value)}" for key, value in effective.items()))
     if calibrator.get("adapted"):
         lines.append(f"- adapted to a small corpus: {calibrator['adapted']}")
     if calibrator.get("from_file"):

@@ -337,8 +337,9 @@ def export_model(
         },
         "calibrator": {
             "method": calibrator.method, "class": type(calibrator).__name__, "params": calibrator.result_params(),
+            "effective_params": calibrator.effective_params(),
             "n_features_in": int(calibrator.n_features_in_), "n_features_out": int(calibrator.n_features_out_),
-            "n_samples_fit": int(calibrator.n_samples_fit_), "adapted": fit.adapted if fit else None,
+            "n_samples_fit": int(calibrator.n_samples_fit_), "adapted": getattr(calibrator, "adapted_", None),
             "fit_log_likelihood": getattr(calibrator, "fit_log_likelihood_", None),
             "fit_bits_per_dim": getattr(calibrator, "fit_bits_per_dim_", None),
             "from_file": from_file,

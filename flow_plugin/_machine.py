@@ -112,9 +112,13 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def describe_machine(device: Any = None, precision: str | None = None) -> dict[str, Any]:
+def describe_machine(device: Any = None, precision: str | None = None,
+                     precision_choice: dict[str, Any] | None = None) -> dict[str, Any]:
     """Where a result is computed: CPU (model, cores, bf16 kernel family), torch and its
-    threads, the device (GPU name, CUDA version) and the precision.
+    threads, the device (GPU name, CUDA version) and the precision; with ``precision_choice``
+    (a backbone's ``precision_choice.as_dict()``) also how that precision was chosen: asked for,
+    set by the environment, the device's rule, or for ``auto`` on a CPU the bf16 probe's
+    measured speed ratio and whether it was measured now or read from the cache.
 
     >>> info = describe_machine("cpu", "float32")
     >>> info["device"], info["precision"], info["cpu_cores"] >= 1
@@ -132,6 +136,7 @@ def describe_machine(device: Any = None, precision: str | None = None) -> dict[s
         "torch_threads": torch.get_num_threads(),
         "device": str(device) if device is not None else None,
         "precision": precision,
+        **({"precision_choice": dict(precision_choice)} if precision_choice is not None else {}),
         "platform": platform.platform(),
         "python": platform.python_version(),
     }

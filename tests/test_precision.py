@@ -254,7 +254,9 @@ def test_the_probe_uses_the_models_shapes(tiny_bert_dir: Path, faked_probe: Any,
     backbone = Backbone(tiny_bert_dir, precision="auto", device="cpu", batch_size=8)
     assert backbone.precision == "bf16"
     config = backbone.config
-    assert seen == [ProbeShapes(config.hidden_size, config.intermediate_size, 8 * 16)]
+    assert seen == [ProbeShapes(config.hidden_size, 4 * config.hidden_size, 8 * 16)]
+    registry_like = Backbone(tiny_bert_dir, precision="auto", device="cpu", batch_size=8, expected_embedding_dim=32)
+    assert registry_like.precision == "bf16" and registry_like._config is None  # the registry's width: no config read
 
 
 def test_a_bad_environment_value_fails_when_the_backbone_is_built(tiny_bert_dir: Path,

@@ -200,13 +200,15 @@ class Backbone:
     def precision_choice(self) -> PrecisionChoice:
         """The resolved precision and why (:func:`flow_plugin.encoding.device.choose_precision`). On a
         CPU, ``auto`` is decided on first use by the bf16 probe (cached per machine) at this model's
-        widths (its config; the weights are not loaded) and this backbone's batch size."""
+        width (``expected_embedding_dim``, else the config's ``hidden_size``; the weights are not
+        loaded) and this backbone's batch size."""
         if self._precision_choice is None:
             with self._precision_lock:
                 if self._precision_choice is None:
                     from flow_plugin.encoding.precision_probe import ProbeShapes
 
-                    shapes = ProbeShapes.of_config(self.config, self.batch_size)
+                    width = self.expected_embedding_dim or int(self.config.hidden_size)
+                    shapes = ProbeShapes.for_width(width, self.batch_size)
                     choice = choose_precision(self.requested_precision, self.device, shapes=shapes)
                     logger.info("%s: precision %s", self.name, choice.describe())
                     self._precision_choice = choice

@@ -6,7 +6,7 @@ faster than float32, on an Intel Xeon with AVX512-BF16 and no AMX half as fast. 
 
 What the probe times: one transformer layer's linear layers at the model's own shapes (query,
 key, value and output projections, ``hidden -> hidden``; the feed-forward pair
-``hidden -> intermediate -> hidden``) on ``batch size x 16`` rows of synthetic float32 input,
+``hidden -> 4 x hidden -> hidden``) on ``batch size x 16`` rows of synthetic float32 input,
 prepared exactly as :meth:`Backbone.load <flow_plugin.encoding.backbone.Backbone.load>` prepares
 them (:func:`~flow_plugin.encoding.backbone.prepare_linear_layers`: bf16 weights, oneDNN-packed
 where available, run under autocast). These products are most of a forward pass on short
@@ -78,18 +78,18 @@ class ProbeShapes:
     tokens: int
 
     @classmethod
-    def of_config(cls, config: Any, batch_size: int) -> ProbeShapes:
-        """The shapes of a Hugging Face ``config`` (``intermediate_size``: 4 x hidden where absent).
+    def for_width(cls, hidden_size: int, batch_size: int) -> ProbeShapes:
+        """The shapes of an encoder ``hidden_size`` wide run ``batch_size`` sentences at a time. The
+        feed-forward width is taken as 4 x hidden, as in BERT-family encoders (all-MiniLM-L6-v2:
+        384 -> 1536, mpnet-base: 768 -> 3072), so the shapes follow from the embedding width alone,
+        which a registry file states: no config has to be read to decide.
 
-        >>> from types import SimpleNamespace
-        >>> ProbeShapes.of_config(SimpleNamespace(hidden_size=384, intermediate_size=1536), 64)
+        >>> ProbeShapes.for_width(384, 64)
         ProbeShapes(hidden_size=384, intermediate_size=1536, tokens=1024)
         """
         from flow_plugin.encoding.backbone import TYPICAL_SENTENCE_TOKENS
 
-        hidden = int(config.hidden_size)
-        intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
-        return cls(hidden, intermediate, int(batch_size) * TYPICAL_SENTENCE_TOKENS)
+        return cls(int(hidden_size), 4 * int(hidden_size), int(batch_size) * TYPICAL_SENTENCE_TOKENS)
 
     def flops(self, tokens: int | None = None) -> int:
         """Multiply-adds x 2 of one pass (4 square projections and the feed-forward pair).

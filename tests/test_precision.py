@@ -42,7 +42,7 @@ def fake_timer(float32: float, bf16: float, calls: list[tuple[str, int]] | None 
     def timer(precision: str, tokens: int) -> float:
         if calls is not None:
             calls.append((precision, tokens))
-        return {"float32": float32, "bf16": bf16}[precision] * tokens / SHAPES.tokens
+        return ({"float32": float32, "bf16": bf16}[precision] * tokens / SHAPES.tokens,)
 
     return timer
 
@@ -84,16 +84,24 @@ def test_probe_interleaves_and_keeps_the_best_time() -> None:
     calls: list[tuple[str, int]] = []
     slow_once = iter([0.05])  # one bf16 pass disturbed by another process
 
-    def timer(precision: str, tokens: int) -> float:
+    def timer(precision: str, tokens: int) -> tuple[float, float]:
         calls.append((precision, tokens))
-        if precision == "bf16" and tokens == SHAPES.tokens and len(calls) > 5:
-            return next(slow_once, 0.005)
-        return 0.010 if precision == "float32" else 0.005
+        if precision == "bf16" and tokens == SHAPES.tokens and len(calls) > 9:
+            return next(slow_once, 0.004), 0.001
+        return (0.008, 0.002) if precision == "float32" else (0.004, 0.001)
 
+    threads = torch.get_num_threads()
     measured = measure_bf16_speedup(SHAPES, timer=timer, repeats=4, budget_seconds=60)
+    assert torch.get_num_threads() == threads  # timed on one thread, then restored
     full = [precision for precision, tokens in calls if tokens == SHAPES.tokens]
     assert full[2:] == ["float32", "bf16", "bf16", "float32", "float32", "bf16", "bf16", "float32"]  # after warm-up
-    assert measured.pairs == 4 and measured.bf16_speedup == 2.0
+    assert measured.pairs == 4 and measured.bf16_speedup == 2.0 and measured.float32_seconds == pytest.approx(0.010)
+
+
+def test_each_product_counts_with_its_own_best_time() -> None:
+    rounds = iter([(0.010, 0.001), (0.001, 0.010)] * 20)  # each product disturbed every other time
+    measured = measure_bf16_speedup(SHAPES, timer=lambda precision, tokens: next(rounds), budget_seconds=0)
+    assert measured.float32_seconds == pytest.approx(0.002) and measured.pairs == precision_probe.MIN_PAIRS
 
 
 def test_probe_stops_after_the_pilot_when_bf16_is_far_slower() -> None:

@@ -6,7 +6,7 @@ faster than float32, on an Intel Xeon with AVX512-BF16 and no AMX half as fast. 
 
 What the probe times: one transformer layer's linear layers at the model's own shapes (query,
 key, value and output projections, ``hidden -> hidden``; the feed-forward pair
-``hidden -> 4 x hidden -> hidden``) on ``batch size x 16`` rows of synthetic float32 input,
+``hidden -> 4 x hidden -> hidden``) on ``batch size x 16`` rows (at most 512) of synthetic float32 input,
 prepared exactly as :meth:`Backbone.load <flow_plugin.encoding.backbone.Backbone.load>` prepares
 them (:func:`~flow_plugin.encoding.backbone.prepare_linear_layers`: bf16 weights, oneDNN-packed
 where available, run under autocast). These products are most of a forward pass on short
@@ -14,16 +14,18 @@ sentences, and they are where the two precisions differ; a forward of the real m
 need its weights loaded twice and take seconds. The rest of the pass (LayerNorm, softmax,
 tokenization, pooling) runs alike in both, so the end-to-end gain is smaller than the probe's.
 
-How it stays robust on a busy machine: first one untimed pass of each precision (oneDNN builds its
-kernels); then up to :data:`PROBE_REPEATS` timed pairs, float32 and bf16 interleaved in
-alternating order, stopping after :data:`PROBE_BUDGET_SECONDS` (at least 2 pairs); the best time of
-each precision counts, since another process can only add time. Before all that, a pilot on 64
-rows gives up on bf16 at once where it runs at under :data:`PILOT_GIVE_UP` of float32's speed
-(emulated bf16, ~50x slower, would otherwise take seconds).
+How it stays robust on a busy machine: it runs on one torch thread (a multi-threaded product on a
+busy machine times the scheduler; see :func:`measure_bf16_speedup`) and times each product on its
+own, so each is short. First a pilot: :data:`PILOT_REPEATS` runs of each precision on 64 rows,
+giving up on bf16 at once where it runs at under :data:`PILOT_GIVE_UP` of float32's speed (emulated
+bf16, ~50x slower, would otherwise take seconds). Then one untimed run of each precision (oneDNN
+builds its kernels), and :data:`MIN_PAIRS` to :data:`PROBE_REPEATS` timed (float32, bf16) pairs,
+interleaved in alternating order, until :data:`PROBE_BUDGET_SECONDS` have passed. Each product's
+best time counts, since another process can only add time; a precision's time is their sum.
 
 The measurement is cached per machine in ``precision/`` of the user's cache folder
 (:func:`flow_plugin._io.user_cache_dir`), one JSON file per :func:`probe_key` (CPU model and flags,
-torch version and threads, ``ONEDNN_MAX_CPU_ISA``, the shapes, the probe's version), written
+torch version and the thread count the backbone runs with, ``ONEDNN_MAX_CPU_ISA``, the shapes, the probe's version), written
 atomically under a file lock (so two processes starting together do not probe at once and slow
 each other down). A file that is unreadable, invalid or of another key is ignored and replaced.
 """
@@ -53,19 +55,25 @@ logger = logging.getLogger(__name__)
 
 #: Raised when what the probe times or how it decides changes, so older cached results are not reused.
 PROBE_VERSION = 1
-#: Timed (float32, bf16) pairs at most.
-PROBE_REPEATS = 5
-#: Stop adding timed pairs once the probe has run this long (seconds; at least 2 pairs are timed).
-PROBE_BUDGET_SECONDS = 0.5
-#: Rows of the pilot run.
+#: Timed (float32, bf16) pairs at most, and at least.
+PROBE_REPEATS = 7
+MIN_PAIRS = 3
+#: Stop adding timed pairs once the probe has run this long (seconds; at least MIN_PAIRS are timed).
+PROBE_BUDGET_SECONDS = 0.4
+#: Rows the probe multiplies at most. The ratio was the same at 512 and 1024 rows (all-MiniLM-L6-v2's and
+#: mpnet-base's widths, 2-core AMD EPYC: 4.29-4.36 against 4.33-4.46), and 512 keep a 768-wide probe at ~0.45 s.
+PROBE_MAX_TOKENS = 512
+#: Rows of the pilot runs, and how many of each precision.
 PILOT_TOKENS = 64
+PILOT_REPEATS = 3
 #: Below this bf16 / float32 speed on the pilot, bf16 is slower by far (emulated) and the probe stops.
 PILOT_GIVE_UP = 0.25
 #: The precisions the probe compares.
 PROBED = ("float32", "bf16")
 
-#: ``timer(precision, tokens)``: seconds of one pass of the probed layers in ``precision`` on ``tokens`` rows.
-Timer = Callable[[str, int], float]
+#: ``timer(precision, tokens)``: the seconds of each probed product in ``precision`` on ``tokens`` rows, in a
+#: fixed order; a pass's time is the sum over products of each one's best time.
+Timer = Callable[[str, int], "tuple[float, ...]"]
 
 
 @dataclass(frozen=True)
@@ -79,17 +87,19 @@ class ProbeShapes:
 
     @classmethod
     def for_width(cls, hidden_size: int, batch_size: int) -> ProbeShapes:
-        """The shapes of an encoder ``hidden_size`` wide run ``batch_size`` sentences at a time. The
-        feed-forward width is taken as 4 x hidden, as in BERT-family encoders (all-MiniLM-L6-v2:
-        384 -> 1536, mpnet-base: 768 -> 3072), so the shapes follow from the embedding width alone,
-        which a registry file states: no config has to be read to decide.
+        """The shapes of an encoder ``hidden_size`` wide run ``batch_size`` sentences at a time: rows
+        for ``batch_size`` typical sentences, at most :data:`PROBE_MAX_TOKENS`. The feed-forward
+        width is taken as 4 x hidden, as in BERT-family encoders (all-MiniLM-L6-v2: 384 -> 1536,
+        mpnet-base: 768 -> 3072), so the shapes follow from the embedding width alone, which a
+        registry file states: no config has to be read to decide.
 
-        >>> ProbeShapes.for_width(384, 64)
-        ProbeShapes(hidden_size=384, intermediate_size=1536, tokens=1024)
+        >>> ProbeShapes.for_width(384, 64), ProbeShapes.for_width(768, 8)
+        (ProbeShapes(hidden_size=384, intermediate_size=1536, tokens=512), ProbeShapes(hidden_size=768, intermediate_size=3072, tokens=128))
         """
         from flow_plugin.encoding.backbone import TYPICAL_SENTENCE_TOKENS
 
-        return cls(int(hidden_size), 4 * int(hidden_size), int(batch_size) * TYPICAL_SENTENCE_TOKENS)
+        tokens = min(int(batch_size) * TYPICAL_SENTENCE_TOKENS, PROBE_MAX_TOKENS)
+        return cls(int(hidden_size), 4 * int(hidden_size), tokens)
 
     def flops(self, tokens: int | None = None) -> int:
         """Multiply-adds x 2 of one pass (4 square projections and the feed-forward pair).
@@ -161,55 +171,76 @@ def _probe_layers(shapes: ProbeShapes, precision: str) -> torch.nn.Module:
 
 
 def linear_layer_timer(shapes: ProbeShapes) -> Timer:
-    """The real :data:`Timer`: one pass of the probed layers on the CPU, as the backbone runs them
-    (``torch.inference_mode``, bf16 autocast for bf16, float32 input)."""
+    """The real :data:`Timer`: the seconds of each of the probed products on the CPU, as the
+    backbone runs them (``torch.inference_mode``, bf16 autocast for bf16, float32 input), on one
+    thread (see :func:`measure_bf16_speedup`)."""
     layers = {precision: _probe_layers(shapes, precision) for precision in PROBED}
     generator = torch.Generator().manual_seed(1)
-    inputs: dict[int, torch.Tensor] = {}
+    inputs: dict[tuple[int, int], torch.Tensor] = {}
 
-    def timer(precision: str, tokens: int) -> float:
-        if tokens not in inputs:
-            inputs[tokens] = torch.randn(tokens, shapes.hidden_size, generator=generator)
-        x = inputs[tokens]
-        query, key, value, output, up, down = layers[precision]
-        bf16 = precision == "bf16"
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            start = time.perf_counter()
-            query(x), key(x), value(x)
-            output(x)
-            down(torch.nn.functional.gelu(up(x)))
-            return time.perf_counter() - start
+    def timer(precision: str, tokens: int) -> tuple[float, ...]:
+        seconds = []
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            for layer in layers[precision]:
+                shape = (tokens, layer.in_features)
+                if shape not in inputs:
+                    inputs[shape] = torch.randn(shape, generator=generator)
+                start = time.perf_counter()
+                layer(inputs[shape])
+                seconds.append(time.perf_counter() - start)
+        return tuple(seconds)
 
     return timer
 
 
 def measure_bf16_speedup(shapes: ProbeShapes, *, timer: Timer | None = None, repeats: int = PROBE_REPEATS,
                          budget_seconds: float = PROBE_BUDGET_SECONDS) -> Bf16Measurement:
-    """Time float32 against bf16 (see the module's text for the schedule); ``timer`` replaces the
-    real one (:func:`linear_layer_timer`), e.g. in tests.
+    """Time float32 against bf16 (see the module's text for the schedule) on one torch thread,
+    restoring the thread count afterwards; ``timer`` replaces the real one
+    (:func:`linear_layer_timer`), e.g. in tests.
 
-    >>> fake = lambda precision, tokens: {"float32": 0.010, "bf16": 0.005}[precision]
+    Why one thread: on a machine other processes keep busy, a multi-threaded product waits at every
+    synchronisation for whichever of its threads was descheduled, and its times measure the scheduler
+    (on the 2-core AMD EPYC this was written on, with two other busy processes: ratios of 0.8 to 1.3 at
+    2 threads, against 4.2-4.3 at 1 thread and 4.2-4.4 at 2 threads on the idle machine). A single
+    thread's best time is that of an uninterrupted run, and the bf16 / float32 ratio of per-core
+    kernel speeds is what decides.
+
+    >>> fake = lambda precision, tokens: ({"float32": 0.010, "bf16": 0.005}[precision],)
     >>> measured = measure_bf16_speedup(ProbeShapes(8, 32, 64), timer=fake)
     >>> measured.bf16_speedup, measured.precision
     (2.0, 'bf16')
     """
     wall_start = time.perf_counter()
-    timer = timer or linear_layer_timer(shapes)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _measure(shapes, timer or linear_layer_timer(shapes), repeats, budget_seconds, wall_start)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _best(times: list[tuple[float, ...]]) -> float:
+    """The sum over products of each product's best time."""
+    return float(sum(min(column) for column in zip(*times)))
+
+
+def _measure(shapes: ProbeShapes, timer: Timer, repeats: int, budget_seconds: float, wall_start: float
+             ) -> Bf16Measurement:
     pilot_tokens = min(PILOT_TOKENS, shapes.tokens)
-    pilot = {precision: timer(precision, pilot_tokens) for precision in PROBED}
-    times: dict[str, list[float]] = {precision: [] for precision in PROBED}
+    pilot = {precision: _best([timer(precision, pilot_tokens) for _ in range(PILOT_REPEATS)]) for precision in PROBED}
+    times: dict[str, list[tuple[float, ...]]] = {precision: [] for precision in PROBED}
     pairs = 0
     if pilot["float32"] < PILOT_GIVE_UP * pilot["bf16"]:  # bf16 under a quarter of float32's speed
-        for precision in PROBED:
-            times[precision].append(pilot[precision] * shapes.tokens / pilot_tokens)  # scaled to the full rows
+        best = {precision: pilot[precision] * shapes.tokens / pilot_tokens for precision in PROBED}  # scaled up
     else:
         for precision in PROBED:
             timer(precision, shapes.tokens)  # untimed: kernels are built on the first call
-        while pairs < repeats and (pairs < 2 or time.perf_counter() - wall_start < budget_seconds):
+        while pairs < repeats and (pairs < MIN_PAIRS or time.perf_counter() - wall_start < budget_seconds):
             for precision in PROBED if pairs % 2 == 0 else reversed(PROBED):
                 times[precision].append(timer(precision, shapes.tokens))
             pairs += 1
-    best = {precision: min(values) for precision, values in times.items()}
+        best = {precision: _best(values) for precision, values in times.items()}
     speedup = best["float32"] / best["bf16"] if best["bf16"] > 0 else float("nan")
     return Bf16Measurement(
         bf16_speedup=round(speedup, 4) if math.isfinite(speedup) else speedup,

@@ -35,9 +35,10 @@ RESOLVED_PRECISIONS: tuple[str, ...] = PRECISIONS[1:]
 #: the GPU rule or the CPU measurement (:func:`flow_plugin.encoding.device.choose_precision`).
 AUTO_PRECISION_ENV = "FLOW_PLUGIN_AUTO_PRECISION"
 #: On a CPU, ``auto`` is bf16 only where the probe (:mod:`flow_plugin.encoding.precision_probe`) ran the
-#: model's matmuls at least this many times as fast in bf16 as in float32. Measured here: the linear layers
-#: are ~70-80 % of a forward pass, so 1.2x on them is ~1.15x end to end, above the ~5-10 % a busy 2-core
-#: machine moves a best-of-5 timing; a smaller gain is not worth bf16's rounding (up to 0.02 STS points).
+#: model's linear products at least this many times as fast in bf16 as in float32. The rest of a forward pass
+#: does not speed up, so the gain end to end is smaller than the probe's, and a smaller one is not worth
+#: bf16's rounding (up to 0.02 STS points, docs/reproducibility.md); 1.2 is also well clear of the probe's
+#: spread between runs (a few percent on one thread, docs/performance.md).
 BF16_MIN_SPEEDUP = 1.2
 #: Sentences per forward pass when none is given. Length-sorted batches of short STS sentences keep this cheap.
 DEFAULT_BATCH_SIZE = 64
@@ -73,7 +74,7 @@ class EncoderOptions:
         "help": "forward-pass precision: auto (GPU: bf16 from compute capability 8.0, else fp16; CPU: bf16 only "
                 f"where a short probe of the model's matmuls measured it at least {BF16_MIN_SPEEDUP}x as fast as float32, else "
                 "float32; the measurement is cached per machine in the user's cache folder, and "
-                f"${AUTO_PRECISION_ENV}=float32|bf16|fp16 overrides it), float32, bf16, fp16", "choices": PRECISIONS})
+                f"${AUTO_PRECISION_ENV}={'|'.join(RESOLVED_PRECISIONS)} overrides it), float32, bf16, fp16", "choices": PRECISIONS})
     batch_size: int | None = field(default=None, metadata={
         "help": f"sentences per backbone forward pass (default {DEFAULT_BATCH_SIZE})"})
     cache_dir: str | os.PathLike[str] | None = field(default=None, metadata={

@@ -55,7 +55,7 @@ TOKENIZE_CHUNK = 4096
 PROGRESS_BAR_MIN_BATCHES = 8
 #: CPU bf16: run linear layers on oneDNN-prepacked weights with the bias fused in.
 ONEDNN_PACKED_LINEARS = True
-#: Tokens of a typical STS sentence with its special tokens (STS-B averages 15-20): with the batch size,
+#: Tokens of a typical STS sentence with its special tokens (STS-B test+dev, all-MiniLM-L6-v2's tokenizer: mean 14.3, median 12): with the batch size,
 #: the rows a linear layer multiplies at once, which its weights are packed and probed for.
 TYPICAL_SENTENCE_TOKENS = 16
 

@@ -275,7 +275,7 @@ def describe_machine(threads: int | None = None) -> dict[str, Any]:
 
     from flow_plugin._machine import cpu_has_native_bf16
     from flow_plugin._machine import describe_machine as base_description
-    from flow_plugin.encoding.device import resolve_precision
+    from flow_plugin.encoding.device import choose_precision
 
     physical = None
     total_memory = None
@@ -305,7 +305,8 @@ def describe_machine(threads: int | None = None) -> dict[str, Any]:
         "physical_cores": physical,
         "memory_gib": total_memory,
         "torch_threads": threads or base["torch_threads"],
-        "auto_precision_cpu": resolve_precision("auto", torch.device("cpu")),
+        "auto_precision_cpu": (auto := choose_precision("auto", torch.device("cpu"))).precision,
+        "auto_precision_cpu_choice": auto.as_dict(),  # the bf16 probe at BERT-base's shapes (cached per machine)
         "python": base["python"],
         "platform": base["platform"],
         "torch": base["torch"],

@@ -93,6 +93,19 @@ def make_output_folder(path: str | os.PathLike[str], what: str = "output folder"
     return folder
 
 
+def user_cache_dir() -> Path:
+    """flow-plugin's folder in the user's cache (``platformdirs``: ``~/.cache/flow-plugin`` or
+    ``$XDG_CACHE_HOME/flow-plugin`` on Linux, ``~/Library/Caches/flow-plugin`` on macOS,
+    ``%LOCALAPPDATA%\\flow-plugin\\Cache`` on Windows); not created here.
+
+    >>> user_cache_dir().name in ("flow-plugin", "Cache")
+    True
+    """
+    from platformdirs import user_cache_path
+
+    return user_cache_path("flow-plugin", appauthor=False)
+
+
 def _default_file_mode() -> int:
     """0o666 minus the process umask: the mode ``open()`` would give a new file."""
     umask = os.umask(0)

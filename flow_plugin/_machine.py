@@ -15,7 +15,8 @@ from typing import Any
 
 from flow_plugin.errors import InputError
 
-#: CPU instruction sets that decide how fast (and with which kernels) bf16 matrix products run
+#: CPU instruction sets with bf16 matrix products: they name the kernels bf16 runs on (and so its last bits),
+#: not whether bf16 is faster than float32, which the bf16 probe measures (flow_plugin.encoding.precision_probe)
 BF16_CPU_FLAGS: tuple[str, ...] = ("amx_bf16", "avx512_bf16")
 _REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
 
@@ -53,7 +54,9 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_has_native_bf16() -> bool:
-    """True when the CPU has bf16 matrix instructions (AMX-BF16 or AVX512-BF16).
+    """True when the CPU has bf16 matrix instructions (AMX-BF16 or AVX512-BF16). Recorded for
+    information: having them does not make bf16 faster than float32 (on an Intel Xeon with
+    AVX512-BF16 and no AMX it was half as fast), so ``precision="auto"`` measures instead.
 
     >>> cpu_has_native_bf16() in (True, False)
     True
@@ -112,9 +115,13 @@ def cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def describe_machine(device: Any = None, precision: str | None = None) -> dict[str, Any]:
+def describe_machine(device: Any = None, precision: str | None = None,
+                     precision_choice: dict[str, Any] | None = None) -> dict[str, Any]:
     """Where a result is computed: CPU (model, cores, bf16 kernel family), torch and its
-    threads, the device (GPU name, CUDA version) and the precision.
+    threads, the device (GPU name, CUDA version) and the precision; with ``precision_choice``
+    (a backbone's ``precision_choice.as_dict()``) also how that precision was chosen: asked for,
+    set by the environment, the device's rule, or for ``auto`` on a CPU the bf16 probe's
+    measured speed ratio and whether it was measured now or read from the cache.
 
     >>> info = describe_machine("cpu", "float32")
     >>> info["device"], info["precision"], info["cpu_cores"] >= 1
@@ -132,6 +139,7 @@ def describe_machine(device: Any = None, precision: str | None = None) -> dict[s
         "torch_threads": torch.get_num_threads(),
         "device": str(device) if device is not None else None,
         "precision": precision,
+        **({"precision_choice": dict(precision_choice)} if precision_choice is not None else {}),
         "platform": platform.platform(),
         "python": platform.python_version(),
     }

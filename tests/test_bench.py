@@ -279,3 +279,31 @@ def test_a_backbone_that_cannot_load_stops_the_bench_at_its_first_task(tiny_back
     assert failed.status == "failed" and failed.error.startswith(WeightsUnavailableError.__name__)
     assert "no-such-weights" in failed.error and "\n" not in failed.error
     assert messages[-1] == "bench: stopped: the backbone of tiny cannot be loaded; the tasks left were not run"
+
+
+@pytest.mark.parametrize(("speedup", "expected"), [(2.0, "bf16"), (0.5, "float32")])
+def test_the_run_record_holds_how_auto_precision_was_decided(
+    tiny_backbone: str, senteval_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, speedup: float,
+    expected: str,
+) -> None:
+    """``auto`` on a CPU: the record says what it resolved to, the measured bf16 speed ratio and whether the
+    measurement came from the cache (faked here: the test asserts no timing)."""
+    from flow_plugin.encoding import precision_probe
+    from flow_plugin.encoding.options import AUTO_PRECISION_ENV, EncoderOptions
+
+    monkeypatch.delenv(AUTO_PRECISION_ENV, raising=False)
+    monkeypatch.setattr(precision_probe, "probe_cache_dir", lambda: tmp_path / "precision-cache")
+    monkeypatch.setattr(precision_probe, "measure_bf16_speedup", lambda shapes: precision_probe.Bf16Measurement(
+        speedup, 0.01, 0.01 / speedup, 5, 0.2, "2026-11-25T10:00:00+00:00"))
+    output, messages = tmp_path / "out", []
+    report = run_bench(tiny_backbone, senteval_dir, output_folder=output, tasks=["SentEvalSTS16"], calibrators=["raw"],
+                       progress=messages.append,
+                       options=EncoderOptions(device="cpu", precision="auto", cache_dir=tmp_path / "embeddings"))
+    assert [outcome.status for outcome in report.outcomes] == ["computed"]
+    (record,) = run_records(output)
+    assert record["hardware"]["precision"] == expected == record["settings"]["encoder"]["precision"]
+    assert record["hardware"]["precision_choice"] == {
+        "requested": "auto", "precision": expected, "source": "probe", "bf16_speedup": speedup,
+        "measured": "2026-11-25T10:00:00+00:00"}
+    assert f"bench: tiny: precision auto -> {expected} (bf16 {speedup:.2f}x float32, measured 2026-11-25, probed now)" \
+        in messages

@@ -47,6 +47,19 @@ def test_bad_eval_arguments_are_one_line_errors(
     assert re.search(message, err), err
 
 
+def test_a_bad_auto_precision_variable_is_one_line_naming_it(
+    senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flow_plugin.encoding.options import AUTO_PRECISION_ENV
+
+    monkeypatch.setenv(AUTO_PRECISION_ENV, "fastest")
+    code, err = run_cli(["eval", "-m", "flow_plugin/minilm-l6", "--data", str(senteval_dir), "-t", "SentEvalSTS16",
+                         "--device", "cpu", "--output-folder", str(tmp_path)], capsys)
+    assert code == 2 and err.count("\n") == 1, err[-2000:]
+    assert err == (f"flow-plugin eval: error: {AUTO_PRECISION_ENV}='fastest' is not a precision; set it to one of "
+                   "float32, bf16, fp16, or unset it to let 'auto' decide\n")
+
+
 def test_an_unknown_task_is_one_line_without_mtebs_warnings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -27,6 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flow_plugin._io import user_cache_dir
 from flow_plugin.errors import RegistryError
 
 logger = logging.getLogger(__name__)
@@ -37,14 +38,11 @@ KINDS = ("package-folder", "split-zip")
 
 def weights_cache_dir() -> Path:
     """``$FLOW_PLUGIN_WEIGHTS_DIR``, else ``weights/`` in the user's cache folder for flow-plugin
-    (``platformdirs``: ``~/.cache/flow-plugin`` or ``$XDG_CACHE_HOME/flow-plugin`` on Linux,
-    ``~/Library/Caches/flow-plugin`` on macOS, ``%LOCALAPPDATA%\\flow-plugin\\Cache`` on Windows)."""
+    (:func:`flow_plugin._io.user_cache_dir`)."""
     value = os.environ.get(WEIGHTS_DIR_ENV)
     if value:
         return Path(value).expanduser()
-    from platformdirs import user_cache_path
-
-    return user_cache_path("flow-plugin", appauthor=False) / "weights"
+    return user_cache_dir() / "weights"
 
 
 class LocalWeights(BaseModel):

@@ -34,7 +34,13 @@ from tqdm.auto import tqdm
 from flow_plugin._validation import check_sentences
 from flow_plugin._machine import bf16_kernel_family, resolve_device
 from flow_plugin.encoding.batching import BATCH_PLAN, BATCH_PLANS, plan_batches
-from flow_plugin.encoding.device import autocast_dtype, resolve_precision
+from flow_plugin.encoding.device import (
+    PrecisionChoice,
+    auto_precision_from_environment,
+    autocast_dtype,
+    check_precision,
+    choose_precision,
+)
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, check_batch_size
 from flow_plugin.errors import InputError, WeightsUnavailableError
 from flow_plugin.encoding.pooling import Pooling, parse_pooling
@@ -49,6 +55,9 @@ TOKENIZE_CHUNK = 4096
 PROGRESS_BAR_MIN_BATCHES = 8
 #: CPU bf16: run linear layers on oneDNN-prepacked weights with the bias fused in.
 ONEDNN_PACKED_LINEARS = True
+#: Tokens of a typical STS sentence with its special tokens (STS-B test+dev, all-MiniLM-L6-v2's tokenizer: mean 14.3, median 12): with the batch size,
+#: the rows a linear layer multiplies at once, which its weights are packed and probed for.
+TYPICAL_SENTENCE_TOKENS = 16
 
 
 def weights_unavailable(name: str, error: OSError, install_hint: str | None, source: str | None = None) -> WeightsUnavailableError:
@@ -116,7 +125,9 @@ class Backbone:
     device:
         ``None``/``"auto"`` (CUDA if available, else CPU), or any torch device.
     precision:
-        ``"auto"``, ``"float32"``, ``"bf16"`` or ``"fp16"`` autocast for the forward pass.
+        ``"auto"``, ``"float32"``, ``"bf16"`` or ``"fp16"`` autocast for the forward pass. ``auto`` is
+        resolved by :func:`~flow_plugin.encoding.device.choose_precision` (on a CPU: measured, see
+        :attr:`precision_choice`); the key and the records hold the resolved one.
     show_progress_bar:
         ``None`` shows a bar for inputs longer than a few batches.
     batch_plan:
@@ -168,7 +179,12 @@ class Backbone:
         self.max_seq_length = max_seq_length
         self.batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
         self.device = resolve_device(device)
-        self.precision = resolve_precision(precision, self.device)
+        #: the precision asked for; :attr:`precision` is what it resolved to
+        self.requested_precision = check_precision(precision)
+        # On a CPU, "auto" is measured for this model's shapes: decided on first use (reading the config, not the weights)
+        needs_probe = precision == "auto" and self.device.type == "cpu" and auto_precision_from_environment() is None
+        self._precision_choice: PrecisionChoice | None = None if needs_probe else choose_precision(precision, self.device)
+        self._precision_lock = threading.Lock()
         self.show_progress_bar = show_progress_bar
         self.trust_remote_code = trust_remote_code
         self.expected_embedding_dim = expected_embedding_dim
@@ -180,6 +196,29 @@ class Backbone:
         self._load_lock = threading.Lock()
 
     # ------------------------------------------------------------------ identity
+    @property
+    def precision_choice(self) -> PrecisionChoice:
+        """The resolved precision and why (:func:`flow_plugin.encoding.device.choose_precision`). On a
+        CPU, ``auto`` is decided on first use by the bf16 probe (cached per machine) at this model's
+        width (``expected_embedding_dim``, else the config's ``hidden_size``; the weights are not
+        loaded) and this backbone's batch size."""
+        if self._precision_choice is None:
+            with self._precision_lock:
+                if self._precision_choice is None:
+                    from flow_plugin.encoding.precision_probe import ProbeShapes
+
+                    width = self.expected_embedding_dim or int(self.config.hidden_size)
+                    shapes = ProbeShapes.for_width(width, self.batch_size)
+                    choice = choose_precision(self.requested_precision, self.device, shapes=shapes)
+                    logger.info("%s: precision %s", self.name, choice.describe())
+                    self._precision_choice = choice
+        return self._precision_choice
+
+    @property
+    def precision(self) -> str:
+        """The forward pass's precision: ``float32``, ``bf16`` or ``fp16`` (``auto`` resolved)."""
+        return self.precision_choice.precision
+
     @property
     def key(self) -> BackboneKey:
         """The cache identity of this backbone's embeddings."""
@@ -284,11 +323,7 @@ class Backbone:
             for parameter in model.parameters():
                 parameter.requires_grad_(False)
             model.to(self.device)
-            dtype = autocast_dtype(self.precision)
-            if dtype is not None:
-                store_linear_weights_as(model, dtype)
-                if ONEDNN_PACKED_LINEARS and self.device.type == "cpu" and dtype == torch.bfloat16:
-                    pack_linear_weights(model, batch_tokens=self.batch_size * 16)
+            prepare_linear_layers(model, self.precision, self.device, batch_tokens=self.batch_size * TYPICAL_SENTENCE_TOKENS)
             n_hidden_states = int(model.config.num_hidden_layers) + 1
             self.pooling.validate_depth(n_hidden_states)
             self._check_width(model.config)
@@ -472,6 +507,20 @@ def store_linear_weights_as(model: torch.nn.Module, dtype: torch.dtype) -> int:
             module.register_forward_pre_hook(_cast_input_to_weight_dtype)
             converted += 1
     return converted
+
+
+def prepare_linear_layers(model: torch.nn.Module, precision: str, device: torch.device, *, batch_tokens: int) -> None:
+    """Ready the linear layers of ``model`` (already on ``device``) for a resolved ``precision``:
+    for bf16/fp16 their weights are stored in that dtype (:func:`store_linear_weights_as`), and on
+    a CPU in bf16 they run on oneDNN-packed weights (:func:`pack_linear_weights`, packed for
+    ``batch_tokens`` rows); float32 leaves them as they are. What the backbone does at load, and
+    what the CPU precision probe (:mod:`flow_plugin.encoding.precision_probe`) times."""
+    dtype = autocast_dtype(precision)
+    if dtype is None:
+        return
+    store_linear_weights_as(model, dtype)
+    if ONEDNN_PACKED_LINEARS and device.type == "cpu" and dtype == torch.bfloat16:
+        pack_linear_weights(model, batch_tokens=batch_tokens)
 
 
 def _packed_linear_forward(module: torch.nn.Linear, inputs: torch.Tensor) -> torch.Tensor:

@@ -29,6 +29,17 @@ from flow_plugin.errors import InputError
 #: The numeric precisions of the forward pass (see :mod:`flow_plugin.encoding.device`).
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
 DEFAULT_PRECISION = PRECISIONS[0]
+#: What ``auto`` can stand for: every precision but ``auto`` itself.
+RESOLVED_PRECISIONS: tuple[str, ...] = PRECISIONS[1:]
+#: The environment variable that says what ``precision="auto"`` means on this machine, instead of
+#: the GPU rule or the CPU measurement (:func:`flow_plugin.encoding.device.choose_precision`).
+AUTO_PRECISION_ENV = "FLOW_PLUGIN_AUTO_PRECISION"
+#: On a CPU, ``auto`` is bf16 only where the probe (:mod:`flow_plugin.encoding.precision_probe`) ran the
+#: model's linear products at least this many times as fast in bf16 as in float32. The rest of a forward pass
+#: does not speed up, so the gain end to end is smaller than the probe's, and a smaller one is not worth
+#: bf16's rounding (up to 0.02 STS points, docs/reproducibility.md); 1.2 is also well clear of the probe's
+#: spread between runs (a few percent on one thread, docs/performance.md).
+BF16_MIN_SPEEDUP = 1.2
 #: Sentences per forward pass when none is given. Length-sorted batches of short STS sentences keep this cheap.
 DEFAULT_BATCH_SIZE = 64
 
@@ -60,8 +71,10 @@ class EncoderOptions:
     device: str | None = field(default=None, metadata={
         "help": "cpu, cuda, cuda:1 ... (default: CUDA if available, else CPU)"})
     precision: str = field(default="auto", metadata={
-        "help": "forward-pass precision: auto (bf16 on GPUs and on CPUs with bf16 instructions, else float32), "
-                "float32, bf16, fp16", "choices": PRECISIONS})
+        "help": "forward-pass precision: auto (GPU: bf16 from compute capability 8.0, else fp16; CPU: bf16 only "
+                f"where a short probe of the model's matmuls measured it at least {BF16_MIN_SPEEDUP}x as fast as float32, else "
+                "float32; the measurement is cached per machine in the user's cache folder, and "
+                f"${AUTO_PRECISION_ENV}={'|'.join(RESOLVED_PRECISIONS)} overrides it), float32, bf16, fp16", "choices": PRECISIONS})
     batch_size: int | None = field(default=None, metadata={
         "help": f"sentences per backbone forward pass (default {DEFAULT_BATCH_SIZE})"})
     cache_dir: str | os.PathLike[str] | None = field(default=None, metadata={

@@ -227,6 +227,7 @@ def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, 
     output = report.output_folder
     total = len(report.runs) * len(report.tasks)
     step = 0
+    precision_shown = False
     for task in report.tasks:
         for bench_run in report.runs:
             model = bench_run.model
@@ -240,6 +241,9 @@ def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, 
                                                 command="flow-plugin bench")
                 (run,) = evaluation.runs
                 score = round(run.score * 100, 4)
+                if not precision_shown and evaluation.precision:  # one backbone: one precision for every run
+                    progress(f"bench: {report.backbone}: precision {evaluation.precision}")
+                    precision_shown = True
             except Exception as error:  # noqa: BLE001 -- report, go on with the other tasks
                 seconds = time.perf_counter() - start
                 message = f"{type(error).__name__}: {error}"

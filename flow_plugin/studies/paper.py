@@ -238,6 +238,7 @@ class _PaperRun:
             "key": self.encoder.key,
             "device": str(backbone.device),
             "precision": backbone.precision,
+            "precision_choice": backbone.precision_choice.describe(),
             "batch_size": backbone.batch_size,
             "cache_dir": str(self.encoder.cache_dir) if self.encoder.cache_dir else None,
             "n_sentences_requested": self.n_requested,
@@ -481,7 +482,8 @@ def run_paper(
     report["timings_seconds"] = {key: round(value, 3) for key, value in timings.items()}
     from flow_plugin._machine import describe_machine
 
-    report["machine"] = describe_machine(state.encoder.backbone.device, state.encoder.backbone.precision)
+    backbone = state.encoder.backbone
+    report["machine"] = describe_machine(backbone.device, backbone.precision, backbone.precision_choice.as_dict())
     path = atomic_write_json(out / RESULT_FILE, report)
     report["result_file"] = str(path)
     return report
@@ -548,7 +550,7 @@ def format_report(report: dict[str, Any]) -> str:
     backbone = report["model"]["backbone"]
     encoder = report["encoder"]
     lines.append(f"BERT-flow paper evaluations: {backbone['name']} ({backbone['hub_id']}, pooling {backbone['pooling']}, "
-                 f"{encoder['device']}, {encoder['precision']})")
+                 f"{encoder['device']}, precision {encoder.get('precision_choice') or encoder['precision']})")
     for note in report.get("notes", []):
         lines.append(f"NOTE: {note}")
     summary = report.get("summary", {})

@@ -61,6 +61,8 @@ class ModelEvaluation:
     model: str
     result: Any  # mteb's ModelResult
     runs: list[TaskRun] = field(default_factory=list)
+    #: how the backbone's precision was chosen (``PrecisionChoice.describe()``: "auto -> float32 (bf16 0.52x ...)")
+    precision: str | None = None
 
 
 def check_model_names(models: list[str]) -> None:
@@ -171,10 +173,10 @@ def evaluate_models(
                     set_aside_partial_results(written())
                 raise
             backbone = model.encoder.backbone
-            hardware = describe_machine(backbone.device, backbone.precision)
+            hardware = describe_machine(backbone.device, backbone.precision, backbone.precision_choice.as_dict())
             settings = {"batch_size": batch_size, "command": command, "encoder": backbone.key.as_dict(),
                         "oom_halvings": backbone.oom_halvings}  # CUDA out-of-memory batches halved so far
-            evaluation = ModelEvaluation(model_name, result)
+            evaluation = ModelEvaluation(model_name, result, precision=backbone.precision_choice.describe())
             changed = written()
             record_runs(output, changed, hardware, settings)  # or set them aside, and say why
             for task_result in result.task_results:

@@ -177,6 +177,8 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
     assert deltas[1][deltas[0].index(TASK)] == (f"{expected:+.2f} [{low:+.2f}, {high:+.2f}]"
                                                 + ("*" if interval["significant"][TASK] else ""))
     assert deltas[1][deltas[0].index("MockSTSTask")] == "—"
+    # the average is over the one task both rows have, and says which it leaves out
+    assert deltas[1][deltas[0].index("Avg")].endswith(" (without MockSTSTask)")
 
     png = (tmp_path / "board.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
@@ -185,7 +187,8 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
         assert image.size[0] > 300 and image.size[1] > 200
         drawn = json.loads(image.text["Description"])
     assert drawn["labels"] == [*board["tasks"], "Avg"]
-    assert drawn["series"] == {"minilm-l6 whiten": [whiten["delta"][TASK], None, whiten["delta"]["average"]]}
+    assert drawn["series"] == {"minilm-l6 whiten (Avg without MockSTSTask)": [whiten["delta"][TASK], None,
+                                                                              whiten["delta"]["average"]]}
 
 
 def test_external_model_uses_model_meta(result_dirs: dict[str, Path], tmp_path: Path) -> None:

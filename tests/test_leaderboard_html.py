@@ -39,7 +39,8 @@ SHOWN = 0.005 + 1e-9
 ABSOLUTE_PATH = re.compile(r"/tmp/|/home/|/work/|/root/|/Users/|/var/folders/|\b[A-Za-z]:\\")
 REVISION = re.compile(r"\b[0-9a-f]{40}\b")
 CELL = re.compile(r"^(?P<value>[+-]?\d+\.\d\d)(?: ± (?P<spread>\d+\.\d\d))?"
-                  r"(?: \[(?P<lo>[+-]?\d+\.\d\d), (?P<hi>[+-]?\d+\.\d\d)\])?(?P<sig>\*)?$")
+                  r"(?: \[(?P<lo>[+-]?\d+\.\d\d), (?P<hi>[+-]?\d+\.\d\d)\])?(?P<sig>\*)?"
+                  r"(?: \(without (?P<without>[^)]+)\))?$")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -57,7 +58,9 @@ def parse(text: str) -> dict[str, Any] | None:
     match = CELL.match(text)
     assert match, f"unexpected cell text {text!r}"
     return {"value": float(match["value"]), "spread": None if match["spread"] is None else float(match["spread"]),
-            "significant": bool(match["sig"])}
+            "lo": None if match["lo"] is None else float(match["lo"]),
+            "hi": None if match["hi"] is None else float(match["hi"]),
+            "significant": bool(match["sig"]), "without": match["without"]}
 
 
 # ---------------------------------------------------------------- expected values, straight from the JSON
@@ -81,23 +84,35 @@ def expected_scores(board: dict[str, Any], key: str, protocol: str) -> dict[str,
 
 
 def expected_raw_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[float, float | None, bool] | None]:
-    """column -> (Δ, spread, significant) against raw, protocol "all": the JSON's delta fields."""
+    """column -> (Δ, spread, significant) against raw, protocol "all": the JSON's delta fields; an average
+    whose interval covers fewer tasks (its comparison's "tasks") is the mean of the deltas of those tasks."""
     groups = groups_by_id(board)
     columns = [*board["tasks"], "average"]
     record = groups[key] if key in groups else next(r for r in board["rows"] if r["id"] == key)
-    significant = ((record.get("intervals") or {}).get("all", {}).get("raw") or {}).get("significant", {})
+    compared = (record.get("intervals") or {}).get("all", {}).get("raw") or {}
+    significant = compared.get("significant", {})
     if key in groups:
         delta = groups[key].get("delta") or {}
-        return {c: (delta[c]["mean"], delta[c]["std"], significant.get(c, False)) if c in delta else None
-                for c in columns}
-    delta = record.get("delta") or {}
-    return {c: (delta[c], None, significant.get(c, False)) if c in delta else None for c in columns}
+        out = {c: (delta[c]["mean"], delta[c]["std"], significant.get(c, False)) if c in delta else None
+               for c in columns}
+        members = [next(r for r in board["rows"] if r["id"] == row_id) for row_id in groups[key]["rows"]]
+    else:
+        delta = record.get("delta") or {}
+        out = {c: (delta[c], None, significant.get(c, False)) if c in delta else None for c in columns}
+        members = [record]
+    if compared.get("tasks"):
+        averages = [round(statistics.fmean(m["delta"][t] for t in compared["tasks"]), 4) for m in members]
+        out["average"] = (round(statistics.fmean(averages), 4),
+                          round(statistics.stdev(averages), 4) if len(averages) > 1 else None,
+                          significant["average"])
+    return out
 
 
 def expected_linear_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[float, float | None] | None]:
     """column -> (Δ, spread) against the best linear baseline (highest "all" average among the
     complete sn/natsv/sn-natsv/whiten rows with the same backbone, pooling, kwargs and fit corpus),
-    computed here from the rows' scores, independently of the page's code."""
+    computed here from the rows' scores, independently of the page's code (an average over the tasks of
+    its interval where that covers fewer than the board's)."""
     groups = groups_by_id(board)
     rows = {r["id"]: r for r in board["rows"]}
     members = [rows[i] for i in groups[key]["rows"]] if key in groups else [rows[key]]
@@ -115,9 +130,12 @@ def expected_linear_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[f
     best = max(candidates, key=lambda r: r["average"])
     if best["id"] == key:  # the best baseline is not compared with itself
         return {c: None for c in [*board["tasks"], "average"]}
+    record = groups.get(key) or rows[key]
+    compared = ((record.get("intervals") or {}).get("all") or {}).get("linear") or {}
+    averaged = compared.get("tasks") or board["tasks"]  # an interval over fewer tasks: the average over those
     per_member = [{t: m["scores"][t]["score"] - best["scores"][t]["score"] for t in board["tasks"]} for m in members]
     for deltas in per_member:
-        deltas["average"] = statistics.fmean(deltas[t] for t in board["tasks"])
+        deltas["average"] = statistics.fmean(deltas[t] for t in averaged)
     out = {}
     for column in [*board["tasks"], "average"]:
         values = [d[column] for d in per_member]
@@ -144,6 +162,60 @@ def test_the_page_embeds_the_json_and_needs_no_network(json_path: Path) -> None:
 def test_committed_pages_are_what_the_code_renders(json_path: Path) -> None:
     board = lb.finalize(lb.load_leaderboard(json_path))
     assert lb.render_html(board, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("json_path", PUBLISHED, ids=lambda p: p.stem)
+def test_every_shown_delta_lies_in_its_interval_and_covers_its_tasks(json_path: Path) -> None:
+    """Every Δ the page and the Markdown show with an interval lies in that interval, and an average is over
+    the tasks its interval was computed over (the comparison's "tasks", else the board's), saying which it
+    leaves out. The natsv row of minilm-l6-layer0 used to show +9.54 over 7 tasks next to the interval of
+    its 6 tasks with per-pair cosines."""
+    board = load(json_path)
+    view = lb.page_view(lb.load_leaderboard(json_path))
+    markdown = json_path.with_suffix(".md").read_text(encoding="utf-8")
+    records = {**{r["id"]: r for r in board["rows"]}, **groups_by_id(board)}
+    checked = 0
+    for entry in view["entries"]:
+        for protocol, references in (records[entry["key"]].get("intervals") or {}).items():
+            for reference, compared in references.items():
+                cells = entry["cells"][protocol][reference]
+                tasks = compared.get("tasks") or board["tasks"]
+                assert [t for t in compared["ci95"] if t != "average"] == tasks
+                for column, (low, high) in compared["ci95"].items():
+                    cell = cells[column]
+                    assert low - 1e-4 <= cell["value"] <= high + 1e-4, (entry["key"], protocol, reference, column)
+                    assert cell["ci95"] == [low, high] and cell["significant"] == compared["significant"][column]
+                    shown = parse(cell["text"])
+                    assert shown["lo"] == round(low, 2) and shown["significant"] == cell["significant"]
+                    checked += 1
+                average = cells["average"]
+                left_out = [t for t in board["tasks"] if t not in tasks]
+                assert average.get("without", []) == left_out
+                assert (parse(average["text"])["without"] is None) == (not left_out)
+                means = [cells[t]["value"] for t in tasks]  # the shown per-task deltas, averaged
+                assert average["value"] == pytest.approx(statistics.fmean(means), abs=2e-4 if entry["seeds"] is None
+                                                         else 0.02)
+                if protocol == "all":  # the Markdown's Δ tables (a seed group's linear Δ there shows no spread)
+                    text = average["text"] if entry["seeds"] is None else " [" + average["text"].split(" [", 1)[1]
+                    assert f"{text} |" in markdown, (entry["key"], reference, text)
+    assert checked > 100
+
+
+def test_render_only_refuses_a_board_whose_scores_disagree_with_its_intervals(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A score edited by 5 points after the intervals were computed used to render as a Δ outside its own
+    interval, still marked significant: now nothing is written and the error names the row and the remedy."""
+    board = load(BOARDS / "minilm-l6-layer0.json")
+    group = next(g for g in board["seed_groups"] if g.get("intervals"))
+    member = next(r for r in board["rows"] if r["id"] == group["rows"][0])
+    member["scores"]["SentEvalSTS12"]["score"] += 5.0
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(board, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert cli_main(["leaderboard", "--render-only", str(path)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "intervals do not match its scores" in error and repr(group["id"]) in error and "--replace" in error
+    assert not [p.name for p in tmp_path.iterdir() if p.suffix in (".md", ".png", ".html")]  # nothing rendered
 
 
 def test_the_index_lists_every_published_board(tmp_path: Path) -> None:
@@ -183,7 +255,7 @@ def test_cells_are_the_json_numbers() -> None:
             assert (cell is None) == (expected is None), (entry["key"], column)
             if cell is not None:
                 assert (cell["value"], cell["spread"], bool(cell["significant"])) == expected
-                assert cell["text"].endswith("*") == expected[2]
+                assert parse(cell["text"])["significant"] == expected[2]
         for column, expected in expected_linear_deltas(board, entry["key"]).items():
             cell = entry["cells"]["all"]["linear"][column]
             assert (cell is None) == (expected is None), (entry["key"], column)

@@ -20,6 +20,7 @@ from flow_plugin.leaderboard.html import board_summary, render_html, render_inde
 from flow_plugin.leaderboard.merge import load_leaderboard
 from flow_plugin.leaderboard.models import Leaderboard
 from flow_plugin.leaderboard.render import render_markdown, render_png
+from flow_plugin.leaderboard.units import check_deltas
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 
 logger = logging.getLogger(__name__)
@@ -48,10 +49,11 @@ def write_leaderboard(board: Leaderboard,
                       json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
     """Render all four files in memory, then write each atomically (JSON last: it is the
     record). Returns their paths; the PNG's is None when matplotlib is missing. A board changed in
-    memory into something the typed format does not allow is a :class:`LeaderboardError` and
-    nothing is written."""
+    memory into something the typed format does not allow, or whose stored intervals do not describe
+    its scores (:func:`~.units.check_deltas`), is a :class:`LeaderboardError` and nothing is written."""
     json_file, md_file, png_file, html_file = output_paths(json_path)
     text = board.file_text(str(json_file))
+    check_deltas(board, str(json_file))
     markdown = render_markdown(board)
     page = render_html(board, json_file.stem)
     try:

@@ -319,6 +319,57 @@ def test_conflicting_duplicate_is_reported_and_replace_replaces(result_dirs: dic
     assert row(board, RAW)["scores"][TASK]["dataset_revision"] == "sha256:" + "0" * 64
 
 
+def test_a_result_without_its_run_record_is_set_aside_until_a_recorded_one_comes(
+        result_dirs: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run killed between writing a result and its run record left a result that used to be merged with
+    hardware null and no word; and once merged, the recomputed result with its record was "unchanged"."""
+    from flow_plugin.integrations.mteb.results import RUNS_FILE
+
+    killed = copy_results(result_dirs["sts"], tmp_path / "killed")
+    runs = killed / RUNS_FILE
+    lines = runs.read_text(encoding="utf-8").splitlines(keepends=True)
+    runs.write_text("".join(line for line in lines if json.loads(line)["model"] != WHITEN), encoding="utf-8")
+    out = tmp_path / "lb" / "board.json"
+    with caplog.at_level(logging.WARNING, logger="flow_plugin.leaderboard"):
+        update = lb.update_leaderboard([killed], out)
+    assert [r.model for r in update.board.rows] == [RAW]  # the unrecorded result is not on the board
+    (line,) = update.report.unrecorded
+    assert str(result_file(killed, WHITEN)) in line and "no run record" in line and "\n" not in line
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [line]
+    assert all(entry.hardware for r in update.board.rows for entry in r.scores.values())
+
+    # a board that took such a result in before (hardware null) gets the recorded one when it comes
+    lb.update_leaderboard([result_dirs["sts"]], out)
+    data = json.loads(out.read_text(encoding="utf-8"))
+    row(data, WHITEN)["scores"][TASK]["hardware"] = None
+    out.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    again = lb.update_leaderboard([result_dirs["sts"]], out)
+    assert again.report.recorded == [f"{model_row(again.board, WHITEN).id} / {TASK}"]
+    assert row(json.loads(out.read_text(encoding="utf-8")), WHITEN)["scores"][TASK]["hardware"]
+
+
+def test_a_board_merged_in_two_steps_finds_the_per_pair_cosines_of_both(result_dirs: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    """The raw backbone merged from one folder, the calibrated row later from another: the second merge
+    used to look for the raw row's per-pair cosines in its own folder only, so the calibrated row got no
+    interval and the board a false "computed by an older procedure ... were not kept" banner."""
+    raw_only = copy_results(result_dirs["sts"], tmp_path / "raw-run")
+    shutil.rmtree(raw_only / "results" / WHITEN.replace("/", "__"))
+    whiten_only = copy_results(result_dirs["sts"], tmp_path / "whiten-run")
+    shutil.rmtree(whiten_only / "results" / RAW.replace("/", "__"))
+    at_once = lb.update_leaderboard([result_dirs["sts"]], tmp_path / "once" / "board.json").board
+
+    out = tmp_path / "lb" / "board.json"
+    lb.update_leaderboard([raw_only], out)
+    second = lb.update_leaderboard([whiten_only], out)
+    assert second.report.intervals == 1
+    assert model_row(second.board, WHITEN).intervals == model_row(at_once, WHITEN).intervals
+    assert "older procedure" not in out.with_suffix(".md").read_text(encoding="utf-8")
+    # the folders are listed next to the board, which publishes no path
+    assert str(raw_only) in lb_write.sources_path(out).read_text(encoding="utf-8")
+    assert str(tmp_path) not in out.read_text(encoding="utf-8")
+
+
 def test_difference_within_tolerance_is_identical(result_dirs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -37,6 +38,8 @@ from flow_plugin.leaderboard.schema import (
 )
 from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class MergeReport:
@@ -49,6 +52,10 @@ class MergeReport:
     files_read: int = 0
     #: results read without usable per-pair cosines ("<row id> / <task>: why"), so without intervals
     no_pairs: list[str] = field(default_factory=list)
+    #: results not merged because their run record is missing ("<result file>: why")
+    unrecorded: list[str] = field(default_factory=list)
+    #: "<row id> / <task>" of scores kept without a run record, now replaced by the same score with one
+    recorded: list[str] = field(default_factory=list)
     #: units given confidence intervals, and the seconds that took
     intervals: int = 0
     interval_seconds: float = 0.0
@@ -152,11 +159,16 @@ def merge_results(
     tasks: Iterable[str] | None = None,
     tolerance: float | None = None,
     require_results: bool = True,
+    pair_folders: Sequence[str | os.PathLike[str]] = (),
 ) -> MergeReport:
     """Merge the result files under ``folders`` into ``board`` (in place) and recompute the
     derived fields. Raises :class:`LeaderboardConflictError` (and leaves ``board`` as it
     was) when a new score disagrees with a recorded one and ``replace`` is false. The per-pair cosines
-    kept with the results give the deltas their confidence intervals (:mod:`.intervals`)."""
+    kept with the results give the deltas their confidence intervals (:mod:`.intervals`): those of the
+    merged results, and those of rows already on the board found in ``folders`` or in ``pair_folders``
+    (the folders merged into it before; nothing there is merged). A result whose run record is missing
+    (its run was killed before the record was written) is not merged, with a one-line warning; a
+    recorded result replaces one kept without its record."""
     from flow_plugin.leaderboard.intervals import annotate_intervals
     from flow_plugin.integrations.mteb.pair_scores import PairScores, pairs_of_result
 
@@ -181,21 +193,21 @@ def merge_results(
             if (model_filter is not None and result_file.identity.model not in model_filter) or (
                     task_filter is not None and result_file.task not in task_filter):
                 # not merged; but a row already on the board may be the reference of a merged one (its raw
-                # backbone, its best linear baseline): its per-pair cosines serve the intervals when they
-                # reproduce the score recorded
-                on_board = rows.get(result_file.row_id)
-                recorded = on_board.scores.get(result_file.task) if on_board is not None else None
-                if recorded is not None and (result_file.row_id, result_file.task) not in pairs:
-                    kept, _ = pairs_of_result(result_file.path, score_points=recorded.score,
-                                              dataset_revision=recorded.dataset_revision)
-                    if kept is not None:
-                        pairs[(result_file.row_id, result_file.task)] = kept
+                # backbone, its best linear baseline)
+                _recorded_pairs(rows, result_file, pairs)
                 continue
             results_folder = result_file.path.parent
             if results_folder not in versions:
                 versions[results_folder] = run_settings_versions(results_folder)
             entry = read_score(result_file, found.hardware, versions[results_folder])
             report.files_read += 1
+            if found.unrecorded(entry):
+                report.unrecorded.append(
+                    f"{result_file.path}: not merged: no run record in {found.runs_file} (its run was killed before "
+                    "the record was written, or the disk was full); rerun it (flow-plugin eval or bench on that "
+                    "folder sets it aside and recomputes it)")
+                logger.warning("%s", report.unrecorded[-1])
+                continue
             rid, task = result_file.row_id, result_file.task
             label = f"{rid} / {task}"
             row = rows.get(rid)
@@ -209,7 +221,10 @@ def merge_results(
             else:
                 problems = score_difference(old, entry, tolerance)
                 where = origin.get((rid, task), "the leaderboard")
-                if not problems:
+                if not problems and old.hardware is None and entry.hardware is not None:
+                    row.scores[task] = entry  # the same result, now with its run record
+                    report.recorded.append(label)
+                elif not problems:
                     report.unchanged.append(label)
                 elif replace:
                     row.scores[task] = entry
@@ -226,6 +241,14 @@ def merge_results(
             else:
                 pairs.pop((rid, task), None)
                 report.no_pairs.append(f"{label}: {why}")
+    for folder in pair_folders:  # merged before: the per-pair cosines of rows already on the board
+        try:
+            earlier = find_results(folder).files
+        except DataFolderError as error:  # moved, deleted, or no longer readable: its rows keep their intervals
+            logger.info("per-pair cosines not looked up in %s: %s", folder, error)
+            continue
+        for result_file in earlier:
+            _recorded_pairs(rows, result_file, pairs)
     if (model_filter is not None or task_filter is not None) and require_results and report.files_read == 0:
         raise LeaderboardError(f"no result files of the selected models/tasks under {', '.join(map(str, folders))}")
     if conflicts:
@@ -243,6 +266,20 @@ def merge_results(
     if _content(board) != content_before:  # a rerun that changes nothing keeps the file byte for byte
         board.updated = _now_iso()
     return report
+
+
+def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: dict[tuple[str, str], Any]) -> None:
+    """Add the per-pair cosines of ``result_file`` to ``pairs`` when its row and task are on the board, have
+    none yet, and the cosines reproduce the score recorded there."""
+    from flow_plugin.integrations.mteb.pair_scores import pairs_of_result
+
+    on_board = rows.get(result_file.row_id)
+    recorded = on_board.scores.get(result_file.task) if on_board is not None else None
+    if recorded is not None and (result_file.row_id, result_file.task) not in pairs:
+        kept, _ = pairs_of_result(result_file.path, score_points=recorded.score,
+                                  dataset_revision=recorded.dataset_revision)
+        if kept is not None:
+            pairs[(result_file.row_id, result_file.task)] = kept
 
 
 def baseline_key(row: Row) -> str:

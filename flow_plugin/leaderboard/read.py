@@ -29,6 +29,7 @@ from flow_plugin.integrations.mteb.fit_records import fits_of_result, summarize_
 from flow_plugin.integrations.mteb.results import (
     RESULTS_FOLDER,
     RUNS_FILE,
+    RUNS_LOCK_FILE,
     ResultIdentity,
     load_task_result,
     open_result_cache,
@@ -88,15 +89,28 @@ class ResultFolder:
     files: list[ResultFile]
     #: run key (see :func:`run_key`) -> hardware, from flow-plugin-runs.jsonl next to results/
     hardware: dict[tuple[Any, ...], dict[str, Any]]
+    #: where flow-plugin keeps the run records of this folder's results, when it has written (or begun to
+    #: write) some: its flow-plugin-runs.jsonl, or the lock file its writers take; None for a folder only
+    #: MTEB wrote (``mteb run``), whose results have no records
+    runs_file: Path | None = None
+
+    def unrecorded(self, entry: TaskScore) -> bool:
+        """Whether a result read from this folder lacks the run record flow-plugin writes with every result
+        (its run was killed between the two writes, or the disk was full): no result until recomputed."""
+        return self.runs_file is not None and entry.hardware is None
 
 
 def find_results(folder: str | os.PathLike[str]) -> ResultFolder:
     """List the task result files of ``folder`` with mteb's ``ResultCache`` (nothing is parsed
-    yet but each run's ``model_meta.json``), with the hardware records of the folder."""
+    yet but each run's ``model_meta.json``), with the hardware records of the folder and where they are
+    kept."""
     cache = open_result_cache(folder)
     files = [ResultFile(path, result_identity(path)) for path in task_result_paths(cache)]
     output = cache.cache_path
-    return ResultFolder(Path(folder), output / RESULTS_FOLDER, files, hardware_index([output, output / RESULTS_FOLDER]))
+    folders = [output, output / RESULTS_FOLDER]
+    runs_file = next((place / RUNS_FILE for place in folders
+                      if (place / RUNS_FILE).is_file() or (place / RUNS_LOCK_FILE).is_file()), None)
+    return ResultFolder(Path(folder), output / RESULTS_FOLDER, files, hardware_index(folders), runs_file)
 
 
 def read_score(result_file: ResultFile, hardware: dict[tuple[Any, ...], dict[str, Any]] | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -202,6 +203,20 @@ def file_lock(path: str | os.PathLike[str], *, blocking: bool = True) -> Iterato
         yield
     finally:
         lock.release()
+
+
+def file_sha256(path: str | os.PathLike[str], what: str = "file") -> str:
+    """The sha256 (hex) of a file's bytes, read in blocks: what identifies a file by its content, whatever
+    its name or folder. A file that cannot be read is a :class:`~flow_plugin.errors.DataFolderError`
+    naming it (a ``what``: "fit corpus file" ...)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as error:
+        raise DataFolderError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    return digest.hexdigest()
 
 
 def read_json(path: str | os.PathLike[str], what: str) -> Any:

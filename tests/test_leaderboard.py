@@ -373,7 +373,8 @@ def test_a_board_merged_in_two_steps_finds_the_per_pair_cosines_of_both(result_d
 def test_difference_within_tolerance_is_identical(result_dirs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out)
-    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    # the board's files (not the list of folders merged into it, which gains the new one)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path != lb_write.sources_path(out)}
     changed = copy_results(result_dirs["sts"], tmp_path / "rerun")
     path = result_file(changed, WHITEN)
     data = json.loads(path.read_text())
@@ -464,8 +465,8 @@ def test_without_matplotlib_the_chart_is_skipped_with_one_warning(
     assert len(warnings) == 1, warnings
     assert str(tmp_path / "board.png") in warnings[0] and "pip install 'flow-plugin[plots]'" in warnings[0]
     assert update.paths == (out, tmp_path / "board.md", None, tmp_path / "board.html")
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == ["board.html", "board.json", "board.md",
-                                                                                "index.html"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == [".board.json.sources", "board.html",
+                                                                                "board.json", "board.md", "index.html"]
     from flow_plugin.cli.leaderboard import print_update
 
     print_update(update)
@@ -487,7 +488,8 @@ def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp
     out = tmp_path / "lb" / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out, models=[RAW])
     before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
-    assert sorted(before) == [LOCK_FILE, "board.html", "board.json", "board.md", "board.png", "index.html"]
+    assert sorted(before) == [".board.json.sources", LOCK_FILE, "board.html", "board.json", "board.md", "board.png",
+                              "index.html"]
 
     def boom(*args: object, **kwargs: object) -> None:
         raise OSError(f"simulated failure in {failure}")
@@ -511,8 +513,8 @@ def test_cli_writes_four_files_and_the_index_and_prints_the_schema(result_dirs: 
     out = tmp_path / "leaderboards" / "minilm-l6.json"
     assert cli_main(["leaderboard", str(result_dirs["sts"] / "results"), "-o", str(out), "-m", RAW, "-m", WHITEN]) == 0
     assert "2 new rows" in capsys.readouterr().out
-    assert sorted(p.name for p in out.parent.iterdir() if p.name != LOCK_FILE) == ["index.html", "minilm-l6.html", "minilm-l6.json",
-                                                            "minilm-l6.md", "minilm-l6.png"]
+    assert sorted(p.name for p in out.parent.iterdir() if p.name != LOCK_FILE) == [
+        ".minilm-l6.json.sources", "index.html", "minilm-l6.html", "minilm-l6.json", "minilm-l6.md", "minilm-l6.png"]
     assert json.loads(out.read_text())["name"] == "minilm-l6"
     assert cli_main(["leaderboard", "--schema"]) == 0
     schema = json.loads(capsys.readouterr().out)

@@ -14,6 +14,7 @@ its path printed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -383,10 +384,12 @@ def test_a_sentence_file_corpus_is_published_by_its_name(file_corpus_board: dict
     assert row.experiment_kwargs == {"fit_corpus": "headlines-sentences.txt"}
     assert row.experiment == "fit_corpus_headlines-sentences.txt"
     assert row.id.endswith(" [fit_corpus_headlines-sentences.txt]")
-    assert row.fit_corpus == "file headlines-sentences.txt"
+    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert row.fit_corpus == f"file headlines-sentences.txt (sha256 {digest[:12]})"  # its content, from the fit record
     (fit,) = row.scores["MockSTSTask"].fits
     assert fit["fit_corpus"] == "file headlines-sentences.txt" and fit["source"].startswith("file headlines-sentences")
-    assert lb.display_columns(row)["fit_corpus"] == "headlines-sentences.txt"
+    assert fit["corpus_sha256"] == digest
+    assert lb.display_columns(row)["fit_corpus"] == f"headlines-sentences.txt (sha256 {digest[:12]})"
     for suffix in (".json", ".md", ".html"):
         text = path.with_suffix(suffix).read_text(encoding="utf-8")
         assert str(corpus.parent) not in text and str(corpus.parent).replace("/", "_") not in text
@@ -394,6 +397,39 @@ def test_a_sentence_file_corpus_is_published_by_its_name(file_corpus_board: dict
     # merging the same folder again finds the same row (the published id is derived, not stored)
     again = lb.update_leaderboard([file_corpus_board["output"]], path)
     assert again.report.rows_added == [] and len(again.report.unchanged) == 1
+
+
+def test_two_sentence_files_of_one_name_are_two_rows(file_corpus_board: dict, tmp_path: Path) -> None:
+    """``a/corpus.txt`` and ``b/corpus.txt`` with other sentences used to get one row id: the merge called the
+    second "disagrees with what is already recorded" (or, with the same score, as here on MTEB's mock task,
+    "unchanged"), and kept only one of the two results."""
+    import mteb
+    from mteb.cache import ResultCache
+    from mteb.mocks.mock_tasks.sts import MockSTSTask
+
+    first = file_corpus_board["corpus"]
+    other = tmp_path / "b" / first.name  # the same name, other sentences: the first file's first 300 lines
+    other.parent.mkdir()
+    other.write_text("\n".join(first.read_text(encoding="utf-8").splitlines()[:300]) + "\n", encoding="utf-8")
+    output = tmp_path / "out-b"
+    model = mteb.get_model("flow_plugin/minilm-l6-whiten", fit_corpus=str(other))
+    mteb.evaluate(model, MockSTSTask(), cache=ResultCache(output), co2_tracker=False)
+
+    path = tmp_path / "boards" / "board.json"
+    update = lb.update_leaderboard([file_corpus_board["output"], output], path)  # no conflict
+    rows = {row.id: row for row in update.board.rows}
+    plain = next(row for row in update.board.rows if row.id == file_corpus_board["board"].rows[0].id)
+    (second,) = [row for row in update.board.rows if row is not plain]
+    digest = hashlib.sha256(other.read_bytes()).hexdigest()
+    assert second.id == f"{plain.id} (corpus sha256 {digest[:12]})"  # the first keeps its published id
+    assert len(rows) == 2 and second.fit_corpus == f"file {first.name} (sha256 {digest[:12]})" != plain.fit_corpus
+    assert plain.scores["MockSTSTask"] == file_corpus_board["board"].rows[0].scores["MockSTSTask"]
+    assert second.scores["MockSTSTask"].fits[0]["corpus_sentences"] == 300  # the fit on the other file
+    # merged again, in the other order: the same rows, nothing changes
+    before = path.read_bytes()
+    again = lb.update_leaderboard([output, file_corpus_board["output"]], path)
+    assert again.report.rows_added == [] and len(again.report.unchanged) == 2 and path.read_bytes() == before
+    assert lb.load_leaderboard(path).rows[1].id == second.id  # the hash in the id survives a reload
 
 
 # ---------------------------------------------------------------- in a real browser

@@ -24,8 +24,8 @@ from flow_plugin._io import read_json
 from flow_plugin.catalog.registry import MODEL_PREFIX
 from flow_plugin.leaderboard.describe import describe_model
 from flow_plugin.leaderboard.models import Leaderboard, Row, TaskScore, check_board, validation_problems
-from flow_plugin.leaderboard.public import public_kwargs, publish_row
-from flow_plugin.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
+from flow_plugin.leaderboard.public import corpus_sha256, public_kwargs, publish_row
+from flow_plugin.leaderboard.read import ResultFile, find_results, read_score, row_id, run_settings_versions
 from flow_plugin.leaderboard.seeds import annotate as annotate_seed_groups
 from flow_plugin.leaderboard.schema import (
     CALIBRATOR_ORDER,
@@ -129,14 +129,31 @@ def score_difference(old: TaskScore, new: TaskScore, tolerance: float) -> list[s
     return problems
 
 
-def _new_row(result_file: ResultFile) -> Row:
+def board_row_id(rows: dict[str, Row], result_file: ResultFile) -> str:
+    """The row a result belongs to among ``rows`` (id -> row). A sentence-file fit corpus is identified by
+    its content: a result whose file has the name of one already on the board but another sha256 (from the
+    fit records) gets a row of its own, its id ending in that hash (:func:`~.read.row_id`); the first file of
+    a name keeps the plain id, so published ids stay as they are. A row or result whose records name no
+    hash (written before they did) is taken as the same corpus."""
+    plain = result_file.row_id
+    digest = result_file.corpus_sha256
+    if digest is None:
+        return plain
+    tagged = row_id(result_file.identity.model, result_file.identity.revision, result_file.experiment, digest)
+    held = rows.get(plain)
+    if tagged in rows or (held is not None and corpus_sha256(held) not in (None, digest)):
+        return tagged
+    return plain
+
+
+def _new_row(result_file: ResultFile, rid: str) -> Row:
     """The row of a model run not on the board yet: its description, no scores (so no average and no
     baseline until :func:`finalize`)."""
     identity = result_file.identity
     meta = identity.model_meta
     try:
         return Row(
-            id=result_file.row_id,
+            id=rid,
             model=identity.model,
             revision=identity.revision,
             experiment=result_file.experiment,
@@ -208,11 +225,11 @@ def merge_results(
                     "folder sets it aside and recomputes it)")
                 logger.warning("%s", report.unrecorded[-1])
                 continue
-            rid, task = result_file.row_id, result_file.task
+            rid, task = board_row_id(rows, result_file), result_file.task
             label = f"{rid} / {task}"
             row = rows.get(rid)
             if row is None:
-                row = rows[rid] = _new_row(result_file)
+                row = rows[rid] = _new_row(result_file, rid)
                 report.rows_added.append(rid)
             old = row.scores.get(task)
             if old is None:
@@ -273,13 +290,14 @@ def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: dict[t
     none yet, and the cosines reproduce the score recorded there."""
     from flow_plugin.integrations.mteb.pair_scores import pairs_of_result
 
-    on_board = rows.get(result_file.row_id)
+    rid = board_row_id(rows, result_file)
+    on_board = rows.get(rid)
     recorded = on_board.scores.get(result_file.task) if on_board is not None else None
-    if recorded is not None and (result_file.row_id, result_file.task) not in pairs:
+    if recorded is not None and (rid, result_file.task) not in pairs:
         kept, _ = pairs_of_result(result_file.path, score_points=recorded.score,
                                   dataset_revision=recorded.dataset_revision)
         if kept is not None:
-            pairs[(result_file.row_id, result_file.task)] = kept
+            pairs[(rid, result_file.task)] = kept
 
 
 def baseline_key(row: Row) -> str:

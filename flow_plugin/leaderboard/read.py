@@ -14,6 +14,7 @@ next to the result, :mod:`flow_plugin.integrations.mteb.fit_records`). Every err
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -47,15 +48,20 @@ if TYPE_CHECKING:  # pragma: no cover
 _SCORE_SLACK = 1e-9
 
 
-def row_id(model: str, revision: str, experiment: str | None) -> str:
-    """The leaderboard row of one model run.
+def row_id(model: str, revision: str, experiment: str | None, corpus_sha256: str | None = None) -> str:
+    """The leaderboard row of one model run; ``corpus_sha256`` tells apart runs fitted on sentence files of
+    one name but different content (the merge gives it only to a second such file, see
+    :func:`flow_plugin.leaderboard.merge.merge_results`).
 
     >>> row_id("flow_plugin/minilm-l6", "8b3219a", None)
     'flow_plugin/minilm-l6@8b3219a'
     >>> row_id("flow_plugin/minilm-l6-whiten", "8b3219a", "fit_corpus_inputs")
     'flow_plugin/minilm-l6-whiten@8b3219a [fit_corpus_inputs]'
+    >>> row_id("flow_plugin/minilm-l6-sn", "8b3219a", "fit_corpus_nli.txt", "0123456789abcdef" * 4)
+    'flow_plugin/minilm-l6-sn@8b3219a [fit_corpus_nli.txt] (corpus sha256 0123456789ab)'
     """
-    return f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
+    return (f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
+            + (f" (corpus sha256 {corpus_sha256[:12]})" if corpus_sha256 else ""))
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,15 @@ class ResultFile:
 
     @property
     def row_id(self) -> str:
+        """The row of its model run, by the published name of its fit corpus (see :func:`row_id`)."""
         return row_id(self.identity.model, self.identity.revision, self.experiment)
+
+    @functools.cached_property
+    def corpus_sha256(self) -> str | None:
+        """The sha256 of the sentence file its calibrator was fitted on, from its fit records (None for
+        other fit corpora, or records that do not say)."""
+        found = {fit.get("corpus_sha256") for fit in fits_of_result(self.path) or []} - {None}
+        return found.pop() if len(found) == 1 else None
 
 
 @dataclass

@@ -3,7 +3,9 @@
 Merging never drops a row; a score that disagrees with the one already recorded (beyond the
 tolerance, or on other data) is a conflict: an error that leaves the leaderboard as it was,
 or, with ``replace=True``, a replacement that is reported. A merge that changes nothing
-keeps "updated", so the rewritten file is byte for byte the old one.
+keeps "updated", so the rewritten file is byte for byte the old one. A result without its run
+record is not merged (:meth:`~.read.ResultFolder.unrecorded`), and a sentence-file fit corpus is
+told apart by its content (:func:`board_row_id`).
 """
 
 from __future__ import annotations

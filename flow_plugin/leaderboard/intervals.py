@@ -145,6 +145,8 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
                     earlier = (old or {}).get(protocol, {}).get(name)
                     if earlier is not None and _still_true(earlier, unit, reference, tasks, protocol):
                         compared = earlier
+                        covered = [t for t in earlier.delta if t != AVERAGE]  # the board may have more tasks now
+                        compared.tasks = covered if covered != tasks else None
                 if compared is not None:
                     intervals.setdefault(protocol, {})[name] = compared
         unit.record.intervals = intervals or None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import re
@@ -113,6 +114,46 @@ def _default_file_mode() -> int:
     return 0o666 & ~umask
 
 
+#: what the temporary file of an atomic write of ``<name>`` is called: ``.<name>.<random>.tmp`` in its folder
+_TEMPORARY_SUFFIX = ".tmp"
+
+
+def _temporary_prefix(target: Path) -> str:
+    return f".{target.name}."
+
+
+def remove_stale_temporaries(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files that atomic writes of ``path`` (:func:`atomic_write_bytes`) left in its
+    folder when their process was killed between creating and renaming them. Call it only while holding
+    the lock every writer of ``path`` takes: then no live writer has a temporary file of its own there, so
+    every one found is stale. Returns the files removed.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / ".runs.jsonl.k3x9q.tmp").write_text("cut short")
+    ...     _ = (Path(folder) / ".other.jsonl.k3x9q.tmp").write_text("another file's")
+    ...     [p.name for p in remove_stale_temporaries(Path(folder) / "runs.jsonl")]
+    ['.runs.jsonl.k3x9q.tmp']
+    """
+    target = Path(path)
+    prefix = _temporary_prefix(target)
+    removed = []
+    try:
+        candidates = list(target.parent.iterdir())
+    except OSError:
+        return []
+    for candidate in candidates:
+        name = candidate.name
+        if not (name.startswith(prefix) and name.endswith(_TEMPORARY_SUFFIX)
+                and len(name) > len(prefix) + len(_TEMPORARY_SUFFIX)):
+            continue
+        with contextlib.suppress(OSError):  # gone already, or a folder: not ours to remove
+            if candidate.is_file() and not candidate.is_symlink():
+                candidate.unlink()
+                removed.append(candidate)
+    return removed
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
 
@@ -123,7 +164,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     target = Path(path)
     make_output_folder(target.parent)
     with output_errors(target, "file", within=target.parent):
-        handle, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        handle, tmp_name = tempfile.mkstemp(prefix=_temporary_prefix(target), suffix=_TEMPORARY_SUFFIX,
+                                            dir=target.parent)
         try:
             with os.fdopen(handle, "wb") as tmp_file:
                 tmp_file.write(data)
@@ -174,6 +216,20 @@ def file_lock(path: str | os.PathLike[str], *, blocking: bool = True) -> Iterato
         yield
     finally:
         lock.release()
+
+
+def file_sha256(path: str | os.PathLike[str], what: str = "file") -> str:
+    """The sha256 (hex) of a file's bytes, read in blocks: what identifies a file by its content, whatever
+    its name or folder. A file that cannot be read is a :class:`~flow_plugin.errors.DataFolderError`
+    naming it (a ``what``: "fit corpus file" ...)."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as error:
+        raise DataFolderError(f"cannot read {what} {path}: {error.strerror or error}") from None
+    return digest.hexdigest()
 
 
 def read_json(path: str | os.PathLike[str], what: str) -> Any:

@@ -67,3 +67,37 @@ def test_a_second_sweep_on_one_output_folder_is_refused(tmp_path: Path) -> None:
                 pass
     with sweep_lock(tmp_path / ".flow-plugin-sweep"):  # released: the next sweep goes ahead
         pass
+
+
+def test_the_runs_file_writer_removes_temporaries_of_killed_writers_but_not_a_live_one(tmp_path: Path) -> None:
+    """A run killed while it renamed its run records into place left ``.flow-plugin-runs.jsonl.<random>.tmp``
+    that no later run removed. The next writer removes it under the writers' lock, so a temporary file of a
+    writer that still holds the lock is left alone until that writer is done."""
+    import threading
+
+    from flow_plugin._io import file_lock
+    from flow_plugin.integrations.mteb.results import (
+        RUNS_FILE,
+        RUNS_LOCK_FILE,
+        append_run_records,
+        read_run_records,
+    )
+
+    killed = tmp_path / f".{RUNS_FILE}.k1ll3d.tmp"
+    killed.write_text('{"format": "flow-plugin-runs", "task": "cut', encoding="utf-8")
+    other = tmp_path / ".results.json.k1ll3d.tmp"  # another file's: not the runs file's to remove
+    other.write_text("x", encoding="utf-8")
+    append_run_records(tmp_path, [{"task": "STS12"}])
+    assert not killed.exists() and other.exists()
+    assert [record["task"] for record in read_run_records(tmp_path / RUNS_FILE)] == ["STS12"]
+
+    live = tmp_path / f".{RUNS_FILE}.l1v3.tmp"
+    with file_lock(tmp_path / RUNS_LOCK_FILE):  # a writer in the middle of its write
+        live.write_text("being written", encoding="utf-8")
+        second = threading.Thread(target=append_run_records, args=(tmp_path, [{"task": "STS13"}]))
+        second.start()
+        second.join(timeout=1.0)
+        assert second.is_alive() and live.exists()  # the next writer waits; the live file stays
+    second.join(timeout=30)
+    assert not live.exists()  # once its writer is gone (killed mid-write), it is stale
+    assert [record["task"] for record in read_run_records(tmp_path / RUNS_FILE)] == ["STS12", "STS13"]

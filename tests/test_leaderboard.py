@@ -177,6 +177,8 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
     assert deltas[1][deltas[0].index(TASK)] == (f"{expected:+.2f} [{low:+.2f}, {high:+.2f}]"
                                                 + ("*" if interval["significant"][TASK] else ""))
     assert deltas[1][deltas[0].index("MockSTSTask")] == "—"
+    # the average is over the one task both rows have, and says which it leaves out
+    assert deltas[1][deltas[0].index("Avg")].endswith(" (without MockSTSTask)")
 
     png = (tmp_path / "board.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n")
@@ -185,7 +187,8 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
         assert image.size[0] > 300 and image.size[1] > 200
         drawn = json.loads(image.text["Description"])
     assert drawn["labels"] == [*board["tasks"], "Avg"]
-    assert drawn["series"] == {"minilm-l6 whiten": [whiten["delta"][TASK], None, whiten["delta"]["average"]]}
+    assert drawn["series"] == {"minilm-l6 whiten (Avg without MockSTSTask)": [whiten["delta"][TASK], None,
+                                                                              whiten["delta"]["average"]]}
 
 
 def test_external_model_uses_model_meta(result_dirs: dict[str, Path], tmp_path: Path) -> None:
@@ -316,10 +319,62 @@ def test_conflicting_duplicate_is_reported_and_replace_replaces(result_dirs: dic
     assert row(board, RAW)["scores"][TASK]["dataset_revision"] == "sha256:" + "0" * 64
 
 
+def test_a_result_without_its_run_record_is_set_aside_until_a_recorded_one_comes(
+        result_dirs: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run killed between writing a result and its run record left a result that used to be merged with
+    hardware null and no word; and once merged, the recomputed result with its record was "unchanged"."""
+    from flow_plugin.integrations.mteb.results import RUNS_FILE
+
+    killed = copy_results(result_dirs["sts"], tmp_path / "killed")
+    runs = killed / RUNS_FILE
+    lines = runs.read_text(encoding="utf-8").splitlines(keepends=True)
+    runs.write_text("".join(line for line in lines if json.loads(line)["model"] != WHITEN), encoding="utf-8")
+    out = tmp_path / "lb" / "board.json"
+    with caplog.at_level(logging.WARNING, logger="flow_plugin.leaderboard"):
+        update = lb.update_leaderboard([killed], out)
+    assert [r.model for r in update.board.rows] == [RAW]  # the unrecorded result is not on the board
+    (line,) = update.report.unrecorded
+    assert str(result_file(killed, WHITEN)) in line and "no run record" in line and "\n" not in line
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [line]
+    assert all(entry.hardware for r in update.board.rows for entry in r.scores.values())
+
+    # a board that took such a result in before (hardware null) gets the recorded one when it comes
+    lb.update_leaderboard([result_dirs["sts"]], out)
+    data = json.loads(out.read_text(encoding="utf-8"))
+    row(data, WHITEN)["scores"][TASK]["hardware"] = None
+    out.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    again = lb.update_leaderboard([result_dirs["sts"]], out)
+    assert again.report.recorded == [f"{model_row(again.board, WHITEN).id} / {TASK}"]
+    assert row(json.loads(out.read_text(encoding="utf-8")), WHITEN)["scores"][TASK]["hardware"]
+
+
+def test_a_board_merged_in_two_steps_finds_the_per_pair_cosines_of_both(result_dirs: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    """The raw backbone merged from one folder, the calibrated row later from another: the second merge
+    used to look for the raw row's per-pair cosines in its own folder only, so the calibrated row got no
+    interval and the board a false "computed by an older procedure ... were not kept" banner."""
+    raw_only = copy_results(result_dirs["sts"], tmp_path / "raw-run")
+    shutil.rmtree(raw_only / "results" / WHITEN.replace("/", "__"))
+    whiten_only = copy_results(result_dirs["sts"], tmp_path / "whiten-run")
+    shutil.rmtree(whiten_only / "results" / RAW.replace("/", "__"))
+    at_once = lb.update_leaderboard([result_dirs["sts"]], tmp_path / "once" / "board.json").board
+
+    out = tmp_path / "lb" / "board.json"
+    lb.update_leaderboard([raw_only], out)
+    second = lb.update_leaderboard([whiten_only], out)
+    assert second.report.intervals == 1
+    assert model_row(second.board, WHITEN).intervals == model_row(at_once, WHITEN).intervals
+    assert "older procedure" not in out.with_suffix(".md").read_text(encoding="utf-8")
+    # the folders are listed next to the board, which publishes no path
+    assert str(raw_only) in lb_write.sources_path(out).read_text(encoding="utf-8")
+    assert str(tmp_path) not in out.read_text(encoding="utf-8")
+
+
 def test_difference_within_tolerance_is_identical(result_dirs: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out)
-    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    # the board's files (not the list of folders merged into it, which gains the new one)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path != lb_write.sources_path(out)}
     changed = copy_results(result_dirs["sts"], tmp_path / "rerun")
     path = result_file(changed, WHITEN)
     data = json.loads(path.read_text())
@@ -410,8 +465,8 @@ def test_without_matplotlib_the_chart_is_skipped_with_one_warning(
     assert len(warnings) == 1, warnings
     assert str(tmp_path / "board.png") in warnings[0] and "pip install 'flow-plugin[plots]'" in warnings[0]
     assert update.paths == (out, tmp_path / "board.md", None, tmp_path / "board.html")
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == ["board.html", "board.json", "board.md",
-                                                                                "index.html"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_FILE) == [".board.json.sources", "board.html",
+                                                                                "board.json", "board.md", "index.html"]
     from flow_plugin.cli.leaderboard import print_update
 
     print_update(update)
@@ -433,7 +488,8 @@ def test_interrupted_write_keeps_the_old_files(result_dirs: dict[str, Path], tmp
     out = tmp_path / "lb" / "board.json"
     lb.update_leaderboard([result_dirs["sts"]], out, models=[RAW])
     before = {path.name: path.read_bytes() for path in out.parent.iterdir()}
-    assert sorted(before) == [LOCK_FILE, "board.html", "board.json", "board.md", "board.png", "index.html"]
+    assert sorted(before) == [".board.json.sources", LOCK_FILE, "board.html", "board.json", "board.md", "board.png",
+                              "index.html"]
 
     def boom(*args: object, **kwargs: object) -> None:
         raise OSError(f"simulated failure in {failure}")
@@ -457,8 +513,8 @@ def test_cli_writes_four_files_and_the_index_and_prints_the_schema(result_dirs: 
     out = tmp_path / "leaderboards" / "minilm-l6.json"
     assert cli_main(["leaderboard", str(result_dirs["sts"] / "results"), "-o", str(out), "-m", RAW, "-m", WHITEN]) == 0
     assert "2 new rows" in capsys.readouterr().out
-    assert sorted(p.name for p in out.parent.iterdir() if p.name != LOCK_FILE) == ["index.html", "minilm-l6.html", "minilm-l6.json",
-                                                            "minilm-l6.md", "minilm-l6.png"]
+    assert sorted(p.name for p in out.parent.iterdir() if p.name != LOCK_FILE) == [
+        ".minilm-l6.json.sources", "index.html", "minilm-l6.html", "minilm-l6.json", "minilm-l6.md", "minilm-l6.png"]
     assert json.loads(out.read_text())["name"] == "minilm-l6"
     assert cli_main(["leaderboard", "--schema"]) == 0
     schema = json.loads(capsys.readouterr().out)

@@ -14,6 +14,7 @@ its path printed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -39,7 +40,8 @@ SHOWN = 0.005 + 1e-9
 ABSOLUTE_PATH = re.compile(r"/tmp/|/home/|/work/|/root/|/Users/|/var/folders/|\b[A-Za-z]:\\")
 REVISION = re.compile(r"\b[0-9a-f]{40}\b")
 CELL = re.compile(r"^(?P<value>[+-]?\d+\.\d\d)(?: ± (?P<spread>\d+\.\d\d))?"
-                  r"(?: \[(?P<lo>[+-]?\d+\.\d\d), (?P<hi>[+-]?\d+\.\d\d)\])?(?P<sig>\*)?$")
+                  r"(?: \[(?P<lo>[+-]?\d+\.\d\d), (?P<hi>[+-]?\d+\.\d\d)\])?(?P<sig>\*)?"
+                  r"(?: \(without (?P<without>[^)]+)\))?$")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -57,7 +59,9 @@ def parse(text: str) -> dict[str, Any] | None:
     match = CELL.match(text)
     assert match, f"unexpected cell text {text!r}"
     return {"value": float(match["value"]), "spread": None if match["spread"] is None else float(match["spread"]),
-            "significant": bool(match["sig"])}
+            "lo": None if match["lo"] is None else float(match["lo"]),
+            "hi": None if match["hi"] is None else float(match["hi"]),
+            "significant": bool(match["sig"]), "without": match["without"]}
 
 
 # ---------------------------------------------------------------- expected values, straight from the JSON
@@ -81,23 +85,35 @@ def expected_scores(board: dict[str, Any], key: str, protocol: str) -> dict[str,
 
 
 def expected_raw_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[float, float | None, bool] | None]:
-    """column -> (Δ, spread, significant) against raw, protocol "all": the JSON's delta fields."""
+    """column -> (Δ, spread, significant) against raw, protocol "all": the JSON's delta fields; an average
+    whose interval covers fewer tasks (its comparison's "tasks") is the mean of the deltas of those tasks."""
     groups = groups_by_id(board)
     columns = [*board["tasks"], "average"]
     record = groups[key] if key in groups else next(r for r in board["rows"] if r["id"] == key)
-    significant = ((record.get("intervals") or {}).get("all", {}).get("raw") or {}).get("significant", {})
+    compared = (record.get("intervals") or {}).get("all", {}).get("raw") or {}
+    significant = compared.get("significant", {})
     if key in groups:
         delta = groups[key].get("delta") or {}
-        return {c: (delta[c]["mean"], delta[c]["std"], significant.get(c, False)) if c in delta else None
-                for c in columns}
-    delta = record.get("delta") or {}
-    return {c: (delta[c], None, significant.get(c, False)) if c in delta else None for c in columns}
+        out = {c: (delta[c]["mean"], delta[c]["std"], significant.get(c, False)) if c in delta else None
+               for c in columns}
+        members = [next(r for r in board["rows"] if r["id"] == row_id) for row_id in groups[key]["rows"]]
+    else:
+        delta = record.get("delta") or {}
+        out = {c: (delta[c], None, significant.get(c, False)) if c in delta else None for c in columns}
+        members = [record]
+    if compared.get("tasks"):
+        averages = [round(statistics.fmean(m["delta"][t] for t in compared["tasks"]), 4) for m in members]
+        out["average"] = (round(statistics.fmean(averages), 4),
+                          round(statistics.stdev(averages), 4) if len(averages) > 1 else None,
+                          significant["average"])
+    return out
 
 
 def expected_linear_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[float, float | None] | None]:
     """column -> (Δ, spread) against the best linear baseline (highest "all" average among the
     complete sn/natsv/sn-natsv/whiten rows with the same backbone, pooling, kwargs and fit corpus),
-    computed here from the rows' scores, independently of the page's code."""
+    computed here from the rows' scores, independently of the page's code (an average over the tasks of
+    its interval where that covers fewer than the board's)."""
     groups = groups_by_id(board)
     rows = {r["id"]: r for r in board["rows"]}
     members = [rows[i] for i in groups[key]["rows"]] if key in groups else [rows[key]]
@@ -115,9 +131,12 @@ def expected_linear_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[f
     best = max(candidates, key=lambda r: r["average"])
     if best["id"] == key:  # the best baseline is not compared with itself
         return {c: None for c in [*board["tasks"], "average"]}
+    record = groups.get(key) or rows[key]
+    compared = ((record.get("intervals") or {}).get("all") or {}).get("linear") or {}
+    averaged = compared.get("tasks") or board["tasks"]  # an interval over fewer tasks: the average over those
     per_member = [{t: m["scores"][t]["score"] - best["scores"][t]["score"] for t in board["tasks"]} for m in members]
     for deltas in per_member:
-        deltas["average"] = statistics.fmean(deltas[t] for t in board["tasks"])
+        deltas["average"] = statistics.fmean(deltas[t] for t in averaged)
     out = {}
     for column in [*board["tasks"], "average"]:
         values = [d[column] for d in per_member]
@@ -144,6 +163,60 @@ def test_the_page_embeds_the_json_and_needs_no_network(json_path: Path) -> None:
 def test_committed_pages_are_what_the_code_renders(json_path: Path) -> None:
     board = lb.finalize(lb.load_leaderboard(json_path))
     assert lb.render_html(board, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("json_path", PUBLISHED, ids=lambda p: p.stem)
+def test_every_shown_delta_lies_in_its_interval_and_covers_its_tasks(json_path: Path) -> None:
+    """Every Δ the page and the Markdown show with an interval lies in that interval, and an average is over
+    the tasks its interval was computed over (the comparison's "tasks", else the board's), saying which it
+    leaves out. The natsv row of minilm-l6-layer0 used to show +9.54 over 7 tasks next to the interval of
+    its 6 tasks with per-pair cosines."""
+    board = load(json_path)
+    view = lb.page_view(lb.load_leaderboard(json_path))
+    markdown = json_path.with_suffix(".md").read_text(encoding="utf-8")
+    records = {**{r["id"]: r for r in board["rows"]}, **groups_by_id(board)}
+    checked = 0
+    for entry in view["entries"]:
+        for protocol, references in (records[entry["key"]].get("intervals") or {}).items():
+            for reference, compared in references.items():
+                cells = entry["cells"][protocol][reference]
+                tasks = compared.get("tasks") or board["tasks"]
+                assert [t for t in compared["ci95"] if t != "average"] == tasks
+                for column, (low, high) in compared["ci95"].items():
+                    cell = cells[column]
+                    assert low - 1e-4 <= cell["value"] <= high + 1e-4, (entry["key"], protocol, reference, column)
+                    assert cell["ci95"] == [low, high] and cell["significant"] == compared["significant"][column]
+                    shown = parse(cell["text"])
+                    assert shown["lo"] == round(low, 2) and shown["significant"] == cell["significant"]
+                    checked += 1
+                average = cells["average"]
+                left_out = [t for t in board["tasks"] if t not in tasks]
+                assert average.get("without", []) == left_out
+                assert (parse(average["text"])["without"] is None) == (not left_out)
+                means = [cells[t]["value"] for t in tasks]  # the shown per-task deltas, averaged
+                assert average["value"] == pytest.approx(statistics.fmean(means), abs=2e-4 if entry["seeds"] is None
+                                                         else 0.02)
+                if protocol == "all":  # the Markdown's Δ tables (a seed group's linear Δ there shows no spread)
+                    text = average["text"] if entry["seeds"] is None else " [" + average["text"].split(" [", 1)[1]
+                    assert f"{text} |" in markdown, (entry["key"], reference, text)
+    assert checked > 100
+
+
+def test_render_only_refuses_a_board_whose_scores_disagree_with_its_intervals(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A score edited by 5 points after the intervals were computed used to render as a Δ outside its own
+    interval, still marked significant: now nothing is written and the error names the row and the remedy."""
+    board = load(BOARDS / "minilm-l6-layer0.json")
+    group = next(g for g in board["seed_groups"] if g.get("intervals"))
+    member = next(r for r in board["rows"] if r["id"] == group["rows"][0])
+    member["scores"]["SentEvalSTS12"]["score"] += 5.0
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(board, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert cli_main(["leaderboard", "--render-only", str(path)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert "intervals do not match its scores" in error and repr(group["id"]) in error and "--replace" in error
+    assert not [p.name for p in tmp_path.iterdir() if p.suffix in (".md", ".png", ".html")]  # nothing rendered
 
 
 def test_the_index_lists_every_published_board(tmp_path: Path) -> None:
@@ -183,7 +256,7 @@ def test_cells_are_the_json_numbers() -> None:
             assert (cell is None) == (expected is None), (entry["key"], column)
             if cell is not None:
                 assert (cell["value"], cell["spread"], bool(cell["significant"])) == expected
-                assert cell["text"].endswith("*") == expected[2]
+                assert parse(cell["text"])["significant"] == expected[2]
         for column, expected in expected_linear_deltas(board, entry["key"]).items():
             cell = entry["cells"]["all"]["linear"][column]
             assert (cell is None) == (expected is None), (entry["key"], column)
@@ -311,10 +384,12 @@ def test_a_sentence_file_corpus_is_published_by_its_name(file_corpus_board: dict
     assert row.experiment_kwargs == {"fit_corpus": "headlines-sentences.txt"}
     assert row.experiment == "fit_corpus_headlines-sentences.txt"
     assert row.id.endswith(" [fit_corpus_headlines-sentences.txt]")
-    assert row.fit_corpus == "file headlines-sentences.txt"
+    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert row.fit_corpus == f"file headlines-sentences.txt (sha256 {digest[:12]})"  # its content, from the fit record
     (fit,) = row.scores["MockSTSTask"].fits
     assert fit["fit_corpus"] == "file headlines-sentences.txt" and fit["source"].startswith("file headlines-sentences")
-    assert lb.display_columns(row)["fit_corpus"] == "headlines-sentences.txt"
+    assert fit["corpus_sha256"] == digest
+    assert lb.display_columns(row)["fit_corpus"] == f"headlines-sentences.txt (sha256 {digest[:12]})"
     for suffix in (".json", ".md", ".html"):
         text = path.with_suffix(suffix).read_text(encoding="utf-8")
         assert str(corpus.parent) not in text and str(corpus.parent).replace("/", "_") not in text
@@ -322,6 +397,39 @@ def test_a_sentence_file_corpus_is_published_by_its_name(file_corpus_board: dict
     # merging the same folder again finds the same row (the published id is derived, not stored)
     again = lb.update_leaderboard([file_corpus_board["output"]], path)
     assert again.report.rows_added == [] and len(again.report.unchanged) == 1
+
+
+def test_two_sentence_files_of_one_name_are_two_rows(file_corpus_board: dict, tmp_path: Path) -> None:
+    """``a/corpus.txt`` and ``b/corpus.txt`` with other sentences used to get one row id: the merge called the
+    second "disagrees with what is already recorded" (or, with the same score, as here on MTEB's mock task,
+    "unchanged"), and kept only one of the two results."""
+    import mteb
+    from mteb.cache import ResultCache
+    from mteb.mocks.mock_tasks.sts import MockSTSTask
+
+    first = file_corpus_board["corpus"]
+    other = tmp_path / "b" / first.name  # the same name, other sentences: the first file's first 300 lines
+    other.parent.mkdir()
+    other.write_text("\n".join(first.read_text(encoding="utf-8").splitlines()[:300]) + "\n", encoding="utf-8")
+    output = tmp_path / "out-b"
+    model = mteb.get_model("flow_plugin/minilm-l6-whiten", fit_corpus=str(other))
+    mteb.evaluate(model, MockSTSTask(), cache=ResultCache(output), co2_tracker=False)
+
+    path = tmp_path / "boards" / "board.json"
+    update = lb.update_leaderboard([file_corpus_board["output"], output], path)  # no conflict
+    rows = {row.id: row for row in update.board.rows}
+    plain = next(row for row in update.board.rows if row.id == file_corpus_board["board"].rows[0].id)
+    (second,) = [row for row in update.board.rows if row is not plain]
+    digest = hashlib.sha256(other.read_bytes()).hexdigest()
+    assert second.id == f"{plain.id} (corpus sha256 {digest[:12]})"  # the first keeps its published id
+    assert len(rows) == 2 and second.fit_corpus == f"file {first.name} (sha256 {digest[:12]})" != plain.fit_corpus
+    assert plain.scores["MockSTSTask"] == file_corpus_board["board"].rows[0].scores["MockSTSTask"]
+    assert second.scores["MockSTSTask"].fits[0]["corpus_sentences"] == 300  # the fit on the other file
+    # merged again, in the other order: the same rows, nothing changes
+    before = path.read_bytes()
+    again = lb.update_leaderboard([output, file_corpus_board["output"]], path)
+    assert again.report.rows_added == [] and len(again.report.unchanged) == 2 and path.read_bytes() == before
+    assert lb.load_leaderboard(path).rows[1].id == second.id  # the hash in the id survives a reload
 
 
 # ---------------------------------------------------------------- in a real browser

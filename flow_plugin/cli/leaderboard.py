@@ -26,6 +26,8 @@ def print_update(update: LeaderboardUpdate) -> None:
         f"leaderboard {update.paths[0]}: {len(update.board.rows)} rows, {len(update.board.tasks)} tasks; "
         f"read {report.files_read} result files: {len(report.rows_added)} new rows, "
         f"{len(report.scores_added)} new scores, {len(report.unchanged)} unchanged, {len(report.replaced)} replaced"
+        + (f", {len(report.recorded)} now with their run records" if report.recorded else "")
+        + (f"; {len(report.unrecorded)} without run records not merged (warned above)" if report.unrecorded else "")
     )
     print(f"confidence intervals: {report.intervals} rows in {report.interval_seconds:.1f} s"
           + (f"; {len(report.no_pairs)} results without per-pair cosines (no intervals)" if report.no_pairs else ""))

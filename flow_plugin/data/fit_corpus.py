@@ -89,3 +89,4 @@ def read_sentence_file(path: str | os.PathLike[str]) -> list[str]:
     if not lines:
         raise DataFolderError(f"fit corpus file {path} is empty")
     return lines
+

@@ -10,7 +10,8 @@ Reads the task result files that ``mteb run`` / ``mteb.evaluate`` / ``flow-plugi
 :class:`.models.Leaderboard`), then renders ``NAME.md``, ``NAME.png`` and ``NAME.html`` next to it, and the
 folder's ``index.html``. Merging never drops a
 row; a score that disagrees with the one already recorded is an error (or, with
-``replace=True``, is replaced and reported). The files are written atomically.
+``replace=True``, is replaced and reported); a result without its run record is not merged. The files are
+written atomically.
 
 In memory the board is that typed model from load to write: :func:`load_leaderboard` validates a
 file into a :class:`Leaderboard` (rows are :class:`Row`, scores :class:`TaskScore`, seed groups
@@ -27,7 +28,8 @@ One job per module:
 * :mod:`.public`: what a published row may say (file names, not paths) and its display columns;
 * :mod:`.merge`: load (an older file brought up to date), merge (conflicts, tolerance), finalize;
 * :mod:`.seeds`: the seed groups (mean and spread over seeds);
-* :mod:`.units`: the displayed rows (a seed group is one) and what each is compared with;
+* :mod:`.units`: the displayed rows (a seed group is one), what each is compared with, and every Δ they
+  show with its interval (:class:`~.units.BoardDeltas`, which also refuses stored intervals the scores contradict);
 * :mod:`.intervals`: the 95% interval of every delta, from the per-pair cosines;
 * :mod:`.render`: Markdown and the PNG chart (matplotlib, the optional ``plots`` extra);
 * :mod:`.view`: the HTML page's cells (values, spreads, significance) per protocol and view;

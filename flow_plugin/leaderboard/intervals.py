@@ -31,7 +31,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from flow_plugin.leaderboard.models import Comparison, Intervals, IntervalMethod, Leaderboard, ProtocolName, ReferenceName
-from flow_plugin.leaderboard.units import AVERAGE, PROTOCOLS, Unit, best_linear, board_units, linear_reference
+from flow_plugin.leaderboard.units import (
+    AVERAGE,
+    DELTA_TOLERANCE,
+    PROTOCOLS,
+    Unit,
+    best_linear,
+    board_units,
+    linear_reference,
+)
 from flow_plugin.evaluation.intervals import (
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -137,6 +145,8 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
                     earlier = (old or {}).get(protocol, {}).get(name)
                     if earlier is not None and _still_true(earlier, unit, reference, tasks, protocol):
                         compared = earlier
+                        covered = [t for t in earlier.delta if t != AVERAGE]  # the board may have more tasks now
+                        compared.tasks = covered if covered != tasks else None
                 if compared is not None:
                     intervals.setdefault(protocol, {})[name] = compared
         unit.record.intervals = intervals or None
@@ -147,10 +157,9 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
 
 def _still_true(earlier: Comparison, unit: Unit, reference: Unit, tasks: list[str], protocol: ProtocolName) -> bool:
     """Whether an earlier comparison still describes the board: against the same reference, and each
-    per-task delta equal to the board's mean scores' difference (within 0.001 points, which absorbs the
-    4-decimal rounding of scores and deltas)."""
+    per-task delta equal to the board's mean scores' difference (within :data:`~.units.DELTA_TOLERANCE`)."""
     if earlier.against != reference.key:
         return False
     mine, theirs = unit.means(tasks, protocol), reference.means(tasks, protocol)
-    return all(task in mine and task in theirs and abs(mine[task] - theirs[task] - delta) <= 1e-3
+    return all(task in mine and task in theirs and abs(mine[task] - theirs[task] - delta) <= DELTA_TOLERANCE
                for task, delta in earlier.delta.items() if task != AVERAGE)

@@ -3,13 +3,16 @@
 Merging never drops a row; a score that disagrees with the one already recorded (beyond the
 tolerance, or on other data) is a conflict: an error that leaves the leaderboard as it was,
 or, with ``replace=True``, a replacement that is reported. A merge that changes nothing
-keeps "updated", so the rewritten file is byte for byte the old one.
+keeps "updated", so the rewritten file is byte for byte the old one. A result without its run
+record is not merged (:meth:`~.read.ResultFolder.unrecorded`), and a sentence-file fit corpus is
+told apart by its content (:func:`board_row_id`).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -23,8 +26,8 @@ from flow_plugin._io import read_json
 from flow_plugin.catalog.registry import MODEL_PREFIX
 from flow_plugin.leaderboard.describe import describe_model
 from flow_plugin.leaderboard.models import Leaderboard, Row, TaskScore, check_board, validation_problems
-from flow_plugin.leaderboard.public import public_kwargs, publish_row
-from flow_plugin.leaderboard.read import ResultFile, find_results, read_score, run_settings_versions
+from flow_plugin.leaderboard.public import corpus_sha256, public_kwargs, publish_row
+from flow_plugin.leaderboard.read import ResultFile, find_results, read_score, row_id, run_settings_versions
 from flow_plugin.leaderboard.seeds import annotate as annotate_seed_groups
 from flow_plugin.leaderboard.schema import (
     CALIBRATOR_ORDER,
@@ -36,6 +39,8 @@ from flow_plugin.leaderboard.schema import (
     task_sort_key,
 )
 from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,6 +54,10 @@ class MergeReport:
     files_read: int = 0
     #: results read without usable per-pair cosines ("<row id> / <task>: why"), so without intervals
     no_pairs: list[str] = field(default_factory=list)
+    #: results not merged because their run record is missing ("<result file>: why")
+    unrecorded: list[str] = field(default_factory=list)
+    #: "<row id> / <task>" of scores kept without a run record, now replaced by the same score with one
+    recorded: list[str] = field(default_factory=list)
     #: units given confidence intervals, and the seconds that took
     intervals: int = 0
     interval_seconds: float = 0.0
@@ -122,14 +131,31 @@ def score_difference(old: TaskScore, new: TaskScore, tolerance: float) -> list[s
     return problems
 
 
-def _new_row(result_file: ResultFile) -> Row:
+def board_row_id(rows: dict[str, Row], result_file: ResultFile) -> str:
+    """The row a result belongs to among ``rows`` (id -> row). A sentence-file fit corpus is identified by
+    its content: a result whose file has the name of one already on the board but another sha256 (from the
+    fit records) gets a row of its own, its id ending in that hash (:func:`~.read.row_id`); the first file of
+    a name keeps the plain id, so published ids stay as they are. A row or result whose records name no
+    hash (written before they did) is taken as the same corpus."""
+    plain = result_file.row_id
+    digest = result_file.corpus_sha256
+    if digest is None:
+        return plain
+    tagged = row_id(result_file.identity.model, result_file.identity.revision, result_file.experiment, digest)
+    held = rows.get(plain)
+    if tagged in rows or (held is not None and corpus_sha256(held) not in (None, digest)):
+        return tagged
+    return plain
+
+
+def _new_row(result_file: ResultFile, rid: str) -> Row:
     """The row of a model run not on the board yet: its description, no scores (so no average and no
     baseline until :func:`finalize`)."""
     identity = result_file.identity
     meta = identity.model_meta
     try:
         return Row(
-            id=result_file.row_id,
+            id=rid,
             model=identity.model,
             revision=identity.revision,
             experiment=result_file.experiment,
@@ -152,11 +178,16 @@ def merge_results(
     tasks: Iterable[str] | None = None,
     tolerance: float | None = None,
     require_results: bool = True,
+    pair_folders: Sequence[str | os.PathLike[str]] = (),
 ) -> MergeReport:
     """Merge the result files under ``folders`` into ``board`` (in place) and recompute the
     derived fields. Raises :class:`LeaderboardConflictError` (and leaves ``board`` as it
     was) when a new score disagrees with a recorded one and ``replace`` is false. The per-pair cosines
-    kept with the results give the deltas their confidence intervals (:mod:`.intervals`)."""
+    kept with the results give the deltas their confidence intervals (:mod:`.intervals`): those of the
+    merged results, and those of rows already on the board found in ``folders`` or in ``pair_folders``
+    (the folders merged into it before; nothing there is merged). A result whose run record is missing
+    (its run was killed before the record was written) is not merged, with a one-line warning; a
+    recorded result replaces one kept without its record."""
     from flow_plugin.leaderboard.intervals import annotate_intervals
     from flow_plugin.integrations.mteb.pair_scores import PairScores, pairs_of_result
 
@@ -181,26 +212,26 @@ def merge_results(
             if (model_filter is not None and result_file.identity.model not in model_filter) or (
                     task_filter is not None and result_file.task not in task_filter):
                 # not merged; but a row already on the board may be the reference of a merged one (its raw
-                # backbone, its best linear baseline): its per-pair cosines serve the intervals when they
-                # reproduce the score recorded
-                on_board = rows.get(result_file.row_id)
-                recorded = on_board.scores.get(result_file.task) if on_board is not None else None
-                if recorded is not None and (result_file.row_id, result_file.task) not in pairs:
-                    kept, _ = pairs_of_result(result_file.path, score_points=recorded.score,
-                                              dataset_revision=recorded.dataset_revision)
-                    if kept is not None:
-                        pairs[(result_file.row_id, result_file.task)] = kept
+                # backbone, its best linear baseline)
+                _recorded_pairs(rows, result_file, pairs)
                 continue
             results_folder = result_file.path.parent
             if results_folder not in versions:
                 versions[results_folder] = run_settings_versions(results_folder)
             entry = read_score(result_file, found.hardware, versions[results_folder])
             report.files_read += 1
-            rid, task = result_file.row_id, result_file.task
+            if found.unrecorded(entry):
+                report.unrecorded.append(
+                    f"{result_file.path}: not merged: no run record in {found.runs_file} (its run was killed before "
+                    "the record was written, or the disk was full); rerun it (flow-plugin eval or bench on that "
+                    "folder sets it aside and recomputes it)")
+                logger.warning("%s", report.unrecorded[-1])
+                continue
+            rid, task = board_row_id(rows, result_file), result_file.task
             label = f"{rid} / {task}"
             row = rows.get(rid)
             if row is None:
-                row = rows[rid] = _new_row(result_file)
+                row = rows[rid] = _new_row(result_file, rid)
                 report.rows_added.append(rid)
             old = row.scores.get(task)
             if old is None:
@@ -209,7 +240,10 @@ def merge_results(
             else:
                 problems = score_difference(old, entry, tolerance)
                 where = origin.get((rid, task), "the leaderboard")
-                if not problems:
+                if not problems and old.hardware is None and entry.hardware is not None:
+                    row.scores[task] = entry  # the same result, now with its run record
+                    report.recorded.append(label)
+                elif not problems:
                     report.unchanged.append(label)
                 elif replace:
                     row.scores[task] = entry
@@ -226,6 +260,14 @@ def merge_results(
             else:
                 pairs.pop((rid, task), None)
                 report.no_pairs.append(f"{label}: {why}")
+    for folder in pair_folders:  # merged before: the per-pair cosines of rows already on the board
+        try:
+            earlier = find_results(folder).files
+        except DataFolderError as error:  # moved, deleted, or no longer readable: its rows keep their intervals
+            logger.info("per-pair cosines not looked up in %s: %s", folder, error)
+            continue
+        for result_file in earlier:
+            _recorded_pairs(rows, result_file, pairs)
     if (model_filter is not None or task_filter is not None) and require_results and report.files_read == 0:
         raise LeaderboardError(f"no result files of the selected models/tasks under {', '.join(map(str, folders))}")
     if conflicts:
@@ -243,6 +285,21 @@ def merge_results(
     if _content(board) != content_before:  # a rerun that changes nothing keeps the file byte for byte
         board.updated = _now_iso()
     return report
+
+
+def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: dict[tuple[str, str], Any]) -> None:
+    """Add the per-pair cosines of ``result_file`` to ``pairs`` when its row and task are on the board, have
+    none yet, and the cosines reproduce the score recorded there."""
+    from flow_plugin.integrations.mteb.pair_scores import pairs_of_result
+
+    rid = board_row_id(rows, result_file)
+    on_board = rows.get(rid)
+    recorded = on_board.scores.get(result_file.task) if on_board is not None else None
+    if recorded is not None and (rid, result_file.task) not in pairs:
+        kept, _ = pairs_of_result(result_file.path, score_points=recorded.score,
+                                  dataset_revision=recorded.dataset_revision)
+        if kept is not None:
+            pairs[(rid, result_file.task)] = kept
 
 
 def baseline_key(row: Row) -> str:

@@ -108,7 +108,7 @@ def public_fits(fits: list[dict[str, Any]] | None, kwargs: dict[str, Any]) -> li
     return [{key: public_text(value, kwargs) for key, value in fit.items()} for fit in fits]
 
 
-def _corpus_sha256(row: Row) -> str | None:
+def corpus_sha256(row: Row) -> str | None:
     """The sentence file's sha256 when every fit record of the row that has one agrees."""
     found = {fit.get("corpus_sha256") for entry in row.scores.values() for fit in entry.fits or []}
     found.discard(None)
@@ -117,7 +117,8 @@ def _corpus_sha256(row: Row) -> str | None:
 
 def publish_row(row: Row) -> Row:
     """Make a row publishable (in place; idempotent): the sentence file by its name in the kwargs,
-    the experiment name, the id, ``fit_corpus`` and the fit summaries."""
+    the experiment name, the id (keeping a corpus hash that tells it apart), ``fit_corpus`` and the fit
+    summaries."""
     from flow_plugin.leaderboard.read import row_id
 
     kwargs = row.experiment_kwargs
@@ -126,9 +127,11 @@ def publish_row(row: Row) -> Row:
         return row
     for entry in row.scores.values():
         entry.fits = public_fits(entry.fits, kwargs)
+    before = row_id(row.model, row.revision, row.experiment)
+    tag = row.id[len(before):] if row.id.startswith(before) else ""  # a corpus hash that tells it apart
     row.experiment = public_experiment(row.experiment, kwargs)
     if row.fit_corpus is not None:
-        label = corpus_label(corpus, _corpus_sha256(row))
+        label = corpus_label(corpus, corpus_sha256(row))
         text = row.fit_corpus
         for old in (f"file {corpus}", corpus, f"file {corpus_name(corpus)}"):
             if text.startswith(old) and not text.startswith(label):
@@ -136,7 +139,7 @@ def publish_row(row: Row) -> Row:
                 break
         row.fit_corpus = text
     row.experiment_kwargs = public_kwargs(kwargs)
-    row.id = row_id(row.model, row.revision, row.experiment)
+    row.id = row_id(row.model, row.revision, row.experiment) + tag
     return row
 
 

@@ -14,6 +14,7 @@ next to the result, :mod:`flow_plugin.integrations.mteb.fit_records`). Every err
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from flow_plugin.integrations.mteb.fit_records import fits_of_result, summarize_
 from flow_plugin.integrations.mteb.results import (
     RESULTS_FOLDER,
     RUNS_FILE,
+    RUNS_LOCK_FILE,
     ResultIdentity,
     load_task_result,
     open_result_cache,
@@ -46,15 +48,20 @@ if TYPE_CHECKING:  # pragma: no cover
 _SCORE_SLACK = 1e-9
 
 
-def row_id(model: str, revision: str, experiment: str | None) -> str:
-    """The leaderboard row of one model run.
+def row_id(model: str, revision: str, experiment: str | None, corpus_sha256: str | None = None) -> str:
+    """The leaderboard row of one model run; ``corpus_sha256`` tells apart runs fitted on sentence files of
+    one name but different content (the merge gives it only to a second such file, see
+    :func:`flow_plugin.leaderboard.merge.merge_results`).
 
     >>> row_id("flow_plugin/minilm-l6", "8b3219a", None)
     'flow_plugin/minilm-l6@8b3219a'
     >>> row_id("flow_plugin/minilm-l6-whiten", "8b3219a", "fit_corpus_inputs")
     'flow_plugin/minilm-l6-whiten@8b3219a [fit_corpus_inputs]'
+    >>> row_id("flow_plugin/minilm-l6-sn", "8b3219a", "fit_corpus_nli.txt", "0123456789abcdef" * 4)
+    'flow_plugin/minilm-l6-sn@8b3219a [fit_corpus_nli.txt] (corpus sha256 0123456789ab)'
     """
-    return f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
+    return (f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
+            + (f" (corpus sha256 {corpus_sha256[:12]})" if corpus_sha256 else ""))
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,15 @@ class ResultFile:
 
     @property
     def row_id(self) -> str:
+        """The row of its model run, by the published name of its fit corpus (see :func:`row_id`)."""
         return row_id(self.identity.model, self.identity.revision, self.experiment)
+
+    @functools.cached_property
+    def corpus_sha256(self) -> str | None:
+        """The sha256 of the sentence file its calibrator was fitted on, from its fit records (None for
+        other fit corpora, or records that do not say)."""
+        found = {fit.get("corpus_sha256") for fit in fits_of_result(self.path) or []} - {None}
+        return found.pop() if len(found) == 1 else None
 
 
 @dataclass
@@ -88,15 +103,28 @@ class ResultFolder:
     files: list[ResultFile]
     #: run key (see :func:`run_key`) -> hardware, from flow-plugin-runs.jsonl next to results/
     hardware: dict[tuple[Any, ...], dict[str, Any]]
+    #: where flow-plugin keeps the run records of this folder's results, when it has written (or begun to
+    #: write) some: its flow-plugin-runs.jsonl, or the lock file its writers take; None for a folder only
+    #: MTEB wrote (``mteb run``), whose results have no records
+    runs_file: Path | None = None
+
+    def unrecorded(self, entry: TaskScore) -> bool:
+        """Whether a result read from this folder lacks the run record flow-plugin writes with every result
+        (its run was killed between the two writes, or the disk was full): no result until recomputed."""
+        return self.runs_file is not None and entry.hardware is None
 
 
 def find_results(folder: str | os.PathLike[str]) -> ResultFolder:
     """List the task result files of ``folder`` with mteb's ``ResultCache`` (nothing is parsed
-    yet but each run's ``model_meta.json``), with the hardware records of the folder."""
+    yet but each run's ``model_meta.json``), with the hardware records of the folder and where they are
+    kept."""
     cache = open_result_cache(folder)
     files = [ResultFile(path, result_identity(path)) for path in task_result_paths(cache)]
     output = cache.cache_path
-    return ResultFolder(Path(folder), output / RESULTS_FOLDER, files, hardware_index([output, output / RESULTS_FOLDER]))
+    folders = [output, output / RESULTS_FOLDER]
+    runs_file = next((place / RUNS_FILE for place in folders
+                      if (place / RUNS_FILE).is_file() or (place / RUNS_LOCK_FILE).is_file()), None)
+    return ResultFolder(Path(folder), output / RESULTS_FOLDER, files, hardware_index(folders), runs_file)
 
 
 def read_score(result_file: ResultFile, hardware: dict[tuple[Any, ...], dict[str, Any]] | None = None,

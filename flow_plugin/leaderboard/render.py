@@ -12,18 +12,16 @@ import json
 from typing import Any
 
 from flow_plugin.leaderboard.models import Leaderboard, ProtocolName
-from flow_plugin.leaderboard.schema import DECIMALS, round_points
+from flow_plugin.leaderboard.schema import DECIMALS
 from flow_plugin.leaderboard.units import (
     AVERAGE,
     PROTOCOLS,
+    BoardDeltas,
     CellInterval,
+    DeltaCell,
     Stats,
     Unit,
-    best_linear,
-    board_units,
-    linear_reference,
     procedure_notes,
-    unit_interval,
 )
 from flow_plugin.errors import MissingExtraError
 
@@ -63,6 +61,17 @@ def _interval_text(text: str, found: CellInterval | None) -> str:
         return text
     low, high = found.ci95
     return f"{text} [{_fmt(low, signed=True)}, {_fmt(high, signed=True)}]" + ("*" if found.significant else "")
+
+
+def _delta_text(found: DeltaCell | None) -> str:
+    """A Δ cell: the value (± its spread over seeds), its interval, and the tasks an average leaves out.
+
+    >>> _delta_text(DeltaCell(Stats(0.5, None, 1), CellInterval((0.1, 0.9), True), ("SentEvalSICKR",)))
+    '+0.50 [+0.10, +0.90]* (without SICK-R)'
+    """
+    if found is None:
+        return _fmt(None)
+    return _interval_text(_stats_text(found.stats, signed=True), found.interval) + found.note()
 
 
 def _hardware_text(hardware: dict[str, Any]) -> str:
@@ -110,7 +119,8 @@ def render_markdown(board: Leaderboard) -> str:
     """The leaderboard as Markdown: scores (best per column in bold), deltas, wmean, provenance.
     A calibrator run with several seeds is one row: mean ± standard deviation over its seeds."""
     tasks = board.tasks
-    units = board_units(board)
+    deltas = BoardDeltas(board)
+    units = deltas.units
     lines = [f"# Leaderboard: {board.name}", ""]
     lines.append(
         "Scores are Spearman correlations × 100 between cosine similarity and the gold scores, protocol "
@@ -159,7 +169,7 @@ def render_markdown(board: Leaderboard) -> str:
         cells.append(_mark(average, _mean(stats), best_avg) if unit.complete else average)
         lines.append("| " + " | ".join(cells) + " |")
 
-    with_delta = [(unit, deltas) for unit in units if (deltas := unit.recorded_deltas())]
+    with_delta = [(unit, cells) for unit in units if (cells := deltas.cells(unit, "all", "raw"))]
     lines += ["", "## Δ against the raw backbone", ""]
     if with_delta:
         lines.append("Calibrated score minus the raw backbone's score on the same task, in points.")
@@ -167,16 +177,13 @@ def render_markdown(board: Leaderboard) -> str:
         keys = ("backbone", "calibrator", "fit_corpus", "duplicates", "options")
         lines.append("| " + " | ".join([*_name_header(keys), *tasks, "Avg"]) + " |")
         lines.append("|" + "|".join(["---"] * len(keys) + ["---:"] * (len(tasks) + 1)) + "|")
-        for unit, deltas in with_delta:
-            cells = _name_cells(unit, keys)
-            for task in [*tasks, AVERAGE]:
-                cells.append(_interval_text(_stats_text(deltas.get(task), signed=True),
-                                            unit_interval(unit, "all", "raw", task)))
+        for unit, found in with_delta:
+            cells = _name_cells(unit, keys) + [_delta_text(found.get(column)) for column in [*tasks, AVERAGE]]
             lines.append("| " + " | ".join(cells) + " |")
     else:
         lines.append("_No calibrated row has its raw backbone in this leaderboard._")
     for protocol in PROTOCOLS:
-        lines += _linear_table(units, tasks, protocol)
+        lines += _linear_table(deltas, protocol)
 
     wmean_units = [unit for unit in units if any(unit.score_stats(task, "wmean") is not None for task in tasks)]
     if wmean_units:
@@ -214,12 +221,14 @@ def render_markdown(board: Leaderboard) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _linear_table(units: list[Unit], tasks: list[str], protocol: ProtocolName) -> list[str]:
+def _linear_table(deltas: BoardDeltas, protocol: ProtocolName) -> list[str]:
     """The table of Δ against the best linear baseline (with intervals), for the rows that have one."""
-    best = best_linear(units, protocol)
-    shown = [(unit, reference) for unit in units if (reference := linear_reference(unit, best)) is not None]
+    shown = [(unit, reference, cells) for unit in deltas.units
+             if (reference := deltas.reference(unit, protocol, "linear")) is not None
+             and (cells := deltas.cells(unit, protocol, "linear"))]
     if not shown:
         return []
+    tasks = deltas.tasks
     lines = ["", f"## Δ against the best linear baseline ({protocol})", "",
              "Score minus the score of the best linear baseline (of SN, NATSV, SN+NATSV and whitening, the highest "
              f"average under protocol \"{protocol}\") of the same backbone, loader settings and fit corpus, in "
@@ -227,33 +236,31 @@ def _linear_table(units: list[Unit], tasks: list[str], protocol: ProtocolName) -
     keys = ("backbone", "calibrator", "fit_corpus", "duplicates", "options")
     lines.append("| " + " | ".join([*_name_header(keys), "Against", *tasks, "Avg"]) + " |")
     lines.append("|" + "|".join(["---"] * (len(keys) + 1) + ["---:"] * (len(tasks) + 1)) + "|")
-    for unit, reference in shown:
-        cells = [*_name_cells(unit, keys), reference.calibrator]
-        means, base = unit.means(tasks, protocol), reference.means(tasks, protocol)
-        common = [t for t in tasks if t in means and t in base]
-        for task in [*tasks, AVERAGE]:
-            if task == AVERAGE:
-                value = round_points(sum(means[t] - base[t] for t in common) / len(common)) if common else None
-            else:
-                value = round_points(means[task] - base[task]) if task in common else None
-            cells.append(_interval_text(_fmt(value, signed=True), unit_interval(unit, protocol, "linear", task)))
-        lines.append("| " + " | ".join(cells) + " |")
+    for unit, reference, cells in shown:
+        row = [*_name_cells(unit, keys), reference.calibrator]
+        row += [_interval_text(_fmt(_mean(cells[c].stats) if c in cells else None, signed=True),
+                               cells[c].interval if c in cells else None) + (cells[c].note() if c in cells else "")
+                for c in [*tasks, AVERAGE]]
+        lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
 def delta_series(board: Leaderboard) -> tuple[list[str], list[tuple[str, list[float | None]]]]:
-    """(x labels, [(series label, delta per label)]) of the delta chart: tasks then "Avg"."""
+    """(x labels, [(series label, delta per label)]) of the delta chart: tasks then "Avg", the Δ against the
+    raw backbone (protocol "all") as the Markdown shows it; a series whose average leaves tasks out says so."""
     labels = [*board.tasks, "Avg"]
     series: list[tuple[str, list[float | None]]] = []
-    for unit in board_units(board):
-        deltas = unit.recorded_deltas()
-        if deltas:
-            values = [_mean(deltas.get(column)) for column in [*board.tasks, AVERAGE]]
-            taken = {name for name, _ in series}
-            unique, count = unit.name, 1
+    deltas = BoardDeltas(board)
+    for unit in deltas.units:
+        cells = deltas.cells(unit, "all", "raw")
+        if cells:
+            values = [_mean(cells[column].stats) if column in cells else None for column in [*board.tasks, AVERAGE]]
+            name = unit.name + (f" (Avg {cells[AVERAGE].left_out()})" if cells[AVERAGE].without else "")
+            taken = {label for label, _ in series}
+            unique, count = name, 1
             while unique in taken:  # rows differing only in what the name leaves out (weights, pooling kwargs)
                 count += 1
-                unique = f"{unit.name} #{count}"
+                unique = f"{name} #{count}"
             series.append((unique, values))
     return labels, series
 

@@ -50,7 +50,8 @@ def _group_key(row: Row) -> str:
         params.pop("seed", None)
         if not params:
             kwargs.pop("calibrator_params")
-    return json.dumps([row.model, row.revision, kwargs], sort_keys=True)
+    # the fit corpus label carries a sentence file's hash: two files of one name are two groups
+    return json.dumps([row.model, row.revision, kwargs, row.fit_corpus], sort_keys=True)
 
 
 def _stats(values: list[float]) -> SeedSpread:

@@ -11,9 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flow_plugin.calibration.names import LINEAR_BASELINES
+from flow_plugin.errors import LeaderboardError
 from flow_plugin.leaderboard.merge import baseline_key
-from flow_plugin.leaderboard.models import Leaderboard, ProtocolName, ReferenceName, Row, SeedGroup, SeedSpread
+from flow_plugin.leaderboard.models import (
+    Comparison,
+    Leaderboard,
+    ProtocolName,
+    ReferenceName,
+    Row,
+    SeedGroup,
+    SeedSpread,
+)
 from flow_plugin.leaderboard.public import display_columns, display_name
+from flow_plugin.leaderboard.schema import round_points
+from flow_plugin.leaderboard.seeds import spread
 
 PROTOCOLS: tuple[ProtocolName, ...] = ("all", "wmean")
 AVERAGE = "average"
@@ -125,6 +136,25 @@ def linear_reference(unit: Unit, best: dict[str, Unit]) -> Unit | None:
     return None if reference is None or reference.key == unit.key else reference
 
 
+#: how far a stored per-task Δ may lie from the difference of the board's scores it compares (points): it
+#: absorbs the 4-decimal rounding of the scores and of the Δ computed from the per-pair cosines
+DELTA_TOLERANCE = 1e-3
+#: slack of a 4-decimal value against a 4-decimal bound
+_ROUNDING = 1e-4 + 1e-9
+
+
+def task_label(task: str) -> str:
+    """A column header: SentEval's task names without the prefix.
+
+    >>> task_label("SentEvalSTS12"), task_label("SentEvalSTSBenchmark"), task_label("STS22")
+    ('STS12', 'STS-B', 'STS22')
+    """
+    return _SHORT_TASKS.get(task, task.removeprefix("SentEval"))
+
+
+_SHORT_TASKS = {"SentEvalSTSBenchmark": "STS-B", "SentEvalSICKR": "SICK-R"}
+
+
 @dataclass(frozen=True)
 class CellInterval:
     """A delta cell's 95% interval and whether it excludes 0, as the board's :class:`~.models.Comparison` holds them."""
@@ -133,12 +163,174 @@ class CellInterval:
     significant: bool
 
 
-def unit_interval(unit: Unit, protocol: ProtocolName, reference: ReferenceName, column: str) -> CellInterval | None:
-    """The interval of one cell (a task or ``"average"``) of a unit's delta against a reference, or None."""
-    compared = (unit.record.intervals or {}).get(protocol, {}).get(reference)
+@dataclass(frozen=True)
+class DeltaCell:
+    """One Δ cell as every rendering shows it: the value (with its spread over seeds), the 95% interval
+    computed with it where the board has one, and (the average only) the board's tasks it leaves out."""
+
+    stats: Stats
+    interval: CellInterval | None = None
+    without: tuple[str, ...] = ()
+
+    def left_out(self) -> str:
+        """The tasks an average leaves out, in words ("" when it leaves out none).
+
+        >>> DeltaCell(Stats(1.0, None, 1), without=("SentEvalSTSBenchmark", "SentEvalSICKR")).left_out()
+        'without STS-B, SICK-R'
+        """
+        return f"without {', '.join(map(task_label, self.without))}" if self.without else ""
+
+    def note(self) -> str:
+        """What a cell adds after its value when the average leaves tasks out: " (without STS-B)"."""
+        return f" ({self.left_out()})" if self.without else ""
+
+
+def _stats(values: list[float]) -> Stats:
+    """Mean and spread of one value per member (no spread for a single run), in stored decimals."""
+    mean, std = spread(values)
+    return Stats(round_points(mean), round_points(std) if len(values) > 1 else None, len(values))
+
+
+class BoardDeltas:
+    """Every Δ a board shows, for its units: against the raw backbone and against the best linear baseline,
+    under both protocols, per task and on the average.
+
+    A Δ is the difference of the board's scores: the board's own ``delta`` fields against raw under "all"
+    (:func:`~.merge.finalize`, :mod:`.seeds`), otherwise per member row its score minus the reference's (4
+    decimals), then mean and spread over the members; the average is the mean of a member's per-task deltas.
+    Where the board holds a :class:`~.models.Comparison` (:mod:`.intervals`), a cell carries that comparison's
+    95% interval and the average runs over that comparison's tasks, the ones its interval was computed over,
+    saying which of the board's tasks it leaves out; :meth:`problems` checks that the comparison's own Δ is
+    that difference of the scores. The one place the Markdown, the chart and the page take their deltas from.
+    """
+
+    def __init__(self, board: Leaderboard) -> None:
+        self.tasks = list(board.tasks)
+        self.units = board_units(board)
+        self._unit_of_row = {row.id: unit for unit in self.units for row in unit.members}
+        self._best = {protocol: best_linear(self.units, protocol) for protocol in PROTOCOLS}
+
+    def reference(self, unit: Unit, protocol: ProtocolName, name: ReferenceName) -> Unit | None:
+        """What ``unit`` is compared with: its raw backbone's unit, or its best linear baseline (None for raw)."""
+        if unit.calibrator == "raw":
+            return None
+        if name == "raw":
+            return self._unit_of_row.get(unit.first.baseline or "")
+        return linear_reference(unit, self._best[protocol])
+
+    def member_deltas(self, unit: Unit, reference: Unit, protocol: ProtocolName,
+                      name: ReferenceName) -> list[dict[str, float]]:
+        """Per member row, task -> its score minus the reference's (mean) score, 4 decimals, over the tasks
+        every member and the reference have (the board's own ``Row.delta`` against raw under "all")."""
+        if name == "raw" and protocol == "all":
+            per_member = [{t: v for t, v in (row.delta or {}).items() if t != AVERAGE} for row in unit.members]
+        else:
+            base = reference.means(self.tasks, protocol)
+            per_member = [{t: round_points(value - base[t]) for t in self.tasks
+                           if t in base and (value := member_value(row, t, protocol)) is not None}
+                          for row in unit.members]
+        common = [t for t in self.tasks if all(t in deltas for deltas in per_member)]
+        return [{t: deltas[t] for t in common} for deltas in per_member] if common else []
+
+    def stored(self, unit: Unit, protocol: ProtocolName, name: ReferenceName) -> Comparison | None:
+        """The comparison the board holds for a unit, protocol and reference (None when it has none)."""
+        return (unit.record.intervals or {}).get(protocol, {}).get(name)
+
+    def cells(self, unit: Unit, protocol: ProtocolName, name: ReferenceName) -> dict[str, DeltaCell]:
+        """Column (a task or ``"average"``) -> the Δ cell of a unit against a reference ({} when it has none)."""
+        reference = self.reference(unit, protocol, name)
+        if reference is None:
+            return {}
+        per_member = self.member_deltas(unit, reference, protocol, name)
+        if not per_member:
+            return {}
+        compared = self.stored(unit, protocol, name)
+        if compared is not None and compared.against != reference.key:
+            compared = None  # compared with another unit than the board's reference (check_deltas refuses it)
+        recorded = unit.recorded_deltas() if name == "raw" and protocol == "all" else {}
+        out: dict[str, DeltaCell] = {}
+        for task in per_member[0]:
+            stats = recorded.get(task) or _stats([deltas[task] for deltas in per_member])
+            out[task] = _with_comparison(stats, compared, task)
+        covered = [t for t in (compared.delta if compared is not None else per_member[0]) if t != AVERAGE]
+        if covered == list(per_member[0]) and AVERAGE in recorded:
+            stats = recorded[AVERAGE]
+        else:
+            stats = _stats([round_points(sum(deltas[t] for t in covered) / len(covered)) for deltas in per_member])
+        cell = _with_comparison(stats, compared, AVERAGE)
+        out[AVERAGE] = DeltaCell(cell.stats, cell.interval, tuple(t for t in self.tasks if t not in covered))
+        return out
+
+    def problems(self) -> list[str]:
+        """Why the board's stored comparisons do not describe its scores (one line each; [] when they do):
+        a comparison against another unit than its reference, a per-task Δ that is not the difference of
+        the scores (within :data:`DELTA_TOLERANCE`), an average that is not the mean of its tasks' deltas,
+        a significance that its interval does not say, or a shown Δ outside its interval."""
+        found = []
+        for unit in self.units:
+            for protocol, references in (unit.record.intervals or {}).items():
+                for name, compared in references.items():
+                    where = f"row {unit.key!r}, Δ against {name} ({protocol})"
+                    found += [f"{where}: {problem}" for problem in self._comparison_problems(unit, protocol, name,
+                                                                                              compared)]
+        return found
+
+    def _comparison_problems(self, unit: Unit, protocol: ProtocolName, name: ReferenceName,
+                             compared: Comparison) -> list[str]:
+        reference = self.reference(unit, protocol, name)
+        if reference is None or reference.key != compared.against:
+            now = "none" if reference is None else repr(reference.key)
+            return [f"computed against {compared.against!r}, but its reference is now {now}"]
+        columns = set(compared.delta)
+        if AVERAGE not in columns or set(compared.ci95) != columns or set(compared.significant) != columns:
+            return ["its delta, ci95 and significant do not name the same tasks and the average"]
+        tasks = [t for t in compared.delta if t != AVERAGE]
+        if (compared.tasks or self.tasks) != tasks:
+            return [f"its average is over {', '.join(tasks)} but says it is over "
+                    f"{', '.join(compared.tasks or self.tasks)}"]
+        problems = []
+        mine, theirs = unit.means(self.tasks, protocol), reference.means(self.tasks, protocol)
+        for task in tasks:
+            if task not in mine or task not in theirs:
+                problems.append(f"{task}: the board has no score of one side")
+            elif abs(mine[task] - theirs[task] - compared.delta[task]) > DELTA_TOLERANCE:
+                problems.append(f"{task}: Δ {compared.delta[task]:+.4f}, but the scores differ by "
+                                f"{mine[task] - theirs[task]:+.4f}")
+        mean = sum(compared.delta[t] for t in tasks) / len(tasks)
+        if abs(mean - compared.delta[AVERAGE]) > DELTA_TOLERANCE:
+            problems.append(f"average: Δ {compared.delta[AVERAGE]:+.4f}, but its tasks' deltas average {mean:+.4f}")
+        for column in compared.delta:
+            low, high = compared.ci95[column]
+            if compared.significant[column] != (low > 0 or high < 0):
+                problems.append(f"{column}: marked {'' if compared.significant[column] else 'not '}significant, "
+                                f"but its interval is [{low:+.4f}, {high:+.4f}]")
+        if problems:
+            return problems
+        for column, cell in self.cells(unit, protocol, name).items():  # what is shown
+            if cell.interval is not None:
+                (low, high), shown = cell.interval.ci95, cell.stats.mean
+                if not low - _ROUNDING <= shown <= high + _ROUNDING:
+                    problems.append(f"{column}: Δ {shown:+.4f} lies outside its interval [{low:+.4f}, {high:+.4f}]")
+        return problems
+
+
+def _with_comparison(stats: Stats, compared: Comparison | None, column: str) -> DeltaCell:
+    """A cell: its Δ with the comparison's interval where the comparison has the column, else alone."""
     if compared is None or column not in compared.ci95:
-        return None
-    return CellInterval(compared.ci95[column], compared.significant[column])
+        return DeltaCell(stats)
+    return DeltaCell(stats, CellInterval(compared.ci95[column], compared.significant[column]))
+
+
+def check_deltas(board: Leaderboard, where: str) -> None:
+    """Refuse a board whose stored intervals do not describe its scores (:meth:`BoardDeltas.problems`): a
+    one-line :class:`~flow_plugin.errors.LeaderboardError` naming ``where``, the first row and the remedy."""
+    problems = BoardDeltas(board).problems()
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise LeaderboardError(
+            f"{where}: its intervals do not match its scores: {problems[0]}{more}; the scores were changed after "
+            "the intervals were computed: restore them, or merge the result folders again with "
+            "`flow-plugin leaderboard RESULTS... -o <board>.json --replace` to recompute both")
 
 
 def procedure_notes(board: Leaderboard) -> list[str]:

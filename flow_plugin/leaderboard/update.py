@@ -18,7 +18,14 @@ from flow_plugin.leaderboard.merge import (
     merge_results,
 )
 from flow_plugin.leaderboard.models import Leaderboard
-from flow_plugin.leaderboard.write import folder_lock, output_paths, write_index, write_leaderboard
+from flow_plugin.leaderboard.write import (
+    folder_lock,
+    output_paths,
+    read_sources,
+    write_index,
+    write_leaderboard,
+    write_sources,
+)
 from flow_plugin.errors import LeaderboardError
 
 
@@ -44,7 +51,10 @@ def update_leaderboard(
 ) -> LeaderboardUpdate:
     """Merge the results under ``folders`` into the leaderboard at ``output`` (created if
     absent) and rewrite its JSON, Markdown, PNG and HTML, and the folder's ``index.html``.
-    Nothing is written on a conflict.
+    Nothing is written on a conflict. The folders merged are listed next to the board
+    (:func:`~.write.sources_path`, this machine's paths, never published), and a later merge looks up
+    the per-pair cosines of the rows already on the board there too, so a board built in several merges
+    gets the same intervals as one built at once.
     ``seeds`` keeps at most that many seeds (the lowest) in each seed group's mean ± std."""
     if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
         raise LeaderboardError(f"seeds must be a positive int, got {seeds!r}")
@@ -58,11 +68,15 @@ def update_leaderboard(
             board = empty_leaderboard(name or json_file.stem)
         if seeds is not None:
             board.max_seeds = seeds
-        report = merge_results(board, folders, replace=replace, models=models, tasks=tasks, tolerance=tolerance)
+        given = [Path(os.path.abspath(folder)) for folder in folders]
+        earlier = [folder for folder in read_sources(json_file) if folder not in given] if json_file.exists() else []
+        report = merge_results(board, folders, replace=replace, models=models, tasks=tasks, tolerance=tolerance,
+                               pair_folders=earlier)
         from flow_plugin import __version__
 
         board.generated_by = f"flow-plugin {__version__}"
         paths = write_leaderboard(board, json_file)
+        write_sources(json_file, [*earlier, *given])
         write_index(json_file.parent)
     return LeaderboardUpdate(paths, report, board)
 

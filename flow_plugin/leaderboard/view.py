@@ -7,9 +7,9 @@ then "average") gets a cell: the value (the mean over seeds), its spread (sample
 over seeds), an interval where the leaderboard gives one, whether a delta is significant
 (:func:`significance`), and the text the page prints, formatted as in the Markdown.
 
-Deltas the leaderboard holds (protocol "all" against raw: ``Row.delta``, ``SeedGroup.delta``) are
-taken from it; the others are computed the same way: per member row, score minus baseline score per
-task (4 decimals), "average" the mean of those per-task deltas, then mean and spread over the members.
+The deltas are :class:`~.units.BoardDeltas`'s: a Δ with an interval is the one computed with it, over the
+same tasks (an average over fewer tasks than the board's says which it leaves out); the others are the
+differences of the scores, as there described.
 The view itself is plain JSON data (the page embeds it).
 """
 
@@ -18,34 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from flow_plugin.calibration.names import LINEAR_BASELINES
-from flow_plugin.leaderboard.models import Leaderboard, ProtocolName, ReferenceName, Row
+from flow_plugin.leaderboard.models import Leaderboard
 from flow_plugin.leaderboard.public import display_name
 from flow_plugin.leaderboard.render import _fmt, _with_spread
-from flow_plugin.leaderboard.schema import is_number, round_points
-from flow_plugin.leaderboard.seeds import spread
-from flow_plugin.leaderboard.units import (
-    AVERAGE,
-    PROTOCOLS,
-    Stats,
-    Unit,
-    best_linear,
-    board_units,
-    linear_reference,
-    member_value,
-    unit_interval,
-)
+from flow_plugin.leaderboard.schema import is_number
+from flow_plugin.leaderboard.units import AVERAGE, PROTOCOLS, BoardDeltas, DeltaCell, Stats, task_label
 
 VIEWS = ("scores", "raw", "linear")
-_SHORT_TASKS = {"SentEvalSTSBenchmark": "STS-B", "SentEvalSICKR": "SICK-R"}
-
-
-def task_label(task: str) -> str:
-    """A column header: SentEval's task names without the prefix.
-
-    >>> task_label("SentEvalSTS12"), task_label("SentEvalSTSBenchmark"), task_label("STS22")
-    ('STS12', 'STS-B', 'STS22')
-    """
-    return _SHORT_TASKS.get(task, task.removeprefix("SentEval"))
 
 
 def significance(delta: dict[str, Any]) -> dict[str, Any]:
@@ -66,80 +45,53 @@ def significance(delta: dict[str, Any]) -> dict[str, Any]:
     return {"significant": None, "basis": None}
 
 
-def _stats(values: list[float]) -> Stats:
-    """Mean and spread of one value per member (no spread for a single run)."""
-    mean, std = spread(values)
-    return Stats(round_points(mean), round_points(std) if len(values) > 1 else None, len(values))
-
-
-def _cell(stats: Stats | None, delta: bool, ci95: tuple[float, float] | None = None) -> dict[str, Any] | None:
-    """What the page shows of a value (a delta with its 95% interval ``ci95`` where the leaderboard gives one)."""
+def _score_cell(stats: Stats | None) -> dict[str, Any] | None:
+    """What the page shows of a score."""
     if stats is None:
         return None
+    spread = stats.std if stats.n > 1 else None
+    return {"value": stats.mean, "spread": spread, "n": stats.n, "text": _with_spread(_fmt(stats.mean), spread)}
+
+
+def _delta_cell(found: DeltaCell | None) -> dict[str, Any] | None:
+    """What the page shows of a Δ: its value and spread, its 95% interval where the leaderboard gives one,
+    whether it is significant, and (an average over fewer tasks than the board's) the tasks it leaves out."""
+    if found is None:
+        return None
+    stats = found.stats
     cell: dict[str, Any] = {"value": stats.mean, "spread": stats.std if stats.n > 1 else None, "n": stats.n}
-    text = _with_spread(_fmt(stats.mean, signed=delta), cell["spread"])
-    if delta:
-        judged = significance({"ci95": ci95})
-        if ci95 is not None and judged["basis"] == "ci95":
-            cell["ci95"] = [ci95[0], ci95[1]]
-            text += f" [{_fmt(ci95[0], signed=True)}, {_fmt(ci95[1], signed=True)}]"
-        cell.update(judged)
-        if judged["significant"]:
-            text += "*"
-    cell["text"] = text
+    text = _with_spread(_fmt(stats.mean, signed=True), cell["spread"])
+    ci95 = found.interval.ci95 if found.interval is not None else None
+    judged = significance({"ci95": ci95})
+    if ci95 is not None and judged["basis"] == "ci95":
+        cell["ci95"] = [ci95[0], ci95[1]]
+        text += f" [{_fmt(ci95[0], signed=True)}, {_fmt(ci95[1], signed=True)}]"
+    cell.update(judged)
+    if judged["significant"]:
+        text += "*"
+    if found.without:
+        cell["without"] = list(found.without)
+    cell["text"] = text + found.note()
     return cell
-
-
-def _deltas(rows: list[Row], baseline: dict[str, float], tasks: list[str], protocol: ProtocolName) -> dict[str, Stats]:
-    """Per column, the stats over ``rows`` of score minus ``baseline`` (per task, 4 decimals;
-    "average": the mean of each row's per-task deltas, over the tasks every row and the baseline have)."""
-    values = {t: [v for r in rows if (v := member_value(r, t, protocol)) is not None] for t in tasks if t in baseline}
-    common = [t for t, found in values.items() if len(found) == len(rows)]
-    per_row = [{t: round_points(values[t][i] - baseline[t]) for t in common} for i in range(len(rows))]
-    out = {t: _stats([d[t] for d in per_row]) for t in common}
-    if common:
-        out[AVERAGE] = _stats([round_points(sum(d.values()) / len(d)) for d in per_row])
-    return out
-
-
-def _raw_deltas(entry: Unit, rows: dict[str, Row], tasks: list[str], protocol: ProtocolName) -> dict[str, Stats]:
-    """Δ against the raw backbone: the leaderboard's own deltas for protocol "all", computed for "wmean"."""
-    baseline = rows.get(entry.first.baseline or "")
-    if baseline is None:
-        return {}
-    if protocol == "all":
-        return entry.recorded_deltas()
-    base = {t: v for t in tasks if (v := member_value(baseline, t, protocol)) is not None}
-    return _deltas(entry.members, base, tasks, protocol)
-
-
-def _ci95(entry: Unit, protocol: ProtocolName, reference: ReferenceName, column: str) -> tuple[float, float] | None:
-    """The leaderboard's 95% interval of a delta (see :mod:`.intervals`), None where it gives none."""
-    found = unit_interval(entry, protocol, reference, column)
-    return None if found is None else found.ci95
 
 
 def page_view(board: Leaderboard) -> dict[str, Any]:
     """The page's data besides the leaderboard itself: columns and, per displayed row, its display
     columns, member row ids and a cell per protocol, view and column."""
-    tasks = list(board.tasks)
-    columns = [*tasks, AVERAGE]
-    rows = {row.id: row for row in board.rows}
-    entries = board_units(board)
-    best = {protocol: best_linear(entries, protocol) for protocol in PROTOCOLS}
+    deltas = BoardDeltas(board)
+    columns = [*deltas.tasks, AVERAGE]
     out = []
-    for entry in entries:
+    for entry in deltas.units:
         cells: dict[str, Any] = {}
         against: dict[str, Any] = {}
         for protocol in PROTOCOLS:
-            raw = _raw_deltas(entry, rows, tasks, protocol)
-            linear_entry = linear_reference(entry, best[protocol])
-            linear = {} if linear_entry is None else _deltas(entry.members, linear_entry.means(tasks, protocol), tasks,
-                                                             protocol)
+            raw = deltas.cells(entry, protocol, "raw")
+            linear = deltas.cells(entry, protocol, "linear")
+            linear_entry = deltas.reference(entry, protocol, "linear")
             cells[protocol] = {
-                "scores": {c: _cell(entry.score_stats(c, protocol), delta=False) for c in columns},
-                "raw": {c: _cell(raw.get(c), True, _ci95(entry, protocol, "raw", c)) for c in columns},
-                "linear": {c: _cell(linear.get(c), True, _ci95(entry, protocol, "linear", c)) for c in columns},
+                "scores": {c: _score_cell(entry.score_stats(c, protocol)) for c in columns},
+                "raw": {c: _delta_cell(raw.get(c)) for c in columns},
+                "linear": {c: _delta_cell(linear.get(c)) for c in columns},
             }
             against[protocol] = {
                 "raw": "raw" if raw else None,

@@ -10,16 +10,18 @@ chart is skipped with one warning; the other files are written all the same.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from flow_plugin._io import atomic_write_bytes, atomic_write_text, file_lock, make_output_folder
+from flow_plugin._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock, make_output_folder
 from flow_plugin.leaderboard.html import board_summary, render_html, render_index
 from flow_plugin.leaderboard.merge import load_leaderboard
 from flow_plugin.leaderboard.models import Leaderboard
 from flow_plugin.leaderboard.render import render_markdown, render_png
+from flow_plugin.leaderboard.units import check_deltas
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 
 logger = logging.getLogger(__name__)
@@ -48,10 +50,11 @@ def write_leaderboard(board: Leaderboard,
                       json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
     """Render all four files in memory, then write each atomically (JSON last: it is the
     record). Returns their paths; the PNG's is None when matplotlib is missing. A board changed in
-    memory into something the typed format does not allow is a :class:`LeaderboardError` and
-    nothing is written."""
+    memory into something the typed format does not allow, or whose stored intervals do not describe
+    its scores (:func:`~.units.check_deltas`), is a :class:`LeaderboardError` and nothing is written."""
     json_file, md_file, png_file, html_file = output_paths(json_path)
     text = board.file_text(str(json_file))
+    check_deltas(board, str(json_file))
     markdown = render_markdown(board)
     page = render_html(board, json_file.stem)
     try:
@@ -81,6 +84,39 @@ def write_index(folder: str | os.PathLike[str]) -> Path:
             continue
         summaries.append(board_summary(board, path.stem, path.with_suffix(".png").exists()))
     return atomic_write_text(folder / INDEX, render_index(summaries))
+
+
+#: the format of a board's sources file (:func:`sources_path`)
+SOURCES_FORMAT = "flow-plugin-leaderboard-sources"
+
+
+def sources_path(json_path: str | os.PathLike[str]) -> Path:
+    """Where the result folders merged into a board on this machine are listed: a hidden file next to it,
+    never published (it names machine paths; ``.gitignore`` leaves it out).
+
+    >>> sources_path("leaderboards/minilm-l6.json").as_posix()
+    'leaderboards/.minilm-l6.json.sources'
+    """
+    path = Path(json_path)
+    return path.with_name(f".{path.name}.sources")
+
+
+def read_sources(json_path: str | os.PathLike[str]) -> list[Path]:
+    """The result folders merged into a board before (absolute paths; [] when none are listed, or the list
+    cannot be read: it only helps find per-pair cosines)."""
+    try:
+        data = json.loads(sources_path(json_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return []
+    if not isinstance(data, dict) or data.get("format") != SOURCES_FORMAT or not isinstance(data.get("folders"), list):
+        return []
+    return [Path(folder) for folder in data["folders"] if isinstance(folder, str)]
+
+
+def write_sources(json_path: str | os.PathLike[str], folders: list[Path]) -> Path:
+    """List ``folders`` (absolute, each once, in order) as the result folders merged into a board, atomically."""
+    unique = list(dict.fromkeys(str(Path(os.path.abspath(folder))) for folder in folders))
+    return atomic_write_json(sources_path(json_path), {"format": SOURCES_FORMAT, "folders": unique})
 
 
 @contextlib.contextmanager

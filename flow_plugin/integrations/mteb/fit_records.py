@@ -74,8 +74,8 @@ def fits_of_result(result_path: str | os.PathLike[str]) -> list[dict[str, Any]] 
 
 
 #: what the leaderboard keeps of each fit record
-SUMMARY_KEYS = ("hf_subset", "calibrator", "fit_corpus", "source", "n_sentences", "n_unique_sentences", "adapted",
-                "fit_seconds", "fit_log_likelihood", "member_seeds", "calls")
+SUMMARY_KEYS = ("hf_subset", "calibrator", "fit_corpus", "corpus_sha256", "source", "n_sentences",
+                "n_unique_sentences", "adapted", "fit_seconds", "fit_log_likelihood", "member_seeds", "calls")
 
 
 def summarize_fit(record: dict[str, Any]) -> dict[str, Any]:

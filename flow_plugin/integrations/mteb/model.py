@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 
+from flow_plugin._io import file_sha256
 from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator, Identity
 from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
@@ -206,7 +207,8 @@ class FlowPluginModel(AbsEncoder):
                 key: tuple[str, ...] = ("file", str(path))
                 if key not in self._fits:
                     part = CorpusPart(str(path), lambda: iter([read_sentence_file(path)]))
-                    self._fits[key] = self._fit(None, None, [part], self.fit_corpus.describe())
+                    self._fits[key] = self._fit(None, None, [part], self.fit_corpus.describe(),
+                                                corpus_sha256=file_sha256(path, "fit corpus file"))
                 return self._fits[key], hf_subset
             # "target" (and raw): one fit per (task, subset), found through the task object
             if (task_name, hf_subset) in self._fits:
@@ -239,12 +241,16 @@ class FlowPluginModel(AbsEncoder):
         return _Fit(calibrator, record)
 
     def _fit(self, task_name: str | None, subset: str | None, parts: list[CorpusPart], source: str,
-             task_type: str | None = None) -> _Fit:
+             task_type: str | None = None, corpus_sha256: str | None = None) -> _Fit:
+        """Fit on ``parts``; the record's context says where (task, subset, fit corpus, and a sentence
+        file's ``corpus_sha256``, which identifies it)."""
         where = f"task {task_name}, subset {subset}" if task_name is not None else source
         sample = sample_corpus(parts, cap=self.max_fit_sentences, seed=self.fit_seed)
         if not sample.sentences:
             raise TaskCorpusError(f"no sentences to fit {self.name} for {where} ({source})")
         context = {"task": task_name, "hf_subset": subset, "fit_corpus": self.fit_corpus.describe()}
+        if corpus_sha256 is not None:
+            context["corpus_sha256"] = corpus_sha256
         if task_type is not None:
             context["task_type"] = task_type
         calibrator, record = fit_on_sample(

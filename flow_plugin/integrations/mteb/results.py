@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flow_plugin._io import atomic_write_text, file_lock, read_json, read_json_lines
+from flow_plugin._io import atomic_write_text, file_lock, read_json, read_json_lines, remove_stale_temporaries
 from flow_plugin.errors import DataFolderError, OutputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -450,10 +450,13 @@ def read_run_records(path: Path) -> list[dict[str, Any]]:
 def append_run_records(output_folder: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> Path:
     """Add records (model, revision, experiment, task, result_date, hardware, ...) to the
     output folder's ``flow-plugin-runs.jsonl``, atomically (the old lines are kept). Writers
-    take turns through a lock file, so concurrent processes never drop each other's lines."""
+    take turns through a lock file, so concurrent processes never drop each other's lines; the
+    temporary files of writers killed mid-write are removed under it."""
     path = runs_file_for(output_folder)
     new = "".join(json.dumps({"format": RUNS_FORMAT, **record}, sort_keys=True) + "\n" for record in records)
     with file_lock(path.parent / RUNS_LOCK_FILE):
+        for stale in remove_stale_temporaries(path):  # left by a writer killed mid-write; none is live now
+            logger.info("removed %s, left by a run killed while it wrote %s", stale, path.name)
         old = path.read_text(encoding="utf-8") if path.is_file() else ""
         if old and not old.endswith("\n"):
             old += "\n"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import difflib
-import hashlib
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from flow_plugin._io import file_sha256
 from flow_plugin.calibration import Calibrator, calibrator_class
 from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
@@ -114,14 +114,6 @@ def _check_sentence_transformers() -> str:
         raise MissingExtraError(f"exporting needs sentence-transformers >= {MIN_SENTENCE_TRANSFORMERS}, found {version}: "
                                 "pip install 'flow-plugin[export]'")
     return version
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _read_fit_corpus(path: Path) -> list[str]:
@@ -296,7 +288,7 @@ def export_model(
     elif calibrator_path is not None:
         path = Path(calibrator_path).expanduser()
         calibrator = _load_calibrator(path, registry_model)
-        from_file = {"name": path.name, "sha256": _file_sha256(path)}
+        from_file = {"name": path.name, "sha256": file_sha256(path, "calibrator file")}
     elif corpus_path is not None and corpus is not None:
         encoder = build_encoder(registry_model, options)
         template = build_calibrator(registry_model, device=str(encoder.backbone.device), **(calibrator_params or {}))
@@ -307,7 +299,7 @@ def export_model(
                                         context={"fit_corpus": source}, duplicates=fit_duplicates,
                                         what=f"{registry_model.calibrator} on {corpus_path.name}", remedy="fit on more sentences")
         record_corpus = {
-            "file": corpus_path.name, "sha256": _file_sha256(corpus_path), "sentences": len(corpus),
+            "file": corpus_path.name, "sha256": file_sha256(corpus_path, "fit corpus file"), "sentences": len(corpus),
             "unique_sentences": len(set(corpus)), "fit_sentences": len(sample.sentences),
             "sampling": sample.describe(), "duplicates": fit_duplicates, "max_fit_sentences": max_fit_sentences,
             "fit_seed": fit_seed,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import perf
+from benchmarks import harness, perf
 
 
 # ----------------------------------------------------------------------------- backbone
@@ -58,12 +58,48 @@ def test_packed_bf16_linears_match_plain_ones(tiny_bert_dir: Path, monkeypatch: 
     assert cosines.min() > 0.999
 
 
+# ----------------------------------------------------------------------------- the benchmark's rooms
+#: benchmarks/ in layers: a module imports only modules of later layers (peer_worker runs in the peers' own
+#: environments and imports nothing of ours)
+BENCHMARK_LAYERS = (("perf",), ("peers", "report"), ("cpu", "gpu"), ("harness",), ("peer_worker",))
+
+
+def _benchmark_imports() -> dict[str, set[str]]:
+    """Each module of benchmarks/ and the modules of benchmarks/ it imports, at any depth of its code."""
+    import ast
+
+    folder = Path(perf.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("benchmarks."):
+                imported.add(node.module.split(".")[1])
+            elif isinstance(node, ast.ImportFrom) and node.module == "benchmarks":
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[1] for alias in node.names if alias.name.startswith("benchmarks.")}
+        graph[path.stem] = imported - {path.stem}
+    return graph
+
+
+def test_benchmark_modules_import_downwards_only() -> None:
+    graph = _benchmark_imports()
+    layer = {name: depth for depth, names in enumerate(BENCHMARK_LAYERS) for name in names}
+    unplaced = set(graph) - set(layer) - {"__init__", "export_agreement"}
+    assert not unplaced, f"place {sorted(unplaced)} in BENCHMARK_LAYERS"
+    upward = [f"{module} -> {target}" for module, targets in graph.items() if module in layer
+              for target in targets if layer.get(target, len(BENCHMARK_LAYERS)) <= layer[module]]
+    assert upward == []
+    assert graph["peer_worker"] == set() and graph["harness"] == set()
+
+
 # ----------------------------------------------------------------------------- benchmark helpers
 def test_forward_flops_counts_real_and_padded_tokens() -> None:
     class Config:
         hidden_size, intermediate_size, num_hidden_layers = 8, 32, 2
 
-    counts = perf.forward_flops(Config(), [3, 5, 2], batch_size=2, chunk=0)
+    counts = harness.forward_flops(Config(), [3, 5, 2], batch_size=2, chunk=0)
     per_token = 2 * (4 * 8 * 8 + 2 * 8 * 32)
     useful = 2 * sum(per_token * n + 4 * n * n * 8 for n in (3, 5, 2))
     executed = 2 * (2 * (per_token * 5 + 4 * 25 * 8) + 1 * (per_token * 2 + 4 * 4 * 8))
@@ -82,16 +118,16 @@ def test_interleaved_timing_rotates_contenders_and_keeps_first_outputs() -> None
         return encode
 
     sentences = [str(i) for i in range(10)]
-    timings, outputs = perf.interleaved_timing({"a": contender("a"), "b": contender("b")}, sentences, chunk=4, repeats=2)
+    timings, outputs = harness.interleaved_timing({"a": contender("a"), "b": contender("b")}, sentences, chunk=4, repeats=2)
     assert timings["n_chunks"] == 3 and len(timings["wall"]["a"]) == 2 and len(timings["wall"]["a"][0]) == 3
     assert [name for name, _ in calls[:4]] == ["a", "b", "b", "a"]  # the order alternates chunk by chunk
     assert sum(outputs["a"], []) == ["a" + s for s in sentences]
-    summary = perf._ratio_summary(timings, "a", "b")
+    summary = harness.ratio_summary(timings, "a", "b")
     assert summary["ratio"] > 0 and summary["chunk_ratio_p10"] <= summary["chunk_ratio_p90"]
 
 
 def test_describe_machine_names_cpu_threads_and_gpu() -> None:
-    machine = perf.describe_machine()
+    machine = harness.describe_machine()
     assert machine["logical_cores"] >= 1 and machine["torch_threads"] >= 1
     assert machine["gpu"] == "none" or not machine["gpu"].startswith("none")
     assert machine["auto_precision_cpu"] in ("bf16", "float32")

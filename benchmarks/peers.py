@@ -167,7 +167,7 @@ def summarize(n_sentences: int, seconds: dict[str, list[float]], spearman_points
     >>> s = summarize(100, {"ours": [1.0, 1.0], "st": [2.0, 4.0], "q8": [0.5, 0.5]}, {"ours": 82.0, "st": 82.0,
     ...               "q8": 81.8}, explicit=["q8"], reference="st", default="ours")
     >>> s["backends"]["st"]["sentences_per_second"], s["backends"]["st"]["default_over_this"], s["verdict"]["wins"]
-    (33.3, 3.0, True)
+    (37.5, 3.0, True)
     >>> s["backends"]["q8"]["equal_quality"], s["verdict"]["fastest_equal_quality_peer"]
     (False, 'st')
     """

@@ -37,6 +37,7 @@ from benchmarks.harness import (
     say,
     sentence_set,
     square_peak_size,
+    stsb_workload,
     throughput,
 )
 
@@ -532,3 +533,116 @@ def encode_headline(entry: dict[str, Any]) -> str:
             ratio = values["speedup_vs_sentence_transformers"]
             parts.append(f"{device} {set_name} x{ratio['ratio']:.2f}")
     return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- job: matmul efficiency
+def thread_matmul_peak(dtype_name: str, shapes: list[tuple[int, int, int]], seconds: float = 0.3) -> dict[str, float]:
+    """GFLOP/s of dense ``torch.matmul`` in ``dtype`` on one thread, per shape (M, K, N), timed in the thread's
+    own CPU seconds (``time.thread_time``: other processes on the machine do not count), best of runs of at
+    least 20 ms over ``seconds`` per shape. The caller sets torch to one thread."""
+    import time
+
+    import torch
+
+    from benchmarks.harness import torch_dtype
+
+    dtype = torch_dtype(dtype_name)
+    result = {}
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+        start = time.thread_time()
+        torch.matmul(a, b)
+        once = max(time.thread_time() - start, 1e-6)
+        reps, best = max(1, math.ceil(0.02 / once)), once
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            start = time.thread_time()
+            for _ in range(reps):
+                torch.matmul(a, b)
+            best = min(best, max(time.thread_time() - start, 1e-9) / reps)
+        result[f"{m}x{k}x{n}"] = round(2 * m * k * n / best / 1e9, 1)
+    return result
+
+
+def job_matmul_efficiency(p: dict[str, Any]) -> dict[str, Any]:
+    """How close flow-plugin's default encoder comes to the matmul peak on this CPU.
+
+    The default ``Backbone`` (``precision="auto"``) encodes the STS-B test sentences once untimed (every
+    shape's kernels built), then once with every linear layer timed: its FLOPs (2 x rows x in x out) and the
+    CPU seconds of the thread that ran it (batches run one per thread, each on one thread, so a thread's CPU
+    time is the product's own, whatever else the machine runs). Against: the one-thread matmul peak of each
+    dtype, at a 2048 square and at the encoder's own shapes (a batch of 64 sentences of 16 tokens). Also the
+    whole encode: every matmul FLOP (attention products too; :func:`benchmarks.harness.forward_flops`) over
+    the CPU seconds of all its threads, and over its wall time x threads.
+    """
+    import threading
+    import time
+
+    import torch
+
+    from flow_plugin.encoding.backbone import Backbone
+
+    location, pooling = model_location(p["model"])
+    sentences = stsb_workload(p["data"], p.get("pairs"))[0]
+    backbone = Backbone(location, pooling=pooling, max_seq_length=p["max_length"], batch_size=p["batch_size"],
+                        precision="auto", show_progress_bar=False).load()
+    threads = torch.get_num_threads()
+    backbone.encode(sentences)  # untimed
+    local = threading.local()
+    calls: list[tuple[float, float]] = []  # (flops, thread CPU seconds) per linear call
+
+    def before(module: Any, args: tuple[Any, ...]) -> None:
+        local.start = time.thread_time()
+
+    def after(module: Any, args: tuple[Any, ...], output: Any) -> None:
+        seconds = time.thread_time() - local.start
+        rows = args[0].numel() // module.in_features
+        calls.append((2.0 * rows * module.in_features * module.out_features, seconds))
+
+    handles = []
+    for module in backbone.model.modules():
+        if isinstance(module, torch.nn.Linear):
+            handles += [module.register_forward_pre_hook(before), module.register_forward_hook(after)]
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
+    backbone.encode(sentences)
+    cpu_seconds, wall_seconds = time.process_time() - cpu_start, time.perf_counter() - wall_start
+    for handle in handles:
+        handle.remove()
+    config = backbone.config
+    hidden, intermediate = int(config.hidden_size), int(getattr(config, "intermediate_size", 4 * config.hidden_size))
+    own_shapes = [(64 * 16, hidden, hidden), (64 * 16, hidden, intermediate), (64 * 16, intermediate, hidden)]
+    torch.set_num_threads(1)
+    try:
+        peaks = {dtype: {"square": thread_matmul_peak(dtype, [(2048, 2048, 2048)]),
+                         "encoder_shapes": thread_matmul_peak(dtype, own_shapes)} for dtype in ("float32", "bf16")}
+    finally:
+        torch.set_num_threads(threads)
+    peak_of = {dtype: {"square": max(value["square"].values()), "encoder_shapes": max(value["encoder_shapes"].values())}
+               for dtype, value in peaks.items()}
+    faster = max(peak_of, key=lambda dtype: peak_of[dtype]["encoder_shapes"])
+    linear_flops, linear_seconds = sum(flops for flops, _ in calls), sum(seconds for _, seconds in calls)
+    linear_gflops = linear_flops / max(linear_seconds, 1e-9) / 1e9
+    lengths = [len(ids) for ids in backbone.tokenize(sentences)]
+    all_flops = forward_flops(config, lengths, p["batch_size"], 0)["useful_flops"]
+    end_to_end = all_flops / max(cpu_seconds, 1e-9) / 1e9  # per CPU second: per thread
+    return {
+        "precision": backbone.precision,
+        "precision_choice": backbone.precision_choice.as_dict(),
+        "threads": threads,
+        "faster_dtype": faster,
+        "n_sentences": len(sentences),
+        "linear_calls": len(calls),
+        "linear_gflops": round(linear_gflops, 1),
+        "peak_gflops": peak_of[faster]["encoder_shapes"],
+        "square_peak_gflops": peak_of[faster]["square"],
+        "linear_fraction_of_peak": round(linear_gflops / peak_of[faster]["encoder_shapes"], 3),
+        "linear_fraction_of_square_peak": round(linear_gflops / peak_of[faster]["square"], 3),
+        "linear_share_of_forward": round(linear_seconds / max(cpu_seconds, 1e-9), 3),
+        "end_to_end_gflops": round(end_to_end, 1),
+        "end_to_end_fraction_of_peak": round(end_to_end / peak_of[faster]["encoder_shapes"], 3),
+        "encode_cpu_seconds": round(cpu_seconds, 3),
+        "encode_wall_seconds": round(wall_seconds, 3),
+        "wall_gflops_per_thread": round(all_flops / max(wall_seconds * threads, 1e-9) / 1e9, 1),
+        "peaks_per_thread_gflops": peaks,
+        "note": "GFLOP/s per thread (CPU seconds of the threads that ran the work), one-thread peaks",
+    }

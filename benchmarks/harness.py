@@ -211,6 +211,20 @@ def sentence_set(root: str, name: str, limit: int | None) -> list[str]:
     return sentences[:limit] if limit else sentences
 
 
+def stsb_workload(data: Path, limit: int | None = None) -> tuple[list[str], list[float], list[str]]:
+    """``(sentences, gold scores, calibration sentences)``: the STS-B test pairs' first sentences then their
+    second ones (the first ``limit`` pairs where given), their gold scores, and the STS-B train sentences
+    (the OpenVINO int8 calibration: never the test set)."""
+    from flow_plugin.data.senteval import load_eval_subsets, load_split
+
+    pairs = load_eval_subsets(data, "STSBenchmark")[0]
+    n = len(pairs.scores) if not limit else min(limit, len(pairs.scores))
+    sentences = list(pairs.sentences1[:n]) + list(pairs.sentences2[:n])
+    train = load_split(data, "STSBenchmark", "train")[0]
+    calibration = list(dict.fromkeys([*train.sentences1, *train.sentences2]))
+    return sentences, [float(score) for score in pairs.scores[:n]], calibration
+
+
 def model_location(spec: str) -> tuple[str, str]:
     """(folder or hub id, pooling) of a registry backbone name or a local model folder."""
     if Path(spec).is_dir():

@@ -46,7 +46,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import REPO_ROOT, WORKER_ENV, Runner, data_root, describe_machine, load_average, say
+from benchmarks.harness import (
+    REPO_ROOT,
+    WORKER_ENV,
+    Runner,
+    data_root,
+    describe_machine,
+    load_average,
+    say,
+    stsb_workload,
+)
 
 #: The environments a backend can run in: this one, or one of the peers' own virtual environments.
 ENVIRONMENTS = ("project", "onnx", "openvino")
@@ -265,20 +274,6 @@ class PeerProcess:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
-
-
-def stsb_workload(data: Path, limit: int | None = None) -> tuple[list[str], list[float], list[str]]:
-    """``(sentences, gold scores, calibration sentences)``: the STS-B test pairs' first sentences then their
-    second ones (the first ``limit`` pairs where given), their gold scores, and the STS-B train sentences
-    (the OpenVINO int8 calibration: never the test set)."""
-    from flow_plugin.data.senteval import load_eval_subsets, load_split
-
-    pairs = load_eval_subsets(data, "STSBenchmark")[0]
-    n = len(pairs.scores) if not limit else min(limit, len(pairs.scores))
-    sentences = list(pairs.sentences1[:n]) + list(pairs.sentences2[:n])
-    train = load_split(data, "STSBenchmark", "train")[0]
-    calibration = list(dict.fromkeys([*train.sentences1, *train.sentences2]))
-    return sentences, [float(score) for score in pairs.scores[:n]], calibration
 
 
 def spearman_points(embeddings: Any, gold: Sequence[float]) -> float:

@@ -33,6 +33,7 @@ from benchmarks.cpu import (
     job_encode,
     job_encode_memory,
     job_flow,
+    job_matmul_efficiency,
     job_scaling,
     job_variants,
     memory_summary,
@@ -231,6 +232,7 @@ def _worker_main(args: argparse.Namespace) -> int:
         "flow": job_flow,
         "variants": job_variants,
         "scaling": job_scaling,
+        "matmul-efficiency": job_matmul_efficiency,
     }
     if params.get("threads"):
         import torch

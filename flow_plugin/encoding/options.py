@@ -26,11 +26,13 @@ from typing import Any
 
 from flow_plugin.errors import InputError
 
-#: The numeric precisions of the forward pass (see :mod:`flow_plugin.encoding.device`).
-PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
+#: The numeric precisions of the forward pass (see :mod:`flow_plugin.encoding.device`). ``int8`` (CPU only:
+#: dynamically quantized linear layers, :func:`flow_plugin.encoding.cpu_kernels.quantize_linear_layers_int8`)
+#: is faster on some CPUs at a measurable cost in quality, so it is only ever used when asked for.
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16", "int8")
 DEFAULT_PRECISION = PRECISIONS[0]
-#: What ``auto`` can stand for: every precision but ``auto`` itself.
-RESOLVED_PRECISIONS: tuple[str, ...] = PRECISIONS[1:]
+#: What ``auto`` can stand for: the precisions that keep the model's quality (never int8).
+RESOLVED_PRECISIONS: tuple[str, ...] = ("float32", "bf16", "fp16")
 #: The environment variable that says what ``precision="auto"`` means on this machine, instead of
 #: the GPU rule or the CPU measurement (:func:`flow_plugin.encoding.device.choose_precision`).
 AUTO_PRECISION_ENV = "FLOW_PLUGIN_AUTO_PRECISION"

@@ -8,7 +8,7 @@ What the probe times: one transformer layer's linear layers at the model's own s
 key, value and output projections, ``hidden -> hidden``; the feed-forward pair
 ``hidden -> 4 x hidden -> hidden``) on ``batch size x 16`` rows (at most 512) of synthetic float32 input,
 prepared exactly as :meth:`Backbone.load <flow_plugin.encoding.backbone.Backbone.load>` prepares
-them (:func:`~flow_plugin.encoding.backbone.prepare_linear_layers`: bf16 weights, oneDNN-packed
+them (:func:`~flow_plugin.encoding.cpu_kernels.prepare_linear_layers`: bf16 weights, oneDNN-packed
 where available, run under autocast). These products are most of a forward pass on short
 sentences, and they are where the two precisions differ; a forward of the real model would also
 need its weights loaded twice and take seconds. The rest of the pass (LayerNorm, softmax,
@@ -154,7 +154,7 @@ def bf16_or_float32(bf16_speedup: float) -> str:
 def _probe_layers(shapes: ProbeShapes, precision: str) -> torch.nn.Module:
     """The probed linear layers with random weights (a private generator: the global RNG is untouched),
     prepared for ``precision`` as the backbone prepares its own."""
-    from flow_plugin.encoding.backbone import prepare_linear_layers
+    from flow_plugin.encoding.cpu_kernels import prepare_linear_layers
 
     generator = torch.Generator().manual_seed(0)
     hidden, intermediate = shapes.hidden_size, shapes.intermediate_size

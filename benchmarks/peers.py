@@ -17,7 +17,7 @@ shows. A backend whose packages are missing is reported with the reason, not sil
 **The environments.** sentence-transformers' ``onnx`` extra (optimum-onnx + onnxruntime) and its
 ``openvino`` extra (optimum-intel + openvino) cannot share one environment, and neither can flow-plugin's:
 optimum-onnx pins transformers below 4.58 while sentence-transformers 6 and flow-plugin run on transformers 5,
-and optimum-intel pins its own transformers and torchvision. So the flow-plugin and sentence-transformers torch
+and optimum-intel pins its own transformers (and brings a torchvision built for the CUDA torch, removed again). So the flow-plugin and sentence-transformers torch
 backends run in this process's environment (flow-plugin's ``perf`` extra), and the ONNX and OpenVINO ones in
 two virtual environments of their own, which ``--create-venvs`` makes (:func:`venv_commands` gives the exact
 commands; torch is pinned in them so that pip does not fetch another torch build) or which the user names with
@@ -59,8 +59,9 @@ from benchmarks.harness import (
 
 #: The environments a backend can run in: this one, or one of the peers' own virtual environments.
 ENVIRONMENTS = ("project", "onnx", "openvino")
-#: What each peer environment installs besides torch (its sentence-transformers extra, and scipy for nothing
-#: but the import of sentence-transformers' evaluation helpers).
+#: What each peer environment installs besides torch: its sentence-transformers extra (pip picks the newest
+#: sentence-transformers whose extra resolves: 5.7 for ONNX on this registry, whose optimum-onnx 0.1 needs
+#: transformers < 4.58), and for OpenVINO ``datasets`` (the int8 calibration set), resolved together.
 ENVIRONMENT_PACKAGES: dict[str, tuple[str, ...]] = {
     "onnx": ("sentence-transformers[onnx]",),
     "openvino": ("sentence-transformers[openvino]", "datasets"),
@@ -122,9 +123,15 @@ def venv_commands(environment: str, folder: Path, base_python: str = "python3") 
      '/v/onnx/bin/python -m pip install torch==2.13.0 sentence-transformers[onnx]']
     """
     python = str(folder / "bin" / "python")
-    return [[base_python, "-m", "venv", str(folder)],
-            [python, "-m", "pip", "install", TORCH_REQUIREMENT],
-            [python, "-m", "pip", "install", TORCH_REQUIREMENT, *ENVIRONMENT_PACKAGES[environment]]]
+    commands = [[base_python, "-m", "venv", str(folder)],
+                [python, "-m", "pip", "install", TORCH_REQUIREMENT],
+                [python, "-m", "pip", "install", TORCH_REQUIREMENT, *ENVIRONMENT_PACKAGES[environment]]]
+    if environment == "openvino":
+        # optimum-intel requires torchvision, whose registry wheel is built for the CUDA torch of its version: next to
+        # the CPU torch its operators fail to register and transformers then cannot import its auto classes. Text
+        # models never use it.
+        commands.append([python, "-m", "pip", "uninstall", "-y", "torchvision"])
+    return commands
 
 
 def create_venv(environment: str, folder: Path) -> None:
@@ -361,17 +368,17 @@ def run_peers(args: argparse.Namespace) -> dict[str, Any]:
                     embeddings = np.load(embeddings_path)
                     points[name] = spearman_points(embeddings, gold) if answer["finite"] else None
                     embeddings_path.unlink()
+                    say(f"peers: {name}: STS-B Spearman x100 {points[name]}")
                 say(f"peers: round {index + 1}/{args.rounds}: {name}: {len(sentences) / answer['seconds']:.0f} "
                     f"sentences/s (load {loads[name][0] if loads[name] else '?'})")
             report["rounds"].append({"order": order, "load_average": loads})
+            if getattr(args, "partial", None):  # what the rounds so far say, in case the run is cut short
+                _summarize_into(report, len(sentences), seconds, points, cpu_seconds, peers)
+                write_results(report, args.partial)
     finally:
         for process in processes.values():
             process.close()
-    summary = summarize(len(sentences), seconds, points,
-                        explicit=[peer.name for peer in peers if peer.explicit_option])
-    for name, entry in summary["backends"].items():
-        report["backends"][name] |= entry | {"cpu_seconds_per_round": [round(value, 3) for value in cpu_seconds[name]]}
-    report["verdict"] = summary["verdict"]
+    _summarize_into(report, len(sentences), seconds, points, cpu_seconds, peers)
     if args.efficiency and DEFAULT in processes:
         say("peers: matmul efficiency of flow-plugin's default (a fresh process)")
         runner = Runner(args.timeout)
@@ -384,6 +391,18 @@ def run_peers(args: argparse.Namespace) -> dict[str, Any]:
     report["machine"]["load_average_end"] = load_average()
     report["seconds"] = round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1)
     return report
+
+
+def _summarize_into(report: dict[str, Any], n_sentences: int, seconds: dict[str, list[float]],
+                    points: dict[str, float | None], cpu_seconds: dict[str, list[float]], peers: list[Peer]) -> None:
+    """Add :func:`summarize`'s rates, quality and verdict (over the rounds timed so far) to ``report``."""
+    summary = summarize(n_sentences, seconds, points, explicit=[peer.name for peer in peers if peer.explicit_option])
+    for name, entry in summary["backends"].items():
+        report["backends"][name] |= entry | {"cpu_seconds_per_round": [round(value, 3) for value in cpu_seconds[name]],
+                                             "sentences_per_cpu_second": round(
+                                                 n_sentences / statistics.median(cpu_seconds[name]), 1)}
+    report["verdict"] = summary["verdict"]
+    report["rounds_done"] = len(report["rounds"])
 
 
 # =========================================================================== the table
@@ -404,13 +423,14 @@ def format_markdown(report: dict[str, Any]) -> str:
         f"{'; '.join(st_versions) or machine['sentence_transformers']}, ONNX Runtime {ort or '-'}, OpenVINO {ov or '-'}",
         f"- workload: {workload['model']}, {workload['set']} ({workload['pairs']} pairs = {workload['sentences']} "
         f"sentences), batch {workload['batch_size']}, max length {workload['max_length']}, {workload['threads']} threads, "
-        f"one process per backend, {workload['rounds']} interleaved rounds (order rotated), medians",
+        f"one process per backend, {report.get('rounds_done', workload['rounds'])} of {workload['rounds']} interleaved "
+        "rounds (order rotated), medians",
         f"- load average (1 min) at start {machine.get('load_average_start')}, at end {machine.get('load_average_end')}",
         f"- command: `{report['command']}`",
         "",
         "| backend | sent/s (median) | min..max over rounds | flow-plugin auto / this (median of rounds) | "
-        "STS-B Spearman x100 | vs reference | load at its rounds |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "sent per CPU-second | STS-B Spearman x100 | vs reference | load at its rounds |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, entry in sorted(report["backends"].items(), key=lambda item: -item[1].get("sentences_per_second", 0)):
         if "sentences_per_second" not in entry:
@@ -422,9 +442,9 @@ def format_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {label} | {entry['sentences_per_second']:.0f} | {entry['min_sentences_per_second']:.0f}.."
             f"{entry['max_sentences_per_second']:.0f} | {_ratio(entry['default_over_this'])} | "
-            f"{_points(entry['stsb_spearman'])} | {'-' if delta is None else f'{delta:+.3f}'} | {', '.join(loads)} |")
+            f"{entry.get('sentences_per_cpu_second', 0):.0f} | {_points(entry['stsb_spearman'])} | {'-' if delta is None else f'{delta:+.3f}'} | {', '.join(loads)} |")
     for name, why in report.get("missing", {}).items():
-        lines.append(f"| {name} | not run: {why} | | | | | |")
+        lines.append(f"| {name} | not run: {why} | | | | | | |")
     verdict = report.get("verdict", {})
     lines.append("")
     if verdict.get("fastest_equal_quality_peer"):
@@ -506,6 +526,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results",
                         help="where the JSON and Markdown results go (default benchmarks/results/)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one answer of a backend")
+    parser.add_argument("--partial", type=Path, default=None,
+                        help="also write the results so far to this folder after every round")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,7 @@ Sections (``--sections``, default all CPU sections):
     fitting against encoding, six variants against one, scaling to 100k sentences.
 ``gpu`` (the default with ``--device cuda``)
     :mod:`benchmarks.gpu`: ours against sentence-transformers on a CUDA device at equal precision.
-``peers`` (not in the default set; also ``python -m benchmarks.peers``)
+``--peers`` (on its own; the same as ``python -m benchmarks.peers``, whose options it takes)
     :mod:`benchmarks.peers`: flow-plugin's encoder beside sentence-transformers' torch, ONNX Runtime and
     OpenVINO backends, one process per backend (the ONNX and OpenVINO ones in their own virtual
     environments), interleaved rounds, each with its STS-B Spearman.
@@ -44,6 +44,7 @@ from benchmarks.cpu import (
 )
 from benchmarks.gpu import job_gpu_encode, job_gpu_flow, section_gpu
 from benchmarks.harness import Runner, data_root, describe_machine, load_average, peak_rss_mib, say
+from benchmarks import peers
 from benchmarks.report import format_report
 
 SECTIONS: tuple[str, ...] = ("encode", "flow", "variants", "scaling")
@@ -111,6 +112,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if "--peers" in arguments:  # the peer comparison: its own command line (python -m benchmarks.peers --help)
+        arguments.remove("--peers")
+        return peers.main(arguments)
     parser = argparse.ArgumentParser(prog="python -m benchmarks.perf", description=__doc__.splitlines()[0])
     configure_parser(parser)
     args = parser.parse_args(argv)

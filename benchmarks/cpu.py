@@ -430,6 +430,10 @@ def section_encode(runner: Runner, plan: dict[str, Any]) -> dict[str, Any]:
             memory[contender] = runner("encode-memory", common_params(plan) | {
                 "model": model, "contender": contender, "sentences": plan["sentences"]})
         entry["memory"] = memory
+        if plan["device"] == "cpu":
+            say(f"encode: {model}: matmul efficiency of the default (linear layers per thread CPU second)")
+            entry["matmul_efficiency"] = runner("matmul-efficiency", common_params(plan) | {
+                "model": model, "pairs": (plan["sentences"] or 0) // 2 or None})
         section[model] = entry
         say(f"encode: {model} done: " + encode_headline(entry))
     return section

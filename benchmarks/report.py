@@ -84,6 +84,14 @@ def format_report(report: dict[str, Any]) -> str:
                         f"{peaks['float32']:.0f} GFLOP/s; ours/bf16 peak {'-' if frac is None else f'{100 * frac:.0f}%'}"
                         f"{'' if frac_low is None else f' ({100 * frac_low:.0f}% of the other)'} (target >= 40%: "
                         f"{_mark(ok)}); ST/fp32 peak {100 * eff['sentence_transformers_fraction_of_float32_peak']:.0f}%")
+        for model, entry in encode.items():
+            efficiency = entry.get("matmul_efficiency")
+            if efficiency:
+                lines.append(
+                    f"   {model:<12} per thread CPU second: linear layers {efficiency['linear_gflops']:.0f} GFLOP/s = "
+                    f"{100 * efficiency['linear_fraction_of_peak']:.0f}% of the one-thread {efficiency['faster_dtype']} "
+                    f"peak at the encoder's shapes ({efficiency['peak_gflops']:.0f}); all matmuls over the whole encode "
+                    f"{100 * efficiency['end_to_end_fraction_of_peak']:.0f}% (default precision {efficiency['precision']})")
     flow = sections.get("flow")
     if flow:
         lines.append("-" * 100)

@@ -172,6 +172,9 @@ def test_quick_run_on_a_tiny_model_writes_every_section(
         assert values["flops"]["useful_flops"] > 0 and values["flops"]["padded_tokens"] >= values["flops"]["tokens"]
         assert _measured(values["efficiency"]["fast_fraction_of_own_dtype_peak"])
     assert _measured(cpu["peak_gflops"]["bf16"]) and _measured(cpu["peak_gflops"]["float32"])
+    efficiency = encode["matmul_efficiency"]
+    assert efficiency["linear_calls"] > 0 and efficiency["n_sentences"] == 96
+    assert all(_measured(efficiency[key]) for key in ("linear_gflops", "linear_fraction_of_peak", "end_to_end_fraction_of_peak"))
     for memory in encode["memory"].values():
         assert _measured(memory["peak_rss_mib"]) and _measured(memory["encode"]["seconds"])
 

@@ -76,7 +76,8 @@ class EncoderOptions:
         "help": "forward-pass precision: auto (GPU: bf16 from compute capability 8.0, else fp16; CPU: bf16 only "
                 f"where a short probe of the model's matmuls measured it at least {BF16_MIN_SPEEDUP}x as fast as float32, else "
                 "float32; the measurement is cached per machine in the user's cache folder, and "
-                f"${AUTO_PRECISION_ENV}={'|'.join(RESOLVED_PRECISIONS)} overrides it), float32, bf16, fp16", "choices": PRECISIONS})
+                f"${AUTO_PRECISION_ENV}={'|'.join(RESOLVED_PRECISIONS)} overrides it), float32, bf16, fp16, or int8 (CPU only: quantized linear layers, faster where "
+                "the CPU has int8 dot products, at a cost in quality: docs/performance.md)", "choices": PRECISIONS})
     batch_size: int | None = field(default=None, metadata={
         "help": f"sentences per backbone forward pass (default {DEFAULT_BATCH_SIZE})"})
     cache_dir: str | os.PathLike[str] | None = field(default=None, metadata={

@@ -14,8 +14,8 @@ sentences, and they are where the two precisions differ; a forward of the real m
 need its weights loaded twice and take seconds. The rest of the pass (LayerNorm, softmax,
 tokenization, pooling) runs alike in both, so the end-to-end gain is smaller than the probe's.
 
-How it stays robust on a busy machine: it runs on one torch thread (a multi-threaded product on a
-busy machine times the scheduler; see :func:`measure_bf16_speedup`) and times each product on its
+How it stays robust on a busy machine: it runs on one torch thread, as the backbone runs each batch on a
+CPU (a multi-threaded product on a busy machine times the scheduler; see :func:`measure_bf16_speedup`) and times each product on its
 own, so each is short. First a pilot: :data:`PILOT_REPEATS` runs of each precision on 64 rows,
 giving up on bf16 at once where it runs at under :data:`PILOT_GIVE_UP` of float32's speed (emulated
 bf16, ~50x slower, would otherwise take seconds). Then one untimed run of each precision (oneDNN

@@ -139,9 +139,11 @@ def _sentence_transformer(runtime: str, option: str, model: Path, exports: Path,
         info["file"] = file_name
         model_kwargs = {"file_name": file_name, "ov_config": {"INFERENCE_NUM_THREADS": threads}}
         encoder = SentenceTransformer(str(folder), device="cpu", backend="openvino", model_kwargs=model_kwargs)
-        try:  # which precision OpenVINO's CPU plugin runs in (bf16 on CPUs where it prefers it)
-            compiled = encoder[0].auto_model.request.get_compiled_model()
-            info["inference_precision"] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        try:  # which precision OpenVINO's CPU plugin runs in (bf16 by default where the CPU has bf16 instructions)
+            model_ = encoder[0].auto_model
+            model_.compile()
+            value = model_.request.get_property("INFERENCE_PRECISION_HINT")  # the compiled model
+            info["inference_precision"] = getattr(value, "get_type_name", lambda: str(value))()
         except Exception as error:  # noqa: BLE001 -- a description only; the timing does not need it
             info["inference_precision"] = f"unknown ({type(error).__name__})"
         return encoder, info

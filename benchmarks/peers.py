@@ -68,7 +68,8 @@ ENVIRONMENT_PACKAGES: dict[str, tuple[str, ...]] = {
 }
 #: The torch every environment gets first (the local CPU build: any other specification pulls CUDA packages).
 TORCH_REQUIREMENT = "torch==2.13.0"
-#: How far below the reference's Spearman (x 100) a backend still counts as of equal quality.
+#: How far from the reference's Spearman (x 100), either way, a backend still counts as of equal quality (a
+#: quantized path that scores higher on one test set has not kept the model's quality either: it changed it).
 EQUAL_QUALITY_POINTS = 0.1
 #: The backend whose Spearman is the reference: the model as its authors run it.
 REFERENCE = "sentence-transformers torch float32"
@@ -177,7 +178,7 @@ def summarize(n_sentences: int, seconds: dict[str, list[float]], spearman_points
     Per backend: ``sentences_per_second`` (the median round), ``min``/``max`` over rounds, the per-round ratio
     to the default (both timed in the same round: the ratio is steadier than either rate under load, and its
     median is reported), and Spearman minus the reference's. A backend is of equal quality when its Spearman
-    is at most :data:`EQUAL_QUALITY_POINTS` below the reference's; the verdict compares the default with the
+    is within :data:`EQUAL_QUALITY_POINTS` of the reference's; the verdict compares the default with the
     fastest other backend of equal quality that is not an explicit lower-precision option (``explicit``).
 
     >>> s = summarize(100, {"ours": [1.0, 1.0], "st": [2.0, 4.0], "q8": [0.5, 0.5]}, {"ours": 82.0, "st": 82.0,
@@ -203,7 +204,7 @@ def summarize(n_sentences: int, seconds: dict[str, list[float]], spearman_points
             "default_over_this_per_round": [round(value, 3) for value in ratios],
             "stsb_spearman": None if points is None else round(points, 3),
             "spearman_minus_reference": None if delta is None else round(delta, 3),
-            "equal_quality": None if delta is None else delta >= -EQUAL_QUALITY_POINTS,
+            "equal_quality": None if delta is None else abs(delta) <= EQUAL_QUALITY_POINTS,
             "explicit_option": name in explicit,
         }
     contenders = {name: entry for name, entry in backends.items()
@@ -405,6 +406,17 @@ def _summarize_into(report: dict[str, Any], n_sentences: int, seconds: dict[str,
     report["rounds_done"] = len(report["rounds"])
 
 
+def resummarize(report: dict[str, Any]) -> None:
+    """Recompute a stored report's rates, quality and verdict from its per-round seconds and Spearman values
+    (after a change of the rule; the measurements themselves are kept as they are)."""
+    seconds = {name: entry["seconds_per_round"] for name, entry in report["backends"].items() if "seconds_per_round" in entry}
+    points = {name: report["backends"][name].get("stsb_spearman") for name in seconds}
+    cpu = {name: report["backends"][name]["cpu_seconds_per_round"] for name in seconds}
+    explicit = [peer for peer in PEERS if peer.name in seconds]
+    _summarize_into(report, report["workload"]["sentences"], seconds, points, cpu, explicit)
+    report["rounds_done"] = len(report["rounds"])
+
+
 # =========================================================================== the table
 def format_markdown(report: dict[str, Any]) -> str:
     """The report as a Markdown page: the machine, the workload, the table, the verdict."""
@@ -449,7 +461,7 @@ def format_markdown(report: dict[str, Any]) -> str:
     lines.append("")
     if verdict.get("fastest_equal_quality_peer"):
         lines.append(
-            f"**Verdict:** the fastest peer of equal quality (Spearman at most {EQUAL_QUALITY_POINTS} below "
+            f"**Verdict:** the fastest peer of equal quality (Spearman within {EQUAL_QUALITY_POINTS} of "
             f"{verdict['reference']}) is {verdict['fastest_equal_quality_peer']}; flow-plugin's default runs "
             f"{_ratio(verdict.get('default_over_fastest_peer'))} its speed (per round: "
             f"{', '.join(_ratio(value) for value in verdict.get('default_over_fastest_peer_per_round', []))}): "
@@ -526,6 +538,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results",
                         help="where the JSON and Markdown results go (default benchmarks/results/)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for one answer of a backend")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="do not measure: recompute and rewrite the summary of a stored result JSON")
     parser.add_argument("--partial", type=Path, default=None,
                         help="also write the results so far to this folder after every round")
 
@@ -536,7 +550,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if argv is not None:
         args.command_line = ["python", "-m", "benchmarks.peers", *argv]
-    report = run_peers(args)
+    if args.from_json:
+        report = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        resummarize(report)
+    else:
+        report = run_peers(args)
     json_path, markdown_path = write_results(report, args.output_dir)
     print(format_markdown(report))
     print(f"written: {json_path}, {markdown_path}")

@@ -6,7 +6,7 @@ float32, forced bf16 and the explicit int8 option; sentence-transformers on torc
 Runtime (the plain export, optimum's O3 graph optimisation, dynamic int8 for the CPU's integer instructions)
 and on OpenVINO (plain, and static int8 calibrated on STS-B train sentences).
 
-The workload: all-MiniLM-L6-v2 (``--model``), the STS-B test set (2,758 pairs = 5,516 sentences), batch 64,
+The workload: all-MiniLM-L6-v2 (``--model``), the STS-B test set (1,379 pairs = 2,758 sentences), batch 64,
 64 word pieces, 2 threads, each backend in its own process (:mod:`benchmarks.peer_worker`), loaded and warmed
 up before any timing; then ``--rounds`` rounds (default 3), each of which asks every backend in turn to encode
 all the sentences once, in an order rotated from round to round, so that load from other processes falls on
@@ -470,11 +470,13 @@ def format_markdown(report: dict[str, Any]) -> str:
     if efficiency:
         lines.append("")
         lines.append(
-            f"**Matmul efficiency of the default** ({efficiency['precision']}): the encoder's linear layers ran at "
+            f"**Matmul efficiency of the default** ({efficiency['precision']}, timed in thread CPU seconds): the "
+            f"encoder's linear layers ran at "
             f"{efficiency['linear_gflops']:.0f} GFLOP/s, {100 * efficiency['linear_fraction_of_peak']:.0f}% of the "
-            f"{efficiency['precision']} matmul peak at the same shapes ({efficiency['peak_gflops']:.0f} GFLOP/s, "
-            f"{efficiency['threads']} threads) and {100 * efficiency['linear_fraction_of_square_peak']:.0f}% of "
-            f"its 2048-square peak ({efficiency['square_peak_gflops']:.0f}); they took "
+            f"{efficiency['precision']} matmul peak at the same shapes ({efficiency['peak_gflops']:.0f} GFLOP/s; all "
+            f"figures per thread: the encoder ran {efficiency['threads']} threads, each batch on one) and "
+            f"{100 * efficiency['linear_fraction_of_square_peak']:.0f}% of its 2048-square peak "
+            f"({efficiency['square_peak_gflops']:.0f}); they took "
             f"{100 * efficiency['linear_share_of_forward']:.0f}% of the forward passes' time; all matmul FLOPs "
             f"(attention products too) over the whole encode: {efficiency['end_to_end_gflops']:.0f} GFLOP/s = "
             f"{100 * efficiency['end_to_end_fraction_of_peak']:.0f}% of that peak.")

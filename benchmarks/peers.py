@@ -315,10 +315,13 @@ def run_peers(args: argparse.Namespace) -> dict[str, Any]:
         "command": " ".join(getattr(args, "command_line", None) or ["python", "-m", "benchmarks.peers", *sys.argv[1:]]),
         "started": started.isoformat(timespec="seconds"),
         "machine": describe_machine(args.threads),
-        "workload": {"model": args.model, "location": location, "pooling": pooling, "set": "STS-B test",
+        # names, never machine paths: a results file is published
+        "workload": {"model": args.model, "location": Path(location).parent.name + "/" + Path(location).name,
+                     "pooling": pooling, "set": "STS-B test",
                      "pairs": len(gold), "sentences": len(sentences), "batch_size": args.batch_size,
                      "max_length": args.max_length, "threads": args.threads, "rounds": args.rounds},
-        "environments": {name: python for name, python in pythons.items()},
+        "environments": {name: ("this process's" if name == "project" else "own virtual environment")
+                         if python else None for name, python in pythons.items()},
         "backends": {}, "missing": {}, "rounds": [],
     }
     folder = Path(tempfile.mkdtemp(prefix="flow-plugin-peers-"))

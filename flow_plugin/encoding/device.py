@@ -89,7 +89,7 @@ def check_precision(precision: Any) -> str:
     >>> check_precision("fp32")
     Traceback (most recent call last):
     ...
-    flow_plugin.errors.InputError: unknown precision 'fp32'; use one of auto, float32, bf16, fp16
+    flow_plugin.errors.InputError: unknown precision 'fp32'; use one of auto, float32, bf16, fp16, int8
     """
     if precision not in PRECISIONS:
         raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
@@ -118,6 +118,8 @@ def choose_precision(precision: str, device: torch.device, *, shapes: Any = None
     (``measure(shapes) -> Bf16Measurement``), e.g. in tests.
     """
     check_precision(precision)
+    if precision == "int8" and device.type != "cpu":
+        raise InputError(f"precision 'int8' runs on a CPU only, not on {device}; use bf16 or fp16 there, or device='cpu'")
     if precision != "auto":
         return PrecisionChoice(precision, precision, "requested")
     from_environment = auto_precision_from_environment()
@@ -146,5 +148,9 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype for a resolved precision (``None`` for float32: no autocast)."""
+    """The autocast dtype for a resolved precision (``None`` for float32 and int8: no autocast).
+
+    >>> autocast_dtype("bf16"), autocast_dtype("int8")
+    (torch.bfloat16, None)
+    """
     return _DTYPES.get(precision)

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     row = None
     if args.leaderboard is not None:
-        from flow_plugin.leaderboard.merge import load_leaderboard
+        from flow_plugin.leaderboard.ingest.merge import load_leaderboard
 
         board = load_leaderboard(args.leaderboard)
         row = benchmark_row(board, args.model)

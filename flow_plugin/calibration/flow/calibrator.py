@@ -18,6 +18,7 @@ import numpy as np
 from flow_plugin._machine import resolve_device
 from flow_plugin._validation import check_embeddings
 from flow_plugin.calibration.base import Calibrator, half_of_span
+from flow_plugin.calibration.linear import Whitening
 from flow_plugin.errors import InputError
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def member_seeds(seed: int, ensemble: int) -> list[int]:
     return [seed * ensemble + member for member in range(ensemble)]
 
 
-class FlowCalibrator(Calibrator):
+class FlowCalibrator(Calibrator, method="flow"):
     """BERT-flow: map embeddings onto an isotropic Gaussian with a learned invertible flow.
 
     Parameters (defaults follow the paper and its official code)
@@ -114,8 +115,6 @@ class FlowCalibrator(Calibrator):
     ((600, 8), True)
     """
 
-    method = "flow"
-    label = "flow"
     EFFECTIVE_ATTRIBUTES = ("whiten_components_",)
 
     def __init__(
@@ -246,8 +245,6 @@ class FlowCalibrator(Calibrator):
             )
         self.n_flow_features_ = n_features
         if self.whiten_first:
-            from flow_plugin.calibration.linear import Whitening
-
             # the sample covariance's whitening, keeping only the directions the rows span: a null direction
             # (fewer rows than dimensions, or one the backbone never uses: all-MiniLM-L6-v2 has 3 of 384) holds
             # only rounding error, which ActNorm's data-dependent scale would blow up to unit variance
@@ -394,8 +391,6 @@ class FlowCalibrator(Calibrator):
         self._check_params(n_features)
         self.whiten_components_ = self.whiten_components if self.whiten_first else None  # the header may say more
         if self.whiten_first:
-            from flow_plugin.calibration.linear import Whitening
-
             self.whitening_ = Whitening()
             self.whitening_._set_state({key[len("whitening/"):]: value for key, value in state.items()
                                         if key.startswith("whitening/")})

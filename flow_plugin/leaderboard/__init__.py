@@ -22,7 +22,8 @@ top to bottom, one module (or folder) per stage:
   files, :mod:`.ingest.rows` names a row, :mod:`.ingest.merge` loads a board and merges into it);
 * :mod:`.compare`: every derived number, computed once and stored on the row or seed group: averages,
   deltas, seed groups, the 95% intervals; and :class:`~.compare.Compared`, every cell the renderings show;
-* :mod:`.render`: Markdown, the HTML page and index, the PNG chart, read from the comparison;
+* :mod:`.render`: Markdown, the HTML page and index, the PNG chart, read from the comparison (and a row
+  as an exported model's card shows it);
 * :mod:`.write`: the four files and the index, atomically, under a folder lock;
 * :mod:`.pipeline`: :func:`update_leaderboard` and :func:`render_leaderboard`, the stages in order (the
   command line is :mod:`flow_plugin.cli.leaderboard`).
@@ -65,6 +66,7 @@ from flow_plugin.leaderboard.models import (
     task_sort_key,
 )
 from flow_plugin.leaderboard.pipeline import LeaderboardUpdate, render_leaderboard, update_leaderboard
+from flow_plugin.leaderboard.render.card import benchmark_row, benchmark_scores
 from flow_plugin.leaderboard.render.chart import delta_series, render_png
 from flow_plugin.leaderboard.render.html import embedded_json, page_view, render_html, render_index, significance
 from flow_plugin.leaderboard.render.markdown import render_markdown
@@ -88,6 +90,8 @@ __all__ = [
     "Row",
     "SeedGroup",
     "TaskScore",
+    "benchmark_row",
+    "benchmark_scores",
     "compare",
     "delta_series",
     "describe_model",

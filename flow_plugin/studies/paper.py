@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.data.fit_corpus import TARGET
+from flow_plugin.protocols import AGGREGATES, PROTOCOLS
 from flow_plugin.data.tasks import TASK_LABELS
 
 logger = logging.getLogger(__name__)
@@ -51,9 +52,7 @@ PROTOCOLS = {
     "sts_fit": "target: a fresh calibrator per STS set, fitted on every sentence of every split of that set "
     "(scores never used); STS12-16 have only a test split, STS-B and SICK-R train+dev+test",
     "sts_similarity": "cosine of the two (calibrated) sentence embeddings",
-    "spearman.all": "Spearman over the pairs of all subsets pooled (MTEB, SimCSE 'all')",
-    "spearman.wmean": "mean of per-subset Spearman weighted by pair count (SentEval 'wmean', the BERT-flow paper)",
-    "spearman.mean": "unweighted mean of per-subset Spearman (SentEval 'mean')",
+    **{f"spearman.{name}": f"Spearman, {text}" for name, text in AGGREGATES.items()},
     "qnli.AUC": "ROC AUC of cosine(question, sentence) against label == entailment on GLUE QNLI dev; calibrators "
     "fitted on QNLI dev's questions and sentences (labels never used) (paper table 4)",
     "lexical": f"Spearman correlation of each pair's word edit distance (tokens = whitespace split) with the gold "
@@ -497,7 +496,7 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     sts = report.get("sts")
     if sts:
         calibrators = list(report["model"]["calibrators"])
-        for protocol in ("all", "wmean"):
+        for protocol in PROTOCOLS:
             table: dict[str, Any] = {}
             for name in calibrators:
                 row = {task: (sts[task]["calibrators"][name]["spearman"][protocol]
@@ -560,8 +559,8 @@ def format_report(report: dict[str, Any]) -> str:
     if "sts" in report:
         tasks = list(report["sts"])
         header = f"{'':<{name_width}}" + "".join(f"{TASK_LABELS.get(task, task):>8}" for task in tasks) + f"{'avg':>8}"
-        for protocol, title in (("wmean", "size-weighted mean of subset Spearman (the paper's)"),
-                                ("all", "Spearman over all pairs pooled (MTEB's)")):
+        for protocol in reversed(PROTOCOLS):  # the paper's "wmean" first
+            title = PROTOCOLS[protocol]
             lines.append("")
             lines.append(f"STS, cosine Spearman x100, protocol '{protocol}': {title}; calibrators fitted per set (target)")
             lines.append(header)

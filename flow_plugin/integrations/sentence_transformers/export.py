@@ -34,7 +34,7 @@ from flow_plugin.data.fit_corpus import read_sentence_file
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError
-from flow_plugin.integrations.sentence_transformers.benchmark import LeaderboardRow, benchmark_summary, check_row
+from flow_plugin.integrations.sentence_transformers.benchmark import BenchmarkScores, check_benchmark
 from flow_plugin.integrations.sentence_transformers.card import SENSITIVE_CALIBRATOR, render_card
 from flow_plugin.integrations.sentence_transformers.folder import check_destination, staged_folder
 
@@ -235,8 +235,7 @@ def export_model(
     fit_corpus: str | os.PathLike[str] | None = None,
     calibrator_path: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
-    leaderboard_row: LeaderboardRow | None = None,
-    leaderboard_name: str | None = None,
+    benchmark: BenchmarkScores | None = None,
     fit_duplicates: str = DEFAULT_DUPLICATES,
     max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
     fit_seed: int = DEFAULT_FIT_SEED,
@@ -249,8 +248,8 @@ def export_model(
     ``calibrator_path`` (``Calibrator.save``'s file) as a sentence-transformers folder ``out_dir``.
 
     ``fit_duplicates``, ``max_fit_sentences``, ``fit_seed`` and ``calibrator_params`` are the MTEB
-    loader arguments of the same names; ``leaderboard_row`` (a row of a loaded leaderboard,
-    :func:`.benchmark.benchmark_row`) puts the model's benchmark scores in the model card.
+    loader arguments of the same names; ``benchmark`` (the model's row of a leaderboard,
+    :func:`flow_plugin.leaderboard.benchmark_scores`) puts its benchmark scores in the model card.
     ``out_dir`` must not exist, or be empty, or (``overwrite``) hold a model folder, which is then
     replaced. ``check_agreement`` loads the folder back before moving it into place, measures how
     far its float32 embeddings are from flow-plugin's (the figures go into the model card), and
@@ -269,8 +268,8 @@ def export_model(
     if fit_corpus is not None and calibrator_path is not None:
         raise InputError(f"export of {registry_model.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
                          "(--calibrator), not both")
-    if leaderboard_row is not None:
-        check_row(leaderboard_row, registry_model)
+    if benchmark is not None:
+        check_benchmark(benchmark, registry_model)
     out = Path(out_dir).expanduser()
     check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
 
@@ -345,8 +344,7 @@ def export_model(
                                           "reason": "the flow is flow-plugin's FlowCalibration module"}}
                          if needs_flow_plugin else {}),
         "agreement": None,
-        "benchmark": (benchmark_summary(leaderboard_row, board_name=leaderboard_name) if leaderboard_row is not None
-                      else None),
+        "benchmark": benchmark.as_dict() if benchmark is not None else None,
         "versions": versions,
         "created": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
     }

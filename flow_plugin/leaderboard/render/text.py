@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flow_plugin.calibration.names import LINEAR_BASELINES
+from flow_plugin.calibration.names import CALIBRATOR_LABELS, LINEAR_BASELINES
 from flow_plugin.leaderboard.compare import CellInterval, DeltaCell, Headline, Stats, Unit
 from flow_plugin.leaderboard.models import AVERAGE
 from flow_plugin.protocols import PROTOCOLS
@@ -18,12 +18,10 @@ NAME_COLUMNS = (("backbone", "Backbone"), ("calibrator", "Calibrator"), ("poolin
                 ("fit_corpus", "Fit corpus"), ("duplicates", "Duplicates"), ("options", "Options"))
 #: the page's and the Markdown's views of a board: the scores, or the Δ against a reference
 VIEWS = {"scores": "Scores", "raw": "Δ against raw", "linear": "Δ against best linear"}
-#: the linear baselines by their display names
-LINEAR_NAMES = {"sn": "SN", "natsv": "NATSV", "sn-natsv": "SN+NATSV", "whiten": "whitening"}
 #: what the best linear baseline is, in words
-BEST_LINEAR = (f"the best linear baseline (of {', '.join(LINEAR_NAMES[name] for name in LINEAR_BASELINES[:-1])} and "
-               f"{LINEAR_NAMES[LINEAR_BASELINES[-1]]}, the one with the highest average under the protocol) of the "
-               "same backbone, loader settings and fit corpus")
+BEST_LINEAR = (f"the best linear baseline (of {', '.join(CALIBRATOR_LABELS[name] for name in LINEAR_BASELINES[:-1])} "
+               f"and {CALIBRATOR_LABELS[LINEAR_BASELINES[-1]]}, the one with the highest average under the protocol) of "
+               "the same backbone, loader settings and fit corpus")
 #: what a protocol means, as the renderings explain it
 PROTOCOL_NOTES = {name: f'"{name}": {text}' for name, text in PROTOCOLS.items()}
 #: how the intervals are computed and read, as the renderings explain it

@@ -217,6 +217,7 @@ class FlowCalibrator(Calibrator, method="flow"):
 
     def _build(self, n_features: int, seed: int | None = None) -> Any:
         """The untrained flow (an nflows ``Flow``), its random start fixed by ``seed``."""
+        # torch and nflows load when a flow is built, not with this module (the registry checks parameters without them)
         import torch
 
         from flow_plugin.calibration.flow.glow import build_glow
@@ -228,6 +229,7 @@ class FlowCalibrator(Calibrator, method="flow"):
                               coupling=self.coupling)
 
     def _settings(self, seed: int) -> Any:
+        # torch loads when a flow is trained
         from flow_plugin.calibration.flow.train import TrainingSettings
 
         return TrainingSettings(epochs=self.epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
@@ -275,6 +277,7 @@ class FlowCalibrator(Calibrator, method="flow"):
 
     def _fit_member(self, X: np.ndarray, seed: int) -> tuple[Any, Any, float]:
         """One flow, seeded ``seed``: (flow, training result, mean log-likelihood of the rows it trained on)."""
+        # torch loads when a flow is trained
         import torch
 
         from flow_plugin.calibration.flow.train import EarlyStopping, mean_log_likelihood, train_flow
@@ -309,6 +312,7 @@ class FlowCalibrator(Calibrator, method="flow"):
         return next(self.flow_.parameters()).device
 
     def _apply(self, X: np.ndarray, function: Any) -> np.ndarray:
+        # torch loads when a flow is used
         import torch
 
         device = self._device()
@@ -339,6 +343,7 @@ class FlowCalibrator(Calibrator, method="flow"):
         return np.concatenate(scaled, axis=1) / math.sqrt(len(latents))
 
     def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        # torch and nflows load when a flow is used
         from flow_plugin.calibration.flow.glow import glow_of
 
         if self.ensemble > 1:
@@ -385,6 +390,7 @@ class FlowCalibrator(Calibrator, method="flow"):
         return state
 
     def _set_state(self, state: dict[str, np.ndarray]) -> None:
+        # torch loads when a saved flow is restored
         import torch
 
         n_features = self.n_features_in_

@@ -59,6 +59,8 @@ def round_points(value: float) -> float:
 def is_number(value: Any) -> TypeGuard[float]:
     """True for a finite int or float (not a bool).
 
+    Examples
+    --------
     >>> [is_number(v) for v in (1, 0.5, True, float("nan"), "1")]
     [True, True, False, False, False]
     """

@@ -41,7 +41,6 @@ from flow_plugin.encoding.batching import BATCH_PLAN, BATCH_PLANS, plan_batches
 from flow_plugin.encoding.device import (
     PrecisionChoice,
     auto_precision_from_environment,
-    autocast_dtype,
     check_precision,
     choose_precision,
 )
@@ -67,9 +66,6 @@ PROGRESS_BAR_MIN_BATCHES = 8
 CPU_BATCH_THREADS = True
 #: Held while batches run side by side (the thread count they set is the process's).
 _ONE_THREAD_PER_BATCH = threading.Lock()
-#: Tokens of a typical STS sentence with its special tokens (STS-B test+dev, all-MiniLM-L6-v2's tokenizer: mean 14.3, median 12): with the batch size,
-#: the rows a linear layer multiplies at once, which its weights are packed and probed for.
-TYPICAL_SENTENCE_TOKENS = 16
 
 
 def weights_unavailable(name: str, error: OSError, install_hint: str | None, source: str | None = None) -> WeightsUnavailableError:
@@ -335,7 +331,7 @@ class Backbone:
             for parameter in model.parameters():
                 parameter.requires_grad_(False)
             model.to(self.device)
-            cpu_kernels.prepare_linear_layers(model, self.precision, self.device, batch_tokens=self.batch_size * TYPICAL_SENTENCE_TOKENS)
+            cpu_kernels.prepare_linear_layers(model, self.precision, self.device, batch_tokens=self.batch_size * cpu_kernels.TYPICAL_SENTENCE_TOKENS)
             n_hidden_states = int(model.config.num_hidden_layers) + 1
             self.pooling.validate_depth(n_hidden_states)
             self._check_width(model.config)
@@ -404,7 +400,7 @@ class Backbone:
         # every id in one flat array, so a batch is gathered with one vectorised index
         starts = np.zeros(len(sentences), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-        dtype = autocast_dtype(self.precision)
+        dtype = cpu_kernels.autocast_dtype(self.precision)
 
         def encode_batch(batch_index: np.ndarray) -> None:
             with torch.inference_mode(), torch.autocast(

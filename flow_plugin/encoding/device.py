@@ -25,7 +25,6 @@ import torch
 from flow_plugin.encoding.options import AUTO_PRECISION_ENV, PRECISIONS, RESOLVED_PRECISIONS
 from flow_plugin.errors import InputError
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: the first compute capability with bf16 tensor cores (NVIDIA A100, sm80)
 BF16_MIN_CAPABILITY = (8, 0)
 #: The shapes probed when no model is named: BERT-base's widths at the default batch (64 x 16 tokens).
@@ -145,12 +144,3 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     """Turn ``precision`` into a concrete ``float32``/``bf16``/``fp16`` for ``device``
     (:func:`choose_precision`'s precision, for BERT-base's shapes on a CPU)."""
     return choose_precision(precision, device).precision
-
-
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype for a resolved precision (``None`` for float32 and int8: no autocast).
-
-    >>> autocast_dtype("bf16"), autocast_dtype("int8")
-    (torch.bfloat16, None)
-    """
-    return _DTYPES.get(precision)

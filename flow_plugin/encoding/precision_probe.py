@@ -48,6 +48,7 @@ import torch
 
 from flow_plugin._io import atomic_write_json, file_lock, user_cache_dir
 from flow_plugin._machine import cpu_flags, cpu_model
+from flow_plugin.encoding.cpu_kernels import TYPICAL_SENTENCE_TOKENS, prepare_linear_layers
 from flow_plugin.encoding.options import BF16_MIN_SPEEDUP
 from flow_plugin.errors import FlowPluginError
 
@@ -96,8 +97,6 @@ class ProbeShapes:
         >>> ProbeShapes.for_width(384, 64), ProbeShapes.for_width(768, 8)
         (ProbeShapes(hidden_size=384, intermediate_size=1536, tokens=512), ProbeShapes(hidden_size=768, intermediate_size=3072, tokens=128))
         """
-        from flow_plugin.encoding.backbone import TYPICAL_SENTENCE_TOKENS
-
         tokens = min(int(batch_size) * TYPICAL_SENTENCE_TOKENS, PROBE_MAX_TOKENS)
         return cls(int(hidden_size), 4 * int(hidden_size), tokens)
 
@@ -154,8 +153,6 @@ def bf16_or_float32(bf16_speedup: float) -> str:
 def _probe_layers(shapes: ProbeShapes, precision: str) -> torch.nn.Module:
     """The probed linear layers with random weights (a private generator: the global RNG is untouched),
     prepared for ``precision`` as the backbone prepares its own."""
-    from flow_plugin.encoding.cpu_kernels import prepare_linear_layers
-
     generator = torch.Generator().manual_seed(0)
     hidden, intermediate = shapes.hidden_size, shapes.intermediate_size
     layers = torch.nn.ModuleList()

@@ -35,6 +35,7 @@ from flow_plugin.errors import DataFolderError
 from flow_plugin.evaluation import evaluate_sts
 from flow_plugin.data.senteval import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
 from flow_plugin.catalog.tasks import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
+from flow_plugin.protocols import protocol_text
 
 DATA_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
 _SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}
@@ -168,10 +169,10 @@ class SentEvalSTSTask(AbsTaskSTS):
                     item.name: {"n_pairs": item.n, "cosine_spearman": item.spearman, "cosine_pearson": item.pearson}
                     for item in sts.subsets
                 },
-                "protocols": {
-                    "cosine_spearman": "all: Spearman over all test pairs pooled (MTEB, SimCSE)",
-                    "cosine_spearman_wmean": "wmean: per-subset Spearman, mean weighted by pair count (SentEval, BERT-flow paper)",
-                    "cosine_spearman_mean": "mean: per-subset Spearman, unweighted mean",
+                "protocols": {  # the protocol of each metric (the leaderboard reads the name before the colon)
+                    "cosine_spearman": protocol_text("all"),
+                    "cosine_spearman_wmean": protocol_text("wmean"),
+                    "cosine_spearman_mean": protocol_text("mean"),
                 },
                 "data_revision": self.metadata.revision,
             }

@@ -248,3 +248,18 @@ def test_fit_records_are_written_once_per_task(task_class: type, tiny_backbone: 
     (path,) = (tmp_path / "results").rglob(f"flow-plugin-fits/{name}.fits.json")
     written = fit_records.read_fits(path)["fits"]
     assert sum(record["calls"] for record in written) == calls  # every call is in the one file
+
+
+# ------------------------------------------------------------------ one direction
+def test_the_mteb_adapter_has_no_import_circle() -> None:
+    """model.py imports meta.py (to describe itself); meta.py names its loader as an argument and imports
+    neither the model nor the hook, so no two modules of the adapter import each other."""
+    import grimp
+
+    graph = grimp.build_graph("flow_plugin", cache_dir=None)
+    modules = sorted(name for name in graph.modules if name.startswith("flow_plugin.integrations.mteb."))
+    circles = [(a, b) for a in modules for b in modules if a < b
+               and graph.chain_exists(importer=a, imported=b) and graph.chain_exists(importer=b, imported=a)]
+    assert circles == []
+    assert not graph.chain_exists(importer="flow_plugin.integrations.mteb.meta",
+                                  imported="flow_plugin.integrations.mteb.model")

@@ -16,20 +16,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-#: import circles that belong to work under way in other rooms, each by one of its imports (importer, imported):
-#: the backbone and the bf16 probe of encoding/, the MTEB model and its ModelMeta (pyproject.toml ignores the same
-#: two in its "no import circles" contract). An entry whose import is gone is simply not needed any more.
-KNOWN_CIRCLES = {
-    ("flow_plugin.integrations.mteb.model", "flow_plugin.integrations.mteb.meta"),
-}
-
-
-def import_circles(graph: Any, ignored: set[tuple[str, str]]) -> list[list[str]]:
+def import_circles(graph: Any) -> list[list[str]]:
     """The strongly connected components of more than one module among the package's modules (imports inside
-    functions and under TYPE_CHECKING count), leaving out the ``ignored`` imports."""
+    functions and under TYPE_CHECKING count)."""
     modules = sorted(graph.modules)
     edges = {module: sorted(imported for imported in graph.find_modules_directly_imported_by(module)
-                            if imported in graph.modules and (module, imported) not in ignored)
+                            if imported in graph.modules)
              for module in modules}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -69,10 +61,10 @@ def test_no_module_of_the_package_takes_part_in_an_import_circle() -> None:
     import grimp
 
     graph = grimp.build_graph("flow_plugin", cache_dir=None)
-    assert import_circles(graph, KNOWN_CIRCLES) == []
+    assert import_circles(graph) == []
     # the check finds a circle where there is one: two modules that import each other
     graph.add_import(importer="flow_plugin.errors", imported="flow_plugin.leaderboard.models")
-    assert ["flow_plugin.errors", "flow_plugin.leaderboard.models"] in import_circles(graph, KNOWN_CIRCLES)
+    assert ["flow_plugin.errors", "flow_plugin.leaderboard.models"] in import_circles(graph)
 
 
 def test_import_contracts_hold() -> None:

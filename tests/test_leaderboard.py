@@ -250,7 +250,7 @@ def test_scores_are_what_mteb_itself_reads(result_dirs: dict[str, Path], tmp_pat
 @pytest.mark.parametrize("json_path", sorted((REPO / "leaderboards").glob("*.json")), ids=lambda p: p.stem)
 def test_committed_leaderboards_are_reproduced(json_path: Path) -> None:
     """The published leaderboards, re-derived and re-rendered by this code, are byte for byte
-    what is committed (JSON, Markdown and HTML page), and the chart draws the same bars."""
+    what is committed (JSON, Markdown and HTML page), and the chart draws the same bars at the same size."""
     from PIL import Image
 
     compared = lb.compare(lb.load_leaderboard(json_path))
@@ -261,7 +261,9 @@ def test_committed_leaderboards_are_reproduced(json_path: Path) -> None:
     assert lb.render_html(compared, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
     with Image.open(json_path.with_suffix(".png")) as committed, Image.open(io.BytesIO(lb.render_png(compared))) as drawn:
         assert json.loads(drawn.text["Description"]) == json.loads(committed.text["Description"])
-        assert drawn.size == committed.size
+        # the tight bounding box follows matplotlib's text metrics: 3.8.4 (the lower bound) draws these charts
+        # 3-8 px wider than 3.10 (0.2-0.5% of ~1550 px, same height), so the size agrees within 2%
+        assert drawn.size == pytest.approx(committed.size, rel=0.02)
 
 
 # ------------------------------------------------------------------ merging

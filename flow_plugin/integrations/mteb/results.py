@@ -401,7 +401,8 @@ def load_task_result(path: Path) -> TaskResult:
     except (OSError, UnicodeDecodeError) as error:
         raise DataFolderError(f"{path}: cannot read MTEB task result: {error}") from None
     except ValueError as error:
-        cause = error.__cause__
+        # pydantic's error is the ValueError's cause in newer mteb releases and only its context in older ones
+        cause = error.__cause__ or error.__context__
         if not isinstance(cause, ValidationError):
             raise DataFolderError(f"{path}: malformed MTEB task result: {error}") from None
         problems = cause.errors(include_url=False)

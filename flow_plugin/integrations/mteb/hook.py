@@ -9,9 +9,10 @@ modules finish executing, the finder's callbacks add:
 
 - a ``ModelMeta`` for every registry model name (``mteb.get_model_meta`` /
   ``mteb.get_model`` / ``mteb run -m flow_plugin/...``);
-- the offline SentEval-format STS tasks and the offline GLUE QNLI retrieval task to
-  ``_TASKS_REGISTRY`` (found by name with ``mteb run -t``), and to the full task list when
-  their data is configured (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``).
+- the offline SentEval-format STS tasks, the offline GLUE QNLI retrieval task and the labelled
+  tasks of every type (built-in and ``$FLOW_PLUGIN_TASKS``) to ``_TASKS_REGISTRY`` (found by name
+  with ``mteb run -t``), and to the full task list when their data is configured
+  (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``, ``FLOW_PLUGIN_SHARED_DATA``).
 
 Turn the hook off with ``FLOW_PLUGIN_DISABLE_MTEB_HOOK=1``; :func:`register` does the
 same work by hand (e.g. after ``import mteb`` in a process started with the hook off).
@@ -53,16 +54,18 @@ def register_models(module: object = None) -> list[str]:
 
 
 def register_tasks(module: object = None) -> list[str]:
-    """Add the offline STS and retrieval tasks to MTEB's task registry; return their names."""
+    """Add the offline STS, retrieval and labelled tasks (:mod:`.labelled_tasks`) to MTEB's task registry;
+    return their names."""
     module = module or sys.modules.get(TASKS_MODULE) or __import__(TASKS_MODULE, fromlist=["_TASKS_REGISTRY"])
+    from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, listed_labelled_task_classes
     from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
     from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
 
-    classes = (*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES)
+    classes = (*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES, *labelled_task_classes())
     for cls in classes:
         module._TASKS_REGISTRY[cls.metadata.name] = cls
     listed = (TASK_CLASSES if os.environ.get(DATA_ENV) else ()) + (
-        RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ())
+        RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ()) + listed_labelled_task_classes()
     if listed:
         known = set(module.TASK_LIST)
         module.TASK_LIST = tuple(module.TASK_LIST) + tuple(cls for cls in listed if cls not in known)

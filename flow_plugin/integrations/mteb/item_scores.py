@@ -48,8 +48,9 @@ ITEMS_FOLDER = "flow-plugin-items"
 ITEMS_SUFFIX = ".items.npz"
 ITEMS_FORMAT = "flow-plugin-items"
 ITEMS_VERSION = 1
-#: a file must reproduce its result's main score this closely (0-1 scale; MTEB stores floats as computed)
-SCORE_TOLERANCE = 1e-6
+#: a file must reproduce its result's main score this closely (0-1 scale): MTEB keeps classification, pair
+#: classification and clustering scores as computed, and rounds retrieval scores to 5 decimals
+SCORE_TOLERANCE = 1e-5
 #: what each array holds, per task type (written into every file's meta)
 ARRAYS: dict[str, dict[str, str]] = {
     "Classification": {

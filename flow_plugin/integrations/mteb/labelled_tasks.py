@@ -11,8 +11,8 @@ Classification          ``AbsTaskClassification``          split -> (``text``, `
 PairClassification      ``AbsTaskPairClassification``      split -> (``sentence1``, ``sentence2``, ``labels``)
 Clustering              ``AbsTaskClustering`` (fast)       split -> (``sentences``, ``labels``; a list per item
                                                            for hierarchical labels), every item embedded
-Retrieval               ``AbsTaskRetrieval``               queries with a relevant document, every distinct
-                                                           document, relevant pairs (MTEB 2's layout)
+Retrieval               ``AbsTaskRetrieval``               every distinct query (MTEB scores those with a
+                                                           relevant document) and document, the relevant pairs
 Reranking               ``AbsTaskRetrieval`` (type         as Retrieval, plus ``top_ranked``: each query's own
                         "Reranking")                       rows' documents, then a TF-IDF first stage's top ones
 ======================  =================================  =====================================================
@@ -74,7 +74,66 @@ def loaded_task(name: str) -> Any:
     return reference() if reference is not None else None
 
 
-class LabelledTask:
+class ItemCapture:
+    """Writes what a task captured per item while MTEB scored it (:meth:`item_arrays`, per type) next to the
+    result (:mod:`.item_scores`)."""
+
+    _captured: Any = None
+
+    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:  # pragma: no cover
+        """(arrays, extra meta) of the captured per-item data; per type."""
+        raise NotImplementedError
+
+    def _keep_items(self, data_split: Any, hf_split: str, hf_subset: str, scores: dict[str, Any]) -> None:
+        """Write the captured per-item data next to the result MTEB is about to write (inside ``mteb.evaluate``
+        with a result folder); it is kept on the task as ``last_items`` either way."""
+        from flow_plugin.integrations.mteb.call_stack import result_destination
+        from flow_plugin.integrations.mteb.item_scores import write_items
+
+        arrays, extra = self.item_arrays(data_split, hf_split)
+        main = self.metadata.main_score  # type: ignore[attr-defined]
+        self.last_items = (arrays, extra)
+        destination = result_destination()
+        if destination is None or main not in scores:
+            return
+        cache, meta = destination
+        write_items(cache.get_task_result_path(self.metadata.name, meta), task=self.metadata.name,  # type: ignore[attr-defined]
+                    task_type=str(self.metadata.type), split=hf_split, hf_subset=str(hf_subset),  # type: ignore[attr-defined]
+                    dataset_revision=self.metadata.revision, main_score=main,  # type: ignore[attr-defined]
+                    main_score_value=float(scores[main]), arrays=arrays, extra=extra)
+
+
+class RetrievalItems(ItemCapture):
+    """Per-query capture for a retrieval or reranking task (``AbsTaskRetrieval``): pytrec_eval's per-query
+    values, which MTEB hands to ``task_specific_scores``."""
+
+    def task_specific_scores(self, scores: dict[str, dict[str, float]], qrels: Any, results: Any, hf_split: str,
+                             hf_subset: str) -> dict[str, float]:
+        self._captured = scores
+        return super().task_specific_scores(scores, qrels, results, hf_split=hf_split,  # type: ignore[misc]
+                                            hf_subset=hf_subset)
+
+    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str, **kwargs: Any) -> Any:
+        self._captured = None
+        # MTEB drops the queries without a relevant document from the split it is given, in place: a copy keeps
+        # the task's own data whole, so the "target" fit (which reads the task's data) never depends on relevance
+        scores = AbsTaskRetrieval._evaluate_subset(self, model, dict(data_split), hf_split=hf_split,  # type: ignore[arg-type]
+                                                   hf_subset=hf_subset, **kwargs)
+        if self._captured is not None:
+            self._keep_items(data_split, hf_split, hf_subset, scores)
+        return scores
+
+    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        per_query = self._captured
+        query_ids = sorted(per_query, key=lambda name: (len(name), name))
+        measures = sorted({measure for values in per_query.values() for measure in values})
+        arrays: dict[str, Any] = {"query_ids": np.asarray(query_ids)}
+        for measure in measures:
+            arrays[measure] = np.asarray([per_query[query].get(measure, 0.0) for query in query_ids], dtype=np.float64)
+        return arrays, {"n_queries": len(query_ids)}
+
+
+class LabelledTask(ItemCapture):
     """What every labelled task shares: reading its entry's files, the data revision, capturing per-item data."""
 
     entry: ClassVar[TaskEntry]
@@ -143,28 +202,6 @@ class LabelledTask:
         if self._captured is not None:
             self._keep_items(data_split, hf_split, hf_subset, scores)
         return scores
-
-    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:  # pragma: no cover
-        """(arrays, extra meta) of the captured per-item data; per type."""
-        raise NotImplementedError
-
-    def _keep_items(self, data_split: Any, hf_split: str, hf_subset: str, scores: dict[str, Any]) -> None:
-        """Write the captured per-item data next to the result MTEB is about to write (inside ``mteb.evaluate``
-        with a result folder; otherwise keep it on the task as ``last_items``)."""
-        from flow_plugin.integrations.mteb.call_stack import result_destination
-        from flow_plugin.integrations.mteb.item_scores import write_items
-
-        arrays, extra = self.item_arrays(data_split, hf_split)
-        main = self.metadata.main_score  # type: ignore[attr-defined]
-        self.last_items = (arrays, extra)
-        destination = result_destination()
-        if destination is None or main not in scores:
-            return
-        cache, meta = destination
-        write_items(cache.get_task_result_path(self.metadata.name, meta), task=self.metadata.name,  # type: ignore[attr-defined]
-                    task_type=str(self.metadata.type), split=hf_split, hf_subset=str(hf_subset),  # type: ignore[attr-defined]
-                    dataset_revision=self.metadata.revision, main_score=main,  # type: ignore[attr-defined]
-                    main_score_value=float(scores[main]), arrays=arrays, extra=extra)
 
 
 # ----------------------------------------------------------------------------- one class per type
@@ -291,31 +328,31 @@ class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
 
 
 def _retrieval_data(columns: dict[str, list[Any]], candidates: int | None) -> dict[str, Any]:
-    """MTEB 2 retrieval data of (query, document, label) rows: queries with a relevant document, every distinct
-    document, the relevant pairs; with ``candidates``, each query's top_ranked list (its own rows' documents,
-    then a TF-IDF first stage's best other documents, up to ``candidates``)."""
+    """MTEB 2 retrieval data of (query, document, label) rows: every distinct query (MTEB scores those with a
+    relevant document), every distinct document, the relevant (label 1) pairs; with ``candidates``, each
+    query's top_ranked list (its own rows' documents, then a TF-IDF first stage's best other documents, up to
+    ``candidates``). Queries and documents do not depend on the labels, so neither does the text a calibrator
+    is fitted on."""
     query_ids: dict[str, str] = {}
     document_ids: dict[str, str] = {}
     relevant: dict[str, dict[str, int]] = {}
     own: dict[str, list[str]] = {}
     for query, document, label in zip(columns["query"], columns["document"], columns["label"]):
-        document_id = document_ids.setdefault(document, f"d{len(document_ids)}")
         if label not in (0, 1):
             raise DataFolderError(f"retrieval labels must be 0 or 1 (map them with the source's label_map), got {label!r}")
-        own.setdefault(query, [])
-        if document_id not in own[query]:
+        query_id = query_ids.setdefault(query, f"q{len(query_ids)}")
+        document_id = document_ids.setdefault(document, f"d{len(document_ids)}")
+        if document_id not in own.setdefault(query, []):
             own[query].append(document_id)
         if label == 1:
-            query_id = query_ids.setdefault(query, f"q{len(query_ids)}")
             relevant.setdefault(query_id, {})[document_id] = 1
     queries = Dataset.from_dict({"id": list(query_ids.values()), "text": list(query_ids)})
     corpus = Dataset.from_dict({"id": list(document_ids.values()), "text": list(document_ids),
                                 "title": [""] * len(document_ids)})
     top_ranked = None
     if candidates is not None:
-        top_ranked = _first_stage(list(query_ids), {query: own[query] for query in query_ids}, list(document_ids),
-                                  candidates)
-        top_ranked = {query_ids[query]: ranked for query, ranked in top_ranked.items()}
+        ranked = _first_stage(list(query_ids), own, list(document_ids), candidates)
+        top_ranked = {query_ids[query]: ids for query, ids in ranked.items()}
     return {"queries": queries, "corpus": corpus, "relevant_docs": relevant, "top_ranked": top_ranked}
 
 
@@ -344,8 +381,8 @@ def _first_stage(queries: list[str], own: dict[str, list[str]], documents: list[
     return ranked
 
 
-class LabelledRetrievalTask(LabelledTask, AbsTaskRetrieval):
-    """Retrieval from (query, document, label) rows: queries with a relevant document search every distinct
+class LabelledRetrievalTask(RetrievalItems, LabelledTask, AbsTaskRetrieval):
+    """Retrieval from (query, document, label) rows: each query with a relevant document searches every distinct
     document; MTEB's retrieval evaluator (pytrec_eval)."""
 
     reranking: ClassVar[bool] = False
@@ -353,30 +390,6 @@ class LabelledRetrievalTask(LabelledTask, AbsTaskRetrieval):
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> dict[str, Any]:
         candidates = self.entry.candidates if self.reranking else None
         return {"default": {split: _retrieval_data(columns, candidates) for split, columns in splits.items()}}
-
-    def task_specific_scores(self, scores: dict[str, dict[str, float]], qrels: Any, results: Any, hf_split: str,
-                             hf_subset: str) -> dict[str, float]:
-        self._captured = scores
-        return super().task_specific_scores(scores, qrels, results, hf_split=hf_split, hf_subset=hf_subset)
-
-    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str,
-                         prediction_folder: Path | None = None, **kwargs: Any) -> Any:
-        # per-query scores come from task_specific_scores; MTEB's own prediction file only when asked for
-        self._captured = None
-        scores = AbsTaskRetrieval._evaluate_subset(self, model, data_split, hf_split=hf_split, hf_subset=hf_subset,
-                                                   prediction_folder=prediction_folder, **kwargs)
-        if self._captured is not None:
-            self._keep_items(data_split, hf_split, hf_subset, scores)
-        return scores
-
-    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        per_query = self._captured
-        query_ids = sorted(per_query, key=lambda name: (len(name), name))
-        measures = sorted({measure for values in per_query.values() for measure in values})
-        arrays: dict[str, Any] = {"query_ids": np.asarray(query_ids)}
-        for measure in measures:
-            arrays[measure] = np.asarray([per_query[query].get(measure, 0.0) for query in query_ids], dtype=np.float64)
-        return arrays, {"n_queries": len(query_ids)}
 
 
 class LabelledRerankingTask(LabelledRetrievalTask):
@@ -456,12 +469,14 @@ def listed_labelled_task_classes() -> tuple[type[LabelledTask], ...]:
 
 __all__ = [
     "BASE_CLASSES",
+    "ItemCapture",
     "LabelledClassificationTask",
     "LabelledClusteringTask",
     "LabelledPairClassificationTask",
     "LabelledRerankingTask",
     "LabelledRetrievalTask",
     "LabelledTask",
+    "RetrievalItems",
     "labelled_task_classes",
     "loaded_task",
     "listed_labelled_task_classes",

@@ -59,6 +59,9 @@ class StudyStep:
     score: float | None
     status: str  # "computed" | "reused" | "failed"
     seconds: float
+    #: CPU seconds this process spent on the step (all its threads): on a shared machine, wall time also counts
+    #: the other processes' turns
+    cpu_seconds: float = 0.0
     error: str | None = None
     fit: dict[str, Any] | None = None
     #: the MTEB result file (its per-item data: ``flow-plugin-items/<Task>.items.npz`` beside it)
@@ -74,6 +77,7 @@ class StudyReport:
     max_fit_sentences: int
     steps: list[StudyStep] = field(default_factory=list)
     wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
     interrupted: bool = False
     senteval: Any = None
 
@@ -87,7 +91,8 @@ class StudyReport:
     def as_dict(self) -> dict[str, Any]:
         data = {"format": "flow-plugin-task-types-study", "format_version": 1, "backbone": self.backbone,
                 "tasks": self.tasks, "runs": self.runs, "max_fit_sentences": self.max_fit_sentences,
-                "wall_seconds": round(self.wall_seconds, 1), "interrupted": self.interrupted,
+                "wall_seconds": round(self.wall_seconds, 1), "cpu_seconds": round(self.cpu_seconds, 1),
+                "machine": _machine_note(), "interrupted": self.interrupted,
                 "steps": [asdict(step) for step in self.steps]}
         if self.senteval is not None:
             data["senteval"] = self.senteval.as_dict()
@@ -146,7 +151,7 @@ def run_task_types(
     from flow_plugin.studies.bench import bench_cache_dir
     from flow_plugin.studies.runs import expand_runs
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     spec = get_backbone(backbone)
     unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
     if unknown:
@@ -175,6 +180,7 @@ def run_task_types(
                 progress(f"task types [{len(report.steps)}/{total}] {run.label} × {task.metadata.name}: {shown} "
                          f"({step.status}, {step.seconds:.1f} s)")
                 report.wall_seconds = time.perf_counter() - started
+                report.cpu_seconds = time.process_time() - cpu_started
                 atomic_write_json(output / STUDY_FILE, report.as_dict())
                 if step.status == "failed" and step.error and step.error.split(":")[0] in (
                         OutputError.__name__, WeightsUnavailableError.__name__):
@@ -190,8 +196,18 @@ def run_task_types(
                      "progress": progress, **senteval}
         report.senteval = run_transfer(spec.name, arguments.pop("task_path"), **arguments)
     report.wall_seconds = time.perf_counter() - started
+    report.cpu_seconds = time.process_time() - cpu_started
     atomic_write_json(output / STUDY_FILE, report.as_dict())
     return report
+
+
+def _machine_note() -> dict[str, Any]:
+    """What a runtime depends on here: CPUs, the load average (other processes' share), torch's threads."""
+    note: dict[str, Any] = {"cpus": os.cpu_count()}
+    if hasattr(os, "getloadavg"):
+        note["load_average_1_5_15"] = [round(value, 2) for value in os.getloadavg()]
+    note["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS")
+    return note
 
 
 def _run_step(run: Any, task: Any, output: Path, options: Any, max_fit_sentences: int, overwrite: bool, *,
@@ -207,7 +223,7 @@ def _run_step(run: Any, task: Any, output: Path, options: Any, max_fit_sentences
     if fits and max_fit_sentences != DEFAULT_MAX_FIT_SENTENCES:
         kwargs["max_fit_sentences"] = max_fit_sentences
     metadata = task.metadata
-    begin = time.perf_counter()
+    begin, cpu_begin = time.perf_counter(), time.process_time()
     try:
         with evaluator_threads():  # MTEB's logistic regressions and k-means: the faster BLAS thread count here
             (evaluation,) = evaluate_models([run.model], None, [task], output, options=options, model_kwargs=kwargs,
@@ -216,7 +232,8 @@ def _run_step(run: Any, task: Any, output: Path, options: Any, max_fit_sentences
     except Exception as error:  # noqa: BLE001 -- report it, go on with the other steps
         logger.debug("task types: %s on %s failed", run.label, metadata.name, exc_info=True)
         return StudyStep(run.model, run.label, run.seed, metadata.name, str(metadata.type), metadata.main_score, None,
-                         "failed", time.perf_counter() - begin, error=f"{type(error).__name__}: {error}")
+                         "failed", time.perf_counter() - begin, time.process_time() - cpu_begin,
+                         error=f"{type(error).__name__}: {error}")
     fit = None
     if result.path is not None and fits_path(result.path).is_file():
         records = read_fits(fits_path(result.path)).get("fits", [])
@@ -226,7 +243,7 @@ def _run_step(run: Any, task: Any, output: Path, options: Any, max_fit_sentences
                                                     "fit_seconds", "adapted")}
             fit["sampled"] = (record.get("sampling") or {}).get("sampled")
     return StudyStep(run.model, run.label, run.seed, metadata.name, str(metadata.type), metadata.main_score,
-                     result.score, result.status, time.perf_counter() - begin, fit=fit,
+                     result.score, result.status, time.perf_counter() - begin, time.process_time() - cpu_begin, fit=fit,
                      result_path=str(result.path) if result.path is not None else None)
 
 

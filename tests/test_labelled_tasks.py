@@ -314,6 +314,15 @@ splits = { train = "train.tsv", test = "test.tsv" }
     monkeypatch.setenv(TASKS_ENV, os.pathsep.join([str(toml), str(second)]))
     with pytest.raises(RegistryError, match="defined twice"):
         labelled_tasks()
+    # a malformed file is a one-line error naming it; the other offline tasks are registered all the same
+    second.write_text("[[task]]\nname = 'Broken'\ntype = 'Classification'\n", encoding="utf-8")
+    monkeypatch.setenv(TASKS_ENV, str(second))
+    from mteb.get_tasks import _TASKS_REGISTRY
+
+    _TASKS_REGISTRY.pop("SentEvalSTS12", None)
+    with pytest.raises(RegistryError, match=f"{second}: task 1 \\(Broken\\)"):
+        register_tasks()
+    assert "SentEvalSTS12" in _TASKS_REGISTRY
 
 
 # ----------------------------------------------------------------------------- fitting never reads labels

@@ -61,14 +61,18 @@ def register_tasks(module: object = None) -> list[str]:
     from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
     from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
 
-    classes = (*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES, *labelled_task_classes())
-    for cls in classes:
-        module._TASKS_REGISTRY[cls.metadata.name] = cls
-    listed = (TASK_CLASSES if os.environ.get(DATA_ENV) else ()) + (
-        RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ()) + listed_labelled_task_classes()
-    if listed:
+    def add(classes: tuple[type, ...], listed: tuple[type, ...]) -> None:
+        for cls in classes:
+            module._TASKS_REGISTRY[cls.metadata.name] = cls
         known = set(module.TASK_LIST)
         module.TASK_LIST = tuple(module.TASK_LIST) + tuple(cls for cls in listed if cls not in known)
+
+    classes = (*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES)
+    add(classes, (TASK_CLASSES if os.environ.get(DATA_ENV) else ()) + (
+        RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ()))
+    labelled = labelled_task_classes()  # after the tasks above: a user's malformed task file is reported, they stay
+    add(labelled, listed_labelled_task_classes())
+    classes = classes + labelled
     _registered.add(TASKS_MODULE)
     return [cls.metadata.name for cls in classes]
 

@@ -43,7 +43,7 @@ ONE_PER_TYPE = {
     "Retrieval": "FlowPluginQNLIRetrieval",
 }
 #: rows kept per file of the real-data subset (every k-th row, so every source and label has a chance)
-SUBSET_ROWS = 160
+SUBSET_ROWS = 100
 
 
 def _subset_file(source: Path, target: Path, *, header: bool, csv_records: bool, step: int) -> None:

@@ -20,7 +20,7 @@ A file is a list of ``[[task]]`` tables; docs/tasks.md documents every key.
 
 Examples
 --------
->>> entry = labelled_task("FlowPluginMR")
+>>> entry = labelled_task("FlowPluginMRClassification")
 >>> entry.type, entry.main_score, entry.split.test_fraction, entry.split.seed
 ('Classification', 'accuracy', 0.2, 1111)
 >>> "FlowPluginQNLIReranking" in labelled_task_names()

@@ -1,4 +1,4 @@
-"""The GPU section of the benchmark (issue 20): ``python -m benchmarks.perf --device cuda``.
+"""The GPU section of the benchmark: ``python -m benchmarks.perf --device cuda``.
 
 On one CUDA device, for each backbone (default MiniLM-L6 and mpnet-base):
 
@@ -15,7 +15,7 @@ On one CUDA device, for each backbone (default MiniLM-L6 and mpnet-base):
     and log-likelihood of each, so the default device of a fit can be chosen by measurement.
 
 Targets (benchmark targets, never test assertions): ours at least ST's throughput at equal precision.
-Each measurement runs in a fresh worker process (``benchmarks.perf``'s runner). The jobs take a
+Each measurement runs in a fresh worker process (:class:`benchmarks.harness.Runner`). The jobs take a
 ``device`` (default ``cuda``) so that a CPU can check their code paths on small inputs (the tests do).
 """
 
@@ -25,7 +25,7 @@ import statistics
 import time
 from typing import Any
 
-#: issue 20's targets
+#: the GPU section's targets (benchmark targets, never test assertions)
 GPU_TARGETS: dict[str, Any] = {"throughput_ratio_min": 1.0, "spearman_max_abs_diff_points": 0.05}
 BATCH_SIZES = (32, 64, 128, 256, 512)
 PLANS = ("length-exact", "padded")
@@ -57,7 +57,7 @@ def job_gpu_encode(p: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from benchmarks.perf import _model_location, _sentence_set, interleaved_timing
+    from benchmarks.harness import interleaved_timing, model_location, sentence_set
     from flow_plugin.data.senteval import load_eval_subsets
     from flow_plugin.encoding.backbone import Backbone
     from flow_plugin.encoding.device import precision_for_capability
@@ -65,8 +65,8 @@ def job_gpu_encode(p: dict[str, Any]) -> dict[str, Any]:
 
     device = p.get("device", "cuda")
     synchronize, reset_peak, peak_mib = _cuda_tools(device)
-    location, pooling = _model_location(p["model"])
-    sentences = _sentence_set(p["data"], "sts7-test", p.get("sentences"))
+    location, pooling = model_location(p["model"])
+    sentences = sentence_set(p["data"], "sts7-test", p.get("sentences"))
     gold = load_eval_subsets(p["data"], "STSBenchmark")[0]
     n_pairs = p.get("pairs") or len(gold.scores)  # a CPU check takes the first few
     scores = np.asarray(gold.scores[:n_pairs])
@@ -130,13 +130,13 @@ def job_gpu_encode(p: dict[str, Any]) -> dict[str, Any]:
 
 def job_gpu_flow(p: dict[str, Any]) -> dict[str, Any]:
     """The paper's flow on the same embeddings, fitted on the GPU and on the CPU."""
-    from benchmarks.perf import _model_location
+    from benchmarks.harness import model_location
     from flow_plugin.calibration.flow import FlowCalibrator
     from flow_plugin.data.senteval import task_sentences
     from flow_plugin.encoding.backbone import Backbone
 
     gpu = p.get("device", "cuda")
-    location, pooling = _model_location(p["model"])
+    location, pooling = model_location(p["model"])
     sentences = task_sentences(p["data"], p["task"])[: p.get("sentences") or None]
     embeddings = Backbone(location, pooling=pooling, max_seq_length=p["max_length"], device=gpu,
                           show_progress_bar=False).encode(sentences)

@@ -15,6 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from filelock import FileLock, Timeout
+from platformdirs import user_cache_path
+
 from flow_plugin.errors import DataFolderError, FlowPluginError, OutputError
 
 #: the remedy for each way an output can fail to be written
@@ -102,8 +110,6 @@ def user_cache_dir() -> Path:
     >>> user_cache_dir().name in ("flow-plugin", "Cache")
     True
     """
-    from platformdirs import user_cache_path
-
     return user_cache_path("flow-plugin", appauthor=False)
 
 
@@ -202,8 +208,6 @@ def file_lock(path: str | os.PathLike[str], *, blocking: bool = True) -> Iterato
     >>> with tempfile.TemporaryDirectory() as folder, file_lock(Path(folder) / "runs.lock"):
     ...     pass
     """
-    from filelock import FileLock, Timeout
-
     target = Path(path)
     make_output_folder(target.parent)
     lock = FileLock(target, mode=_default_file_mode(), blocking=blocking)
@@ -324,11 +328,6 @@ def read_toml(path: str | os.PathLike[str], what: str, error: type[Exception]) -
     ...
     ValueError: /nonexistent.toml: sweep file not found
     """
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-
     path = Path(path)
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))

@@ -85,6 +85,7 @@ def resolve_device(device: Any = None) -> Any:
     >>> str(resolve_device("cpu"))
     'cpu'
     """
+    # torch loads when the machine is described, not with the package's light rooms
     import torch
 
     if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
@@ -110,6 +111,7 @@ def resolve_device(device: Any = None) -> Any:
 
 def cuda_available() -> bool:
     """Whether torch sees a usable CUDA device."""
+    # torch loads when a device is resolved, not with the package's light rooms
     import torch
 
     return bool(torch.cuda.is_available())
@@ -127,6 +129,7 @@ def describe_machine(device: Any = None, precision: str | None = None,
     >>> info["device"], info["precision"], info["cpu_cores"] >= 1
     ('cpu', 'float32', True)
     """
+    # torch loads when a device is resolved, not with the package's light rooms
     import torch
 
     info: dict[str, Any] = {

@@ -53,6 +53,19 @@ class RegistryError(FlowPluginError, LookupError):
     """An unknown backbone or model name, or a malformed ``registry/*.toml`` file."""
 
 
+class UnsupportedVersionError(FlowPluginError, ImportError):
+    """An installed mteb or transformers is outside the range flow-plugin supports; the message names
+    both and the ``pip install`` that fixes it."""
+
+
+class UnknownModelError(RegistryError, KeyError):
+    """A model name under ``flow_plugin/`` that is no registry model (a ``KeyError`` too, as MTEB's own
+    unknown names are); the message names close names."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
 class MissingExtraError(FlowPluginError, ImportError):
     """An optional dependency is not installed; the message names the extra that installs it,
     e.g. ``pip install 'flow-plugin[plots]'`` for matplotlib."""

@@ -9,10 +9,62 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def import_circles(graph: Any) -> list[list[str]]:
+    """The strongly connected components of more than one module among the package's modules (imports inside
+    functions and under TYPE_CHECKING count)."""
+    modules = sorted(graph.modules)
+    edges = {module: sorted(imported for imported in graph.find_modules_directly_imported_by(module)
+                            if imported in graph.modules)
+             for module in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:  # Tarjan's algorithm
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in edges[module]:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in modules:
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_module_of_the_package_takes_part_in_an_import_circle() -> None:
+    """grimp's graph of every module of flow_plugin (a package and its __init__ included) has no circle."""
+    import grimp
+
+    graph = grimp.build_graph("flow_plugin", cache_dir=None)
+    assert import_circles(graph) == []
+    # the check finds a circle where there is one: two modules that import each other
+    graph.add_import(importer="flow_plugin.errors", imported="flow_plugin.leaderboard.models")
+    assert ["flow_plugin.errors", "flow_plugin.leaderboard.models"] in import_circles(graph)
 
 
 def test_import_contracts_hold() -> None:
@@ -81,3 +133,93 @@ def test_every_imported_package_is_declared_in_pyproject() -> None:
                 if not owners & declared:
                     undeclared.add(f"{name} ({path.relative_to(REPO)})")
     assert not undeclared, f"imported but not declared in pyproject.toml: {sorted(undeclared)}"
+
+
+# ---------------------------------------------------------------- every fact has one home
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of a module, its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                found.add(id(first.value))
+    return found
+
+
+def _strings(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, text) of every string constant but docstrings (f-strings' literal parts included)."""
+    skip = _docstrings(tree)
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip]
+
+
+def _collections(tree: ast.AST) -> list[tuple[int, set[str]]]:
+    """(line, the strings) of every literal tuple, list, set and dict (its keys and values) written in the source."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = node.elts
+        elif isinstance(node, ast.Dict):
+            items = [key for key in node.keys if key is not None] + list(node.values)
+        else:
+            continue
+        found.append((node.lineno, {item.value for item in items
+                                    if isinstance(item, ast.Constant) and isinstance(item.value, str)}))
+    return found
+
+
+#: fact -> (its home, what a second copy looks like: a literal collection holding at least ``n`` of ``names``,
+#: or a string constant containing one of ``phrases``)
+FACTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "the protocols (all, wmean)": ("flow_plugin/protocols.py", {"names": {"all", "wmean"}, "n": 2}),
+    "what each protocol means": ("flow_plugin/protocols.py",
+                                 {"phrases": ("weighted by pair count", "pairs of all subsets pooled",
+                                              "all test pairs pooled", "unweighted mean of per-subset")}),
+    "the calibrator methods": ("flow_plugin/calibration/names.py",
+                               {"names": {"raw", "sn", "natsv", "sn-natsv", "whiten", "flow"}, "n": 3}),
+    "the calibrators' labels": ("flow_plugin/calibration/names.py",
+                                {"names": {"SN", "NATSV", "SN+NATSV", "whitening"}, "n": 2}),
+    "the flow variants": ("flow_plugin/calibration/names.py",
+                          {"names": {"flow-lu", "flow-affine", "flow-glow", "flow-white", "flow-es", "flow-ens"},
+                           "n": 2}),
+    "the fit-corpus policies": ("flow_plugin/data/fit_corpus.py", {"names": {"target", "per-call"}, "n": 2}),
+    "the duplicate policies": ("flow_plugin/data/fit_corpus.py", {"names": {"keep", "unique"}, "n": 2}),
+    "the task labels": ("flow_plugin/data/tasks.py", {"names": {"STS-B", "SICK-R"}, "n": 2}),
+    "the precisions": ("flow_plugin/encoding/options.py", {"names": {"float32", "bf16", "fp16", "auto"}, "n": 3}),
+}
+
+
+def second_copies(sources: dict[str, str]) -> list[str]:
+    """Where a fact of :data:`FACTS` is written outside its home ("<fact>: <file>:<line>")."""
+    found = []
+    for path, source in sorted(sources.items()):
+        tree = ast.parse(source)
+        for fact, (home, copy) in FACTS.items():
+            if path == home:
+                continue
+            if "names" in copy:
+                found += [f"{fact}: {path}:{line}" for line, strings in _collections(tree)
+                          if len(strings & copy["names"]) >= copy["n"]]
+            for line, text in _strings(tree) if "phrases" in copy else []:
+                if any(phrase in text for phrase in copy["phrases"]):
+                    found.append(f"{fact}: {path}:{line}")
+    return found
+
+
+def test_every_fact_has_one_home() -> None:
+    """The protocols and what they mean, the calibrator names, labels and flow variants, the fit-corpus and
+    duplicate policies, the task labels and the precisions are written once, in their home module; everything
+    else imports them. (The test fails on a second copy, as the last check shows.)"""
+    sources = {path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8")
+               for path in (REPO / "flow_plugin").rglob("*.py")}
+    assert second_copies(sources) == []
+    # the leaderboard's row types are declared once (integrations may not re-declare them as Protocols)
+    protocols = [f"{path}:{node.lineno} {node.name}" for path, source in sources.items()
+                 for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ClassDef)
+                 and any(isinstance(base, ast.Name) and base.id == "Protocol" for base in node.bases)
+                 and {"average", "average_wmean"} <= {item.name for item in node.body if isinstance(item, ast.FunctionDef)}]
+    assert protocols == []
+    copied = {"flow_plugin/studies/example.py": 'ORDER = ("raw", "sn", "whiten")\nHELP = "mean weighted by pair count"\n'}
+    assert sorted(second_copies(copied)) == ["the calibrator methods: flow_plugin/studies/example.py:1",
+                                             "what each protocol means: flow_plugin/studies/example.py:2"]

@@ -24,8 +24,8 @@ from flow_plugin.catalog.registry import RegistryModel, parse_backbone_file, par
 from flow_plugin.catalog.builders import build_encoder
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, LeaderboardError, RegistryError
-from flow_plugin.leaderboard import Leaderboard, Row, TaskScore, empty_leaderboard
-from flow_plugin.integrations.sentence_transformers import benchmark_row, export_model
+from flow_plugin.leaderboard import Leaderboard, Row, TaskScore, benchmark_row, empty_leaderboard
+from flow_plugin.integrations.sentence_transformers import export_model
 from flow_plugin.integrations.sentence_transformers import export as export_module
 from flow_plugin.integrations.sentence_transformers.export import cosine_difference, embedding_differences
 

@@ -253,12 +253,13 @@ def test_committed_leaderboards_are_reproduced(json_path: Path) -> None:
     what is committed (JSON, Markdown and HTML page), and the chart draws the same bars."""
     from PIL import Image
 
-    board = lb.finalize(lb.load_leaderboard(json_path))
+    compared = lb.compare(lb.load_leaderboard(json_path))
+    board = compared.board
     assert board.file_text() == json_path.read_text(encoding="utf-8")
     assert json.dumps(board.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n" == board.file_text()
-    assert lb.render_markdown(board) == json_path.with_suffix(".md").read_text(encoding="utf-8")
-    assert lb.render_html(board, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
-    with Image.open(json_path.with_suffix(".png")) as committed, Image.open(io.BytesIO(lb.render_png(board))) as drawn:
+    assert lb.render_markdown(compared) == json_path.with_suffix(".md").read_text(encoding="utf-8")
+    assert lb.render_html(compared, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
+    with Image.open(json_path.with_suffix(".png")) as committed, Image.open(io.BytesIO(lb.render_png(compared))) as drawn:
         assert json.loads(drawn.text["Description"]) == json.loads(committed.text["Description"])
         assert drawn.size == committed.size
 
@@ -562,12 +563,13 @@ def test_published_boards_fit_the_typed_models_and_a_bad_board_is_refused(tmp_pa
     with pytest.raises(lb.LeaderboardError, match=r"missing required key 'rows\[0\]\.scores'.*unknown key 'rows\[0\]\.colour'"):
         check_board(broken, str(tmp_path / "broken.json"))
     # a board changed in memory into something the format does not allow is not written
-    board = lb.load_leaderboard(published[0])
+    compared = lb.compare(lb.load_leaderboard(published[0]))
+    board = compared.board
     board.rows[0].metadata_source = "elsewhere"  # type: ignore[assignment]
     board.rows[0].scores[board.tasks[0]].wmean = float("nan")
     with pytest.raises(lb.LeaderboardError, match=rf"{tmp_path / 'broken.json'} does not fit the leaderboard format: "
                        rf"key 'rows\[0\]\.metadata_source' must be one of .*; key 'rows\[0\]\.scores\.{board.tasks[0]}\.wmean'"):
-        lb_write.write_leaderboard(board, tmp_path / "broken.json")
+        lb_write.write_leaderboard(compared, tmp_path / "broken.json")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -7,9 +7,11 @@ from the run on.
 
 In a real headless Chromium (Debian's ``chromium`` package, driven by Playwright; skipped with
 the reason when either is missing): the committed ``minilm-l6-layer0.html`` opened from disk,
-sorted, toggled, filtered and switched between views, shows the JSON's numbers. A screenshot of
-each state is kept under ``$FLOW_PLUGIN_SCREENSHOTS`` (default: pytest's temporary folder) and
-its path printed.
+sorted, toggled, filtered and switched between views, shows the JSON's numbers; every committed
+page's first screen at 1280 × 900 says which row wins, by how much against raw and the best linear
+baseline with the intervals, and shows the table sorted by the average with the row names and the
+average column inside the window. A screenshot of each state is kept under
+``$FLOW_PLUGIN_SCREENSHOTS`` (default: pytest's temporary folder) and its path printed.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def test_the_page_embeds_the_json_and_needs_no_network(json_path: Path) -> None:
     assert page_path.stat().st_size < 1_000_000, f"{page_path} is {page_path.stat().st_size} bytes"
     embedded = lb.embedded_json(page)
     assert embedded["board-data"] == load(json_path)  # the leaderboard JSON as written, every field
-    assert embedded["view-data"] == lb.page_view(lb.load_leaderboard(json_path))
+    assert embedded["view-data"] == lb.page_view(lb.compare(lb.load_leaderboard(json_path)))
     # nothing is loaded from elsewhere: no external script, style sheet, image, font or request
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page, re.I)
     assert not re.search(r"""<link\b|@import|url\(\s*["']?(?:https?:)?//|\bfetch\(|XMLHttpRequest|\bimport\(""", page)
@@ -161,8 +163,8 @@ def test_the_page_embeds_the_json_and_needs_no_network(json_path: Path) -> None:
 
 @pytest.mark.parametrize("json_path", PUBLISHED, ids=lambda p: p.stem)
 def test_committed_pages_are_what_the_code_renders(json_path: Path) -> None:
-    board = lb.finalize(lb.load_leaderboard(json_path))
-    assert lb.render_html(board, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
+    compared = lb.compare(lb.load_leaderboard(json_path))
+    assert lb.render_html(compared, json_path.stem) == json_path.with_suffix(".html").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("json_path", PUBLISHED, ids=lambda p: p.stem)
@@ -172,7 +174,7 @@ def test_every_shown_delta_lies_in_its_interval_and_covers_its_tasks(json_path: 
     leaves out. The natsv row of minilm-l6-layer0 used to show +9.54 over 7 tasks next to the interval of
     its 6 tasks with per-pair cosines."""
     board = load(json_path)
-    view = lb.page_view(lb.load_leaderboard(json_path))
+    view = lb.page_view(lb.compare(lb.load_leaderboard(json_path)))
     markdown = json_path.with_suffix(".md").read_text(encoding="utf-8")
     records = {**{r["id"]: r for r in board["rows"]}, **groups_by_id(board)}
     checked = 0
@@ -230,7 +232,7 @@ def test_the_index_lists_every_published_board(tmp_path: Path) -> None:
     for json_path in PUBLISHED:
         board = load(json_path)
         line = next(line for line in index.splitlines() if f'href="{json_path.stem}.html"' in line)
-        entries = len(lb.page_view(lb.load_leaderboard(json_path))["entries"])
+        entries = len(lb.page_view(lb.compare(lb.load_leaderboard(json_path)))["entries"])
         assert f'<td class="num">{entries}</td><td class="num">{len(board["rows"])}</td>' in line
         assert board["updated"][:10] in line and f'href="{json_path.stem}.json"' in line
         assert all(row["backbone"] in line for row in board["rows"])
@@ -240,7 +242,7 @@ def test_cells_are_the_json_numbers() -> None:
     """The page view (what the page prints) of the seeded testbed: scores, spreads and deltas
     are the JSON's, and the Δ against the best linear baseline is computed as described."""
     board = load(BOARDS / "minilm-l6-layer0.json")
-    view = lb.page_view(lb.load_leaderboard(BOARDS / "minilm-l6-layer0.json"))
+    view = lb.page_view(lb.compare(lb.load_leaderboard(BOARDS / "minilm-l6-layer0.json")))
     assert len(view["entries"]) == len(board["rows"]) - sum(len(g["rows"]) - 1 for g in board["seed_groups"])
     linear_checked = 0
     for entry in view["entries"]:
@@ -281,11 +283,11 @@ def test_an_interval_decides_significance_where_the_json_gives_one() -> None:
     group.intervals = {"all": {"raw": lb.Comparison(against=group.baseline, delta={task: stats.mean},
                                                     ci95={task: (interval[0], interval[1])},
                                                     significant={task: False})}}
-    cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group.id)["cells"]["all"]["raw"][task]
+    cell = next(e for e in lb.page_view(lb.compare(board))["entries"] if e["key"] == group.id)["cells"]["all"]["raw"][task]
     assert cell["ci95"] == interval and cell["basis"] == "ci95" and cell["significant"] is False
     assert not cell["text"].endswith("*") and f"[{interval[0]:+.2f}, {interval[1]:+.2f}]" in cell["text"]
     other = board.tasks[1]  # no interval: undecided, never marked, whatever the spread
-    cell = next(e for e in lb.page_view(board)["entries"] if e["key"] == group.id)["cells"]["all"]["raw"][other]
+    cell = next(e for e in lb.page_view(lb.compare(board))["entries"] if e["key"] == group.id)["cells"]["all"]["raw"][other]
     assert cell["significant"] is None and not cell["text"].endswith("*")
     assert lb.significance({"mean": -1.0, "std": 5.0, "n": 5, "ci95": [-2.0, -0.5]}) == {"significant": True,
                                                                                        "basis": "ci95"}
@@ -299,7 +301,7 @@ def test_published_boards_name_no_machine_path_and_no_revision(path: Path) -> No
     if path.name == "index.html":
         assert not REVISION.search(text)
         return
-    for entry in lb.page_view(lb.load_leaderboard(path.with_suffix(".json")))["entries"]:  # the names the page shows
+    for entry in lb.page_view(lb.compare(lb.load_leaderboard(path.with_suffix(".json"))))["entries"]:  # the names the page shows
         shown = [entry["name"], entry["short_name"], *entry["columns"].values()]
         assert not any(REVISION.search(name) for name in shown), shown
     if path.suffix == ".md":  # the Markdown tables' name columns
@@ -505,9 +507,11 @@ def test_the_page_in_a_browser_shows_the_json(browser: Any, screenshots: Path) -
                     if expected[column][1] is not None:
                         assert abs(cell["spread"] - expected[column][1]) <= SHOWN
 
-    # 1. scores, protocol "all": every row and seed group, in the JSON's order
+    # 1. scores, protocol "all": every row and seed group, the highest average first
     check_scores("all")
-    assert len(table()) == len(lb.page_view(lb.load_leaderboard(PAGE.with_suffix(".json")))["entries"])
+    assert len(table()) == len(lb.page_view(lb.compare(lb.load_leaderboard(PAGE.with_suffix(".json"))))["entries"])
+    averages = [parse(line["cells"]["average"])["value"] for line in table()]
+    assert averages == sorted(averages, reverse=True)
     shoot("1-scores-all")
 
     # 2. sort by STS12 with the mouse (highest first), then with the keyboard (lowest first)
@@ -534,7 +538,7 @@ def test_the_page_in_a_browser_shows_the_json(browser: Any, screenshots: Path) -
     page.select_option("#filter-calibrator", "flow")
     shown = table()
     assert {line["cells"]["calibrator"] for line in shown} == {"flow"}
-    flow_keys = {e["key"] for e in lb.page_view(lb.load_leaderboard(PAGE.with_suffix(".json")))["entries"]
+    flow_keys = {e["key"] for e in lb.page_view(lb.compare(lb.load_leaderboard(PAGE.with_suffix(".json"))))["entries"]
                  if e["columns"]["calibrator"] == "flow"}
     assert {line["key"] for line in shown} == flow_keys and all(k in groups_by_id(board) for k in flow_keys)
     check_scores("all")
@@ -582,3 +586,75 @@ def test_the_page_in_a_browser_shows_the_json(browser: Any, screenshots: Path) -
     elapsed = time.perf_counter() - started
     print(f"\nbrowser test: {elapsed:.1f} s; screenshots:\n  " + "\n  ".join(str(path) for path in shots))
     assert all(path.stat().st_size > 10_000 for path in shots)
+
+
+FIRST_SCREEN = {"width": 1280, "height": 900}
+
+
+def signed(value: float) -> str:
+    """A Δ as the page writes it: a sign and 2 decimals, zero unsigned."""
+    text = f"{value:+.2f}"
+    return "0.00" if text in ("+0.00", "-0.00") else text
+
+
+@pytest.mark.parametrize("json_path", PUBLISHED, ids=lambda p: p.stem)
+def test_the_first_screen_answers_which_calibrator_wins(browser: Any, screenshots: Path, json_path: Path) -> None:
+    """At 1280 × 900, before any scrolling or click: the summary names the row with the highest average
+    (under each protocol) with its Δ against raw and against the best linear baseline and their intervals,
+    as the JSON gives them; the table below starts sorted by the average, highest first, and its first row
+    (the winner), each row's name and the average column lie inside the window; the explanations are
+    folded away."""
+    compared = lb.compare(lb.load_leaderboard(json_path))
+    page = browser.new_page(viewport=FIRST_SCREEN)
+    page.goto(json_path.with_suffix(".html").resolve().as_uri())
+    page.wait_for_selector("body[data-ready=true]")
+    shot = screenshots / f"{json_path.stem}-first-screen-1280x900.png"
+    page.screenshot(path=str(shot))  # the first screen only
+    print(f"\nfirst screen of {json_path.name}: {shot}")
+
+    def box(selector: str) -> dict[str, float]:
+        found = page.locator(selector).first.bounding_box()
+        assert found is not None, f"{selector} is not shown"
+        return found
+
+    def inside(selector: str) -> None:
+        found = box(selector)
+        assert found["x"] >= 0 and found["x"] + found["width"] <= FIRST_SCREEN["width"], (selector, found)
+        assert found["y"] >= 0 and found["y"] + found["height"] <= FIRST_SCREEN["height"], (selector, found)
+
+    # the summary: the winner per protocol, its average and its deltas with their intervals, from the JSON
+    inside("#summary")
+    summary = page.inner_text("#summary")
+    board = load(json_path)
+    records = {**{r["id"]: r for r in board["rows"]}, **groups_by_id(board)}
+    for headline in compared.headlines:
+        line = page.locator(f'#summary tr[data-key="{headline.best.key}"][data-protocol="{headline.protocol}"]')
+        assert line.count() == 1, (headline.protocol, headline.best.key)
+        text = line.inner_text()
+        record = records[headline.best.key]
+        average = record["average" if headline.protocol == "all" else "average_wmean"]
+        assert f"{average['mean'] if isinstance(average, dict) else average:.2f}" in text, (text, average)
+        stored = ((record.get("intervals") or {}).get(headline.protocol) or {}).get("raw")
+        if stored is not None:  # its interval against raw, as stored in the JSON
+            low, high = stored["ci95"]["average"]
+            assert f"[{signed(low)}, {signed(high)}]" in text, (text, low, high)
+        if headline.raw_wins:
+            assert "best calibrated" in summary
+    best_all = max((e for e in compared.units if e.complete), key=lambda e: e.scores["all"]["average"].mean)
+    assert best_all.short_name in summary and board["name"] in page.inner_text("h1")
+    # the explanations are folded away
+    assert page.locator("details.explain").get_attribute("open") is None
+    assert not page.locator("details.explain p").first.is_visible()
+    # the table: sorted by the average, highest first; the winner's row, the names and the averages in view
+    assert page.locator("th:has(button[data-sort=average])").get_attribute("aria-sort") == "descending"
+    shown = page.evaluate(TABLE_SCRIPT)
+    averages = [parse(line["cells"]["average"])["value"] for line in shown]
+    assert averages == sorted(averages, reverse=True) and shown[0]["key"] == best_all.key
+    inside("th:has(button[data-sort=average])")
+    inside("#board-body tr:first-child td[data-col=average]")
+    inside("#board-body tr:first-child th")
+    # scrolled to the right, the row's name stays at the left edge (a sticky first column)
+    page.eval_on_selector(".table-wrap", "wrap => { wrap.scrollLeft = wrap.scrollWidth; }")
+    name = box("#board-body tr:first-child th")
+    assert 0 <= name["x"] <= 60, name
+    assert shot.stat().st_size > 10_000

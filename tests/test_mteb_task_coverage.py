@@ -151,7 +151,7 @@ def test_too_few_distinct_sentences_is_an_error_naming_task_and_remedy(tiny_spec
 
 
 def test_fit_records_next_to_the_result_with_a_capped_sample(tiny_spec, tmp_path: Path) -> None:
-    from flow_plugin.leaderboard.read import find_results, read_score
+    from flow_plugin.leaderboard.ingest.results import find_results, read_score
 
     model = FlowPluginModel(RegistryModel(tiny_spec, "whiten"), max_fit_sentences=3, fit_seed=7)
     mteb.evaluate(model, MockRetrievalTask(), cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)

@@ -383,10 +383,10 @@ def test_an_unreachable_ray_address_is_one_line_before_any_job(senteval_dir: Pat
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     path = write(tmp_path, f'backbones = ["minilm-l6"]\ntasks = ["SentEvalSTS13"]\ndata = "{senteval_dir}"\n')
-    started = time.monotonic()
     code = cli_main(["sweep", str(path), "--address", f"ray://127.0.0.1:{port}", "--output-folder", str(tmp_path / "out")])
     error = capsys.readouterr().err
-    assert code == 2 and time.monotonic() - started < 30  # not Ray Client's 30 s connection timeout
+    # the reachability check answers, not Ray Client after its connection timeout (whose message differs)
+    assert code == 2
     assert error.strip() == (f"flow-plugin sweep: error: cannot reach the Ray cluster at ray://127.0.0.1:{port} "
                              f"(127.0.0.1:{port}: Connection refused); check the address (--address or $RAY_ADDRESS) "
                              "and that the head node runs `ray start --head`")

@@ -2,8 +2,10 @@
 
 ``make_calibrator("flow")`` and friends build one by its name, the suffix used in model names
 (``flow_plugin/<backbone>-<name>``): a method (:data:`CALIBRATOR_METHODS`) or a variant of one
-(:data:`FLOW_VARIANTS`). Importing this package loads only the names; the classes load
-with scikit-learn on first use, and the flow imports torch and nflows when it builds a flow.
+(:data:`FLOW_VARIANTS`). The names live in :mod:`.names`; each method's class enters the registry by
+declaring its name (``class Whitening(Calibrator, method="whiten")``, :mod:`.base`). Importing this
+package loads only the names; the classes load with scikit-learn on first use, and the flow imports
+torch and nflows when it builds a flow.
 
 Examples
 --------
@@ -11,46 +13,56 @@ Examples
 Whitening(n_components=4, shrinkage=0.0)
 >>> make_calibrator("flow-lu").permutation
 'lu'
+>>> calibrator_class("whiten").__name__, calibrator_class("flow-lu").__name__, calibrator_class("nope")
+('Whitening', 'FlowCalibrator', None)
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from flow_plugin.calibration.names import CALIBRATOR_METHODS, CALIBRATOR_NAMES, FLOW_VARIANTS, resolve_name
 from flow_plugin.errors import RegistryError
 
-#: public name -> the module that defines it (loaded on first use)
-_LAZY = {
-    "Calibrator": "flow_plugin.calibration.base",
-    "calibrator_class": "flow_plugin.calibration.base",
-    "Identity": "flow_plugin.calibration.linear",
-    "NATSV": "flow_plugin.calibration.linear",
-    "StandardNormalization": "flow_plugin.calibration.linear",
-    "StandardNormalizationNATSV": "flow_plugin.calibration.linear",
-    "Whitening": "flow_plugin.calibration.linear",
-    "FlowCalibrator": "flow_plugin.calibration.flow",
-    "member_seeds": "flow_plugin.calibration.flow.calibrator",
-}
+if TYPE_CHECKING:  # pragma: no cover
+    from flow_plugin.calibration.base import Calibrator
+
+
+def _calibrator_modules() -> tuple[ModuleType, ...]:
+    """The modules that define the calibrator classes (their classes enter the registry as they are defined)."""
+    # scikit-learn (and the flow's module) load on first use, so that the names alone stay light
+    from flow_plugin.calibration import base, linear
+    from flow_plugin.calibration.flow import calibrator
+
+    return base, linear, calibrator
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _CLASSES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    for module in _calibrator_modules():
+        if hasattr(module, name):
+            value = getattr(module, name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")  # pragma: no cover
+
+
+def calibrator_class(name: str) -> type[Calibrator] | None:
+    """The class of a calibrator method or variant name (from the registry the classes enter), or ``None``."""
+    try:
+        method, _ = resolve_name(name)
+    except KeyError:
+        return None
+    return _calibrator_modules()[0].CALIBRATOR_CLASSES.get(method)
 
 
 def make_calibrator(name: str, **params: Any) -> Any:
     """An unfitted calibrator by name (``raw``, ``sn``, ``natsv``, ``sn-natsv``, ``whiten``,
     ``flow`` or a flow variant such as ``flow-lu``), with optional hyper-parameters on top of the
     variant's."""
-    from flow_plugin.calibration.base import calibrator_class
-
     cls = calibrator_class(name) if isinstance(name, str) else None
     if cls is None:
         close = difflib.get_close_matches(str(name), CALIBRATOR_NAMES, n=3)
@@ -71,19 +83,16 @@ def default_seed(name: str) -> int | None:
     return make_calibrator(name).get_params().get("seed")
 
 
+#: the classes and helpers defined in the calibrator modules, given out on first use
+_CLASSES = ("Calibrator", "FlowCalibrator", "Identity", "NATSV", "StandardNormalization",
+            "StandardNormalizationNATSV", "Whitening", "member_seeds")
+
 __all__ = [
-    "default_seed",
     "CALIBRATOR_METHODS",
     "CALIBRATOR_NAMES",
     "FLOW_VARIANTS",
-    "NATSV",
-    "Calibrator",
-    "FlowCalibrator",
-    "Identity",
-    "StandardNormalization",
-    "StandardNormalizationNATSV",
-    "Whitening",
+    *_CLASSES,
     "calibrator_class",
+    "default_seed",
     "make_calibrator",
-    "member_seeds",
 ]

@@ -44,7 +44,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from flow_plugin._io import atomic_write_bytes
 from flow_plugin._validation import check_embeddings
-from flow_plugin.calibration.names import resolve_name
+from flow_plugin.calibration.names import CALIBRATOR_LABELS
 from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, is_rounding_noise
 from flow_plugin.errors import CalibrationError, CalibratorFileError, InputError, NotFittedError
 
@@ -54,7 +54,9 @@ FILE_FORMAT = "flow-plugin-calibrator"
 FILE_VERSION = 1
 _HEADER_KEY = "__header__"
 
-#: method name -> class, filled by ``Calibrator.__init_subclass__``
+#: method name -> class: each class enters it by declaring its method (``class Whitening(Calibrator,
+#: method="whiten")``, see :meth:`Calibrator.__init_subclass__`); :func:`flow_plugin.calibration.calibrator_class`
+#: loads the modules that declare them
 CALIBRATOR_CLASSES: dict[str, type[Calibrator]] = {}
 
 CalibratorT = TypeVar("CalibratorT", bound="Calibrator")
@@ -86,36 +88,30 @@ def count_distinct_rows(X: np.ndarray) -> int:
     return int(np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1])))).shape[0])
 
 
-def calibrator_class(name: str) -> type[Calibrator] | None:
-    """The class of a calibrator method or variant name, or ``None``.
-
-    Examples
-    --------
-    >>> calibrator_class("whiten").__name__, calibrator_class("flow-lu").__name__
-    ('Whitening', 'FlowCalibrator')
-    """
-    from flow_plugin.calibration import flow, linear  # noqa: F401 -- define (register) every calibrator class
-
-    try:
-        method, _ = resolve_name(name)
-    except KeyError:
-        return None
-    return CALIBRATOR_CLASSES.get(method)
-
-
 class Calibrator(TransformerMixin, BaseEstimator):
-    """Base class. Subclasses set ``method`` and implement ``_fit``/``_transform``
-    (and ``_inverse_transform`` where the map is invertible)."""
+    """Base class. A calibrator class declares its method (``class Whitening(Calibrator, method="whiten")``),
+    which enters it in the registry, and implements ``_fit``/``_transform`` (and ``_inverse_transform``
+    where the map is invertible)."""
 
-    #: short name used in model names, files and the registry (``flow``, ``whiten``, ...)
+    #: short name used in model names, files and the registry (``flow``, ``whiten``, ...), as declared
     method: ClassVar[str] = ""
-    #: a human-readable label for tables
+    #: a human-readable label for tables (:data:`~flow_plugin.calibration.names.CALIBRATOR_LABELS`)
     label: ClassVar[str] = ""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, method: str | None = None, **kwargs: Any) -> None:
+        """Enter a class that declares ``method`` in :data:`CALIBRATOR_CLASSES`: one of the names of
+        :data:`~flow_plugin.calibration.names.CALIBRATOR_METHODS`, each declared by one class."""
         super().__init_subclass__(**kwargs)
-        if cls.method:
-            CALIBRATOR_CLASSES[cls.method] = cls
+        if method is None:
+            return  # a subclass of a calibrator keeps its method and does not replace it in the registry
+        if method not in CALIBRATOR_LABELS:
+            raise TypeError(f"{cls.__name__} declares method {method!r}, which calibration/names.py does not name "
+                            f"(known: {', '.join(CALIBRATOR_LABELS)})")
+        held = CALIBRATOR_CLASSES.get(method)
+        if held is not None and held.__qualname__ != cls.__qualname__:  # (a module reloaded redeclares its class)
+            raise TypeError(f"{cls.__name__} declares method {method!r}, already declared by {held.__name__}")
+        cls.method, cls.label = method, CALIBRATOR_LABELS[method]
+        CALIBRATOR_CLASSES[method] = cls
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
@@ -324,9 +320,10 @@ class Calibrator(TransformerMixin, BaseEstimator):
         method = header.get("method")
         if cls.method and method != cls.method:
             raise CalibratorFileError(f"{where} holds a {method!r} calibrator, not {cls.method!r} ({cls.__name__})")
-        method_class = calibrator_class(method) if isinstance(method, str) else None
+        method_class = CALIBRATOR_CLASSES.get(method) if isinstance(method, str) else None
         if method_class is None:
-            raise CalibratorFileError(f"{where} holds unknown calibrator method {method!r}")
+            raise CalibratorFileError(f"{where} holds unknown calibrator method {method!r} (load files with the classes "
+                                      "of flow_plugin.calibration)")
         if n_features is not None and header.get("n_features_in") != n_features:
             raise CalibratorFileError(
                 f"{where} was fitted on {header.get('n_features_in')}-dimensional embeddings, "

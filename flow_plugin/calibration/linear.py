@@ -62,11 +62,9 @@ def _refuse_identical_rows(calibrator: Calibrator, X64: np.ndarray, what: str) -
         )
 
 
-class Identity(Calibrator):
+class Identity(Calibrator, method="raw"):
     """Leaves embeddings unchanged (the "raw" variant). Fitting only records the dimension."""
 
-    method = "raw"
-    label = "raw"
 
     def _fit(self, X: np.ndarray) -> None:
         pass
@@ -78,15 +76,13 @@ class Identity(Calibrator):
         return Z
 
 
-class StandardNormalization(Calibrator):
+class StandardNormalization(Calibrator, method="sn"):
     """SN: ``(x - mean_) / scale_`` per dimension (BERT-flow paper, section 5).
 
     A dimension with (numerically) no variance is left unscaled, as ``StandardScaler`` does:
     a constant feature carries no information, and dividing by ~0 would only blow up noise.
     """
 
-    method = "sn"
-    label = "SN"
 
     def min_samples(self, n_features: int) -> int:
         return 2  # a standard deviation needs two samples
@@ -124,7 +120,7 @@ def _adapt_nulled_directions(calibrator: Calibrator, n_distinct: int) -> str | N
             f"rows span would leave too little: n_components_={limit} (at most half of them)")
 
 
-class NATSV(Calibrator):
+class NATSV(Calibrator, method="natsv"):
     """Remove the mean and the ``n_components`` top principal directions.
 
     Parameters
@@ -134,8 +130,6 @@ class NATSV(Calibrator):
         k ≈ d/100 (4 to 10 for 384- to 1024-dimensional encoders); 5 sits in that range.
     """
 
-    method = "natsv"
-    label = "NATSV"
     EFFECTIVE_ATTRIBUTES = ("n_components_",)
 
     def __init__(self, n_components: int = 5) -> None:
@@ -177,12 +171,10 @@ class NATSV(Calibrator):
         self.n_components_ = int(self.components_.shape[0])
 
 
-class StandardNormalizationNATSV(Calibrator):
+class StandardNormalizationNATSV(Calibrator, method="sn-natsv"):
     """SN+NATSV: standardise each dimension, then null the top ``n_components`` directions
     (a scikit-learn ``Pipeline`` of :class:`StandardNormalization` and :class:`NATSV`)."""
 
-    method = "sn-natsv"
-    label = "SN+NATSV"
     EFFECTIVE_ATTRIBUTES = ("n_components_",)
 
     def __init__(self, n_components: int = 5) -> None:
@@ -237,7 +229,7 @@ class StandardNormalizationNATSV(Calibrator):
         self.pipeline_ = pipeline
 
 
-class Whitening(Calibrator):
+class Whitening(Calibrator, method="whiten"):
     """Map embeddings to mean 0 and identity covariance: ``(x - mean_) @ components_``.
 
     Parameters
@@ -264,8 +256,6 @@ class Whitening(Calibrator):
     ``shrinkage=0`` on too few distinct rows, the small-sample rule uses Ledoit-Wolf instead.
     """
 
-    method = "whiten"
-    label = "whitening"
     EFFECTIVE_ATTRIBUTES = ("n_components_", "covariance_estimator_", "shrinkage_")
 
     def __init__(self, n_components: int | None = None, shrinkage: float | str = 0.0) -> None:

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-#: the methods, in the order tables list them: the raw embeddings, the paper's baselines (section 5),
-#: whitening (Su et al., 2021) and BERT-flow
-CALIBRATOR_METHODS: tuple[str, ...] = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
+#: the methods, in the order tables list them, and how tables name them: the raw embeddings, the paper's
+#: baselines (section 5), whitening (Su et al., 2021) and BERT-flow. Each is one calibrator class, which
+#: enters the registry by declaring its name (``class Whitening(Calibrator, method="whiten")``).
+CALIBRATOR_LABELS: dict[str, str] = {
+    "raw": "raw", "sn": "SN", "natsv": "NATSV", "sn-natsv": "SN+NATSV", "whiten": "whitening", "flow": "flow",
+}
+CALIBRATOR_METHODS: tuple[str, ...] = tuple(CALIBRATOR_LABELS)
 
 #: the linear baselines (a fixed affine map fitted in closed form), which a flow is compared with
 LINEAR_BASELINES: tuple[str, ...] = ("sn", "natsv", "sn-natsv", "whiten")
@@ -39,6 +43,9 @@ FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # five flows of different seeds; cosine in the joint space is the mean of their cosines
     "flow-ens": ("flow", {"ensemble": 5}),
 }
+
+#: what a study of every task type compares by default: the six methods and the flow ensemble
+STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens")
 
 #: every name, methods first
 CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *FLOW_VARIANTS)

@@ -46,6 +46,7 @@ from flow_plugin.encoding.pooling import parse_pooling
 from flow_plugin._io import read_toml
 from flow_plugin._validation_errors import describe_validation_error
 from flow_plugin.errors import RegistryError
+from flow_plugin.calibration import calibrator_class, make_calibrator
 
 
 logger = logging.getLogger(__name__)
@@ -202,8 +203,6 @@ class RegistryModel:
         """Everything the registry fixes about this model's numbers: the weights, pooling and
         truncation, the calibrator with every hyper-parameter (defaults included), and the
         version of flow-plugin's fitting procedure."""
-        from flow_plugin.calibration import make_calibrator
-
         spec = self.backbone
         return {
             "hub_id": spec.hub_id,
@@ -266,8 +265,6 @@ def registry_dirs() -> list[Path]:
 def _check_calibrator_tables(path: Path, tables: dict[str, dict[str, Any]], embedding_dim: int) -> None:
     """Each ``[calibrators.<method>]`` names a calibrator, and only its hyper-parameters, with
     values it accepts for ``embedding_dim``-dimensional embeddings."""
-    from flow_plugin.calibration import calibrator_class
-
     suffixes = model_name_suffixes()
     for method, params in tables.items():
         if method not in suffixes:

@@ -13,6 +13,8 @@ from pathlib import Path
 from flow_plugin.catalog.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, TARGET
+from flow_plugin.studies.bench import run_bench
+from flow_plugin.cli.leaderboard import print_update
 
 DEFAULT_LEADERBOARD_DIR = Path("leaderboards")
 
@@ -55,7 +57,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     leaderboard = None if args.no_leaderboard else (args.leaderboard or DEFAULT_LEADERBOARD_DIR / f"{args.backbone}.json")
-    from flow_plugin.studies.bench import run_bench
 
     report = run_bench(
         args.backbone, args.data, output_folder=args.output_folder, leaderboard=leaderboard, tasks=args.tasks,
@@ -78,8 +79,6 @@ def run(args: argparse.Namespace) -> int:
     for outcome in report.failed:
         print(f"  FAILED {outcome.model} × {outcome.task}: {outcome.error}")
     if report.leaderboard is not None:
-        from flow_plugin.cli.leaderboard import print_update
-
         print_update(report.leaderboard)
     if report.failed:
         print("rerun the same command to retry the failed tasks (finished ones are not recomputed)")

@@ -10,6 +10,7 @@ from typing import Any
 from flow_plugin.data.fit_corpus import TARGET
 from flow_plugin.catalog.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
+from flow_plugin.integrations.mteb.evaluate import evaluate_models
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,6 @@ def run(args: argparse.Namespace) -> int:
     kwargs: dict[str, Any] = {}
     if args.fit_corpus != TARGET:
         kwargs["fit_corpus"] = args.fit_corpus
-    from flow_plugin.integrations.mteb.evaluate import evaluate_models
 
     evaluations = evaluate_models(args.model, args.data, args.task, args.output_folder, options=options,
                                   model_kwargs=kwargs, overwrite=args.overwrite)

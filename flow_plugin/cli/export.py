@@ -12,6 +12,8 @@ from pathlib import Path
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
 from flow_plugin.cli._options import add_encoder_arguments
 from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.leaderboard.ingest.merge import load_leaderboard
+from flow_plugin.leaderboard.render.card import benchmark_scores
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -39,19 +41,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flow_plugin.integrations.sentence_transformers import benchmark_row, export_model
+    # sentence-transformers (and torch) load when an export runs, not to parse the command line
+    from flow_plugin.integrations.sentence_transformers import export_model
 
-    row = None
+    benchmark = None
     if args.leaderboard is not None:
-        from flow_plugin.leaderboard.merge import load_leaderboard
-
-        board = load_leaderboard(args.leaderboard)
-        row = benchmark_row(board, args.model)
+        benchmark = benchmark_scores(load_leaderboard(args.leaderboard), args.model, board_name=args.leaderboard.name)
     given = {name: getattr(args, name) for name in EncoderOptions.names() if getattr(args, name, None) is not None}
     sampling = {name: getattr(args, name) for name in ("max_fit_sentences", "fit_seed") if getattr(args, name) is not None}
     result = export_model(
         args.model, args.out, fit_corpus=args.fit_corpus, calibrator_path=args.calibrator, overwrite=args.overwrite,
-        leaderboard_row=row, leaderboard_name=args.leaderboard.name if args.leaderboard else None,
+        benchmark=benchmark,
         fit_duplicates=args.fit_duplicates, **sampling, **given,
     )
     print("\n".join(result.summary()))

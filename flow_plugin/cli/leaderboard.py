@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 from flow_plugin.errors import LeaderboardError
-from flow_plugin.leaderboard.merge import load_leaderboard
-from flow_plugin.leaderboard.models import Leaderboard, schema_text
-from flow_plugin.leaderboard.schema import DEFAULT_TOLERANCE
-from flow_plugin.leaderboard.units import procedure_notes
-from flow_plugin.leaderboard.update import LeaderboardUpdate, render_leaderboard, update_leaderboard
+from flow_plugin.leaderboard.compare import Compared, compare
+from flow_plugin.leaderboard.ingest.merge import load_leaderboard
+from flow_plugin.leaderboard.models import DEFAULT_TOLERANCE, schema_text
+from flow_plugin.leaderboard.pipeline import LeaderboardUpdate, render_leaderboard, update_leaderboard
 
 
 def print_update(update: LeaderboardUpdate) -> None:
@@ -31,14 +30,14 @@ def print_update(update: LeaderboardUpdate) -> None:
     )
     print(f"confidence intervals: {report.intervals} rows in {report.interval_seconds:.1f} s"
           + (f"; {len(report.no_pairs)} results without per-pair cosines (no intervals)" if report.no_pairs else ""))
-    print_notes(update.board)
+    print_notes(update.compared)
     print_written(update.paths)
 
 
-def print_notes(board: Leaderboard) -> None:
+def print_notes(compared: Compared) -> None:
     """Flag a board computed by an older procedure (on stderr, one line per reason)."""
-    for note in procedure_notes(board):
-        print(f"{board.name}: computed by an older procedure: {note}", file=sys.stderr)
+    for note in compared.notes:
+        print(f"{compared.board.name}: computed by an older procedure: {note}", file=sys.stderr)
 
 
 def print_written(paths: tuple[Path, Path, Path | None, Path]) -> None:
@@ -83,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         for json_path in args.render_only:
             paths = render_leaderboard(json_path)
             print(f"re-rendered {paths[0]}")
-            print_notes(load_leaderboard(paths[0]))
+            print_notes(compare(load_leaderboard(paths[0])))
             print_written(paths)
         return 0
     if not args.results or args.output is None:

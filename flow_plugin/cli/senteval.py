@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from flow_plugin.calibration.names import STUDY_CALIBRATORS
+
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -20,8 +22,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("-b", "--backbone", required=True, help="registry backbone, e.g. minilm-l6")
     parser.add_argument("--data", required=True, type=Path, help="SentEval's task_path (the folder holding downstream/)")
-    parser.add_argument("--calibrators", nargs="+", metavar="NAME", default=["raw", "whiten", "flow"],
-                        help="calibrator names (default: raw whiten flow)")
+    parser.add_argument("--calibrators", nargs="+", metavar="NAME", default=list(STUDY_CALIBRATORS),
+                        help=f"calibrator names (default: {' '.join(STUDY_CALIBRATORS)})")
     parser.add_argument("--tasks", nargs="+", metavar="TASK", choices=TRANSFER_TASKS,
                         help=f"SentEval transfer tasks (default: {' '.join(TRANSFER_TASKS)})")
     parser.add_argument("--seeds", type=int, default=1, metavar="N", help="seeds of each seeded calibrator")

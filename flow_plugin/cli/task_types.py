@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 
 
@@ -26,9 +27,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "$FLOW_PLUGIN_SHARED_DATA, else the parent of $FLOW_PLUGIN_SENTEVAL_DATA)")
     parser.add_argument("--output-folder", type=Path, default=Path("results/task-types"),
                         help="MTEB output folder (default: results/task-types)")
-    parser.add_argument("--calibrators", nargs="+", metavar="NAME", default=["raw", "whiten", "flow"],
+    parser.add_argument("--calibrators", nargs="+", metavar="NAME", default=list(STUDY_CALIBRATORS),
                         help="calibrator names (raw sn natsv sn-natsv whiten flow, flow variants, flow-ens); "
-                             "default: raw whiten flow")
+                             f"default: {' '.join(STUDY_CALIBRATORS)}")
     parser.add_argument("--seeds", type=int, default=1, metavar="N",
                         help="seeds of each seeded calibrator: its default and the next N-1")
     parser.add_argument("--tasks", nargs="+", metavar="TASK", help="a subset of the study's tasks (default: all)")

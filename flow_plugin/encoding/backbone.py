@@ -8,21 +8,24 @@ freezes it, and turns sentences into pooled float32 embeddings:
   in input order;
 - on a CUDA device, a batch that runs out of memory is split in halves and retried (the
   length-exact plan makes the halves give the same embeddings); ``oom_halvings`` counts it;
+- on a CPU, batches run side by side, one per torch thread, each on a single thread
+  (:data:`CPU_BATCH_THREADS`); elsewhere one at a time;
 - the forward pass runs under ``torch.inference_mode()`` with the chosen autocast
   precision (see :mod:`flow_plugin.encoding.device`); for bf16/fp16 the weights of the linear layers
   are stored in that dtype once at load (autocast would otherwise re-cast them on every
-  batch), and on a CPU in bf16 they also run through oneDNN with prepacked weights;
+  batch), and on a CPU in bf16 they also run through oneDNN with prepacked weights
+  (:mod:`flow_plugin.encoding.cpu_kernels`);
 - weights load lazily, on the first call that needs them, so building a Backbone (or a
   model whose embeddings are all cached) costs nothing.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,11 +36,11 @@ from tqdm.auto import tqdm
 
 from flow_plugin._validation import check_sentences
 from flow_plugin._machine import bf16_kernel_family, resolve_device
+from flow_plugin.encoding import cpu_kernels
 from flow_plugin.encoding.batching import BATCH_PLAN, BATCH_PLANS, plan_batches
 from flow_plugin.encoding.device import (
     PrecisionChoice,
     auto_precision_from_environment,
-    autocast_dtype,
     check_precision,
     choose_precision,
 )
@@ -53,11 +56,16 @@ DEFAULT_MAX_SEQ_LENGTH = 64
 TOKENIZE_CHUNK = 4096
 #: Show a progress bar by default once an input spans more batches than this.
 PROGRESS_BAR_MIN_BATCHES = 8
-#: CPU bf16: run linear layers on oneDNN-prepacked weights with the bias fused in.
-ONEDNN_PACKED_LINEARS = True
-#: Tokens of a typical STS sentence with its special tokens (STS-B test+dev, all-MiniLM-L6-v2's tokenizer: mean 14.3, median 12): with the batch size,
-#: the rows a linear layer multiplies at once, which its weights are packed and probed for.
-TYPICAL_SENTENCE_TOKENS = 16
+#: On a CPU, run as many batches side by side as torch has threads, each batch's operators on one thread,
+#: instead of one batch at a time with every operator split across the threads. A batch of short sentences
+#: is too small to split well: each of its many operators ends in a barrier where every thread waits for
+#: the slowest, and on a machine other processes keep busy that wait is where the time goes. Side by side,
+#: no thread ever waits for another, and a batch's arithmetic no longer depends on the thread count.
+#: Measured on a busy 2-core AMD EPYC (load average 11), all-MiniLM-L6-v2 in bf16, 3,000 STS-B sentences:
+#: 182-184 sentences/s against 22-34 (and 3.1 CPU seconds against 18-27), identical embeddings.
+CPU_BATCH_THREADS = True
+#: Held while batches run side by side (the thread count they set is the process's).
+_ONE_THREAD_PER_BATCH = threading.Lock()
 
 
 def weights_unavailable(name: str, error: OSError, install_hint: str | None, source: str | None = None) -> WeightsUnavailableError:
@@ -243,7 +251,7 @@ class Backbone:
             name += f"-sm{major}{minor}"
         elif self.precision == "bf16":
             name += f"-{bf16_kernel_family()}"
-            if ONEDNN_PACKED_LINEARS and onednn_packing_available():
+            if cpu_kernels.ONEDNN_PACKED_LINEARS and cpu_kernels.onednn_packing_available():
                 name += "+onednn-packed"
         return name
 
@@ -323,7 +331,7 @@ class Backbone:
             for parameter in model.parameters():
                 parameter.requires_grad_(False)
             model.to(self.device)
-            prepare_linear_layers(model, self.precision, self.device, batch_tokens=self.batch_size * TYPICAL_SENTENCE_TOKENS)
+            cpu_kernels.prepare_linear_layers(model, self.precision, self.device, batch_tokens=self.batch_size * cpu_kernels.TYPICAL_SENTENCE_TOKENS)
             n_hidden_states = int(model.config.num_hidden_layers) + 1
             self.pooling.validate_depth(n_hidden_states)
             self._check_width(model.config)
@@ -392,17 +400,32 @@ class Backbone:
         # every id in one flat array, so a batch is gathered with one vectorised index
         starts = np.zeros(len(sentences), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-        dtype = autocast_dtype(self.precision)
-        with torch.inference_mode(), torch.autocast(
-            device_type=self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
-        ):
-            for batch_index in tqdm(
-                batches,
-                desc=f"encode {Path(self.model_name_or_path).name}",
-                unit="batch",
-                disable=not show_progress_bar,
+        dtype = cpu_kernels.autocast_dtype(self.precision)
+
+        def encode_batch(batch_index: np.ndarray) -> None:
+            with torch.inference_mode(), torch.autocast(
+                device_type=self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
             ):
                 self._encode_batch(batch_index, lengths, starts, flat_ids, output)
+
+        self.load()  # in this thread, before any batch
+        with tqdm(total=len(batches), desc=f"encode {Path(self.model_name_or_path).name}", unit="batch",
+                  disable=not show_progress_bar) as bar:
+            workers = self._batch_threads(len(batches))
+            if workers > 1:
+                with _ONE_THREAD_PER_BATCH:  # torch's thread count is the process's: one such encode at a time
+                    threads = torch.get_num_threads()
+                    torch.set_num_threads(1)
+                    try:
+                        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flow-plugin-encode") as pool:
+                            for _ in pool.map(encode_batch, batches):
+                                bar.update()
+                    finally:
+                        torch.set_num_threads(threads)
+            else:
+                for batch_index in batches:
+                    encode_batch(batch_index)
+                    bar.update()
         if not np.isfinite(output).all():
             bad = np.flatnonzero(~np.isfinite(output).all(axis=1))
             raise InputError(
@@ -411,6 +434,13 @@ class Backbone:
             )
         return output
 
+
+    def _batch_threads(self, n_batches: int) -> int:
+        """How many batches run side by side: on a CPU with :data:`CPU_BATCH_THREADS`, torch's thread count
+        (at most one per batch), each batch on one thread; elsewhere 1 (one batch at a time, all threads)."""
+        if self.device.type != "cpu" or not CPU_BATCH_THREADS:
+            return 1
+        return max(1, min(torch.get_num_threads(), n_batches))
 
     def _encode_batch(self, batch_index: np.ndarray, lengths: np.ndarray, starts: np.ndarray, flat_ids: np.ndarray,
                       output: np.ndarray) -> None:
@@ -473,104 +503,3 @@ def drop_unused_layers(model: torch.nn.Module, deepest: int) -> int:
     model.encoder.layer = torch.nn.ModuleList(list(layers)[:deepest])
     model.config.num_hidden_layers = deepest
     return dropped
-
-
-def _cast_input_to_weight_dtype(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """Forward pre-hook of a low-precision Linear: feed it inputs of its own dtype.
-
-    Under autocast this is the cast autocast would make anyway; outside autocast it keeps the
-    module usable with float32 inputs."""
-    inputs = args[0] if args else None
-    weight_dtype = module.weight.dtype
-    if isinstance(inputs, torch.Tensor) and inputs.is_floating_point() and inputs.dtype != weight_dtype:
-        return (inputs.to(weight_dtype), *args[1:])
-    return None
-
-
-def store_linear_weights_as(model: torch.nn.Module, dtype: torch.dtype) -> int:
-    """Keep the weight and bias of every ``nn.Linear`` in ``dtype``; return how many were converted.
-
-    Autocast does not cache the casts of frozen weights (its cache holds only tensors that
-    require grad), so under autocast every forward pass re-casts every float32 weight matrix:
-    on a CPU this memory-bound copy took about as long as the bf16 matmuls themselves. Casting
-    once at load gives bit-identical outputs (autocast would round the same float32 values to
-    the same ``dtype``), halves the weights' memory, and removes that copy. Embeddings and
-    LayerNorms stay float32, as autocast runs them (so does the residual stream: a full bf16
-    model was measured no faster, and is less exact).
-    """
-    converted = 0
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and module.weight.dtype != dtype:
-            module.weight = torch.nn.Parameter(module.weight.detach().to(dtype), requires_grad=False)
-            if module.bias is not None:
-                module.bias = torch.nn.Parameter(module.bias.detach().to(dtype), requires_grad=False)
-            module.register_forward_pre_hook(_cast_input_to_weight_dtype)
-            converted += 1
-    return converted
-
-
-def prepare_linear_layers(model: torch.nn.Module, precision: str, device: torch.device, *, batch_tokens: int) -> None:
-    """Ready the linear layers of ``model`` (already on ``device``) for a resolved ``precision``:
-    for bf16/fp16 their weights are stored in that dtype (:func:`store_linear_weights_as`), and on
-    a CPU in bf16 they run on oneDNN-packed weights (:func:`pack_linear_weights`, packed for
-    ``batch_tokens`` rows); float32 leaves them as they are. What the backbone does at load, and
-    what the CPU precision probe (:mod:`flow_plugin.encoding.precision_probe`) times."""
-    dtype = autocast_dtype(precision)
-    if dtype is None:
-        return
-    store_linear_weights_as(model, dtype)
-    if ONEDNN_PACKED_LINEARS and device.type == "cpu" and dtype == torch.bfloat16:
-        pack_linear_weights(model, batch_tokens=batch_tokens)
-
-
-def _packed_linear_forward(module: torch.nn.Linear, inputs: torch.Tensor) -> torch.Tensor:
-    """``nn.Linear.forward`` through oneDNN with the prepacked weight; plain ``F.linear`` for
-    anything else (another dtype or device, or gradients wanted)."""
-    packed = module._flow_plugin_packed_weight  # type: ignore[attr-defined]
-    if inputs.dtype != module.weight.dtype or inputs.device.type != "cpu" or (torch.is_grad_enabled() and module.weight.requires_grad):
-        return torch.nn.functional.linear(inputs.to(module.weight.dtype), module.weight, module.bias)
-    if not inputs.is_contiguous():
-        inputs = inputs.contiguous()
-    return torch.ops.mkldnn._linear_pointwise(inputs, packed, module.bias, "none", [], "")
-
-
-@functools.lru_cache(maxsize=1)
-def onednn_packing_available() -> bool:
-    """Whether this torch build has oneDNN's packed bf16 linear operators and they agree with
-    ``F.linear`` on a small probe (checked once per process, without any model)."""
-    try:
-        reorder = torch.ops.mkldnn._reorder_linear_weight
-        linear = torch.ops.mkldnn._linear_pointwise
-        generator = torch.Generator().manual_seed(0)  # leaves the global RNG alone
-        probe_weight = torch.randn(24, 40, generator=generator).to(torch.bfloat16)
-        probe_bias = torch.randn(24, generator=generator).to(torch.bfloat16)
-        probe = torch.randn(3, 5, 40, generator=generator).to(torch.bfloat16)
-        got = linear(probe, reorder(probe_weight, 15), probe_bias, "none", [], "").float()
-        want = torch.nn.functional.linear(probe, probe_weight, probe_bias).float()
-        return got.shape == want.shape and torch.allclose(got, want, rtol=2e-2, atol=2e-2)
-    except (AttributeError, RuntimeError, TypeError):
-        return False
-
-
-def pack_linear_weights(model: torch.nn.Module, *, batch_tokens: int) -> int:
-    """CPU bf16: give every bf16 ``nn.Linear`` a oneDNN-prepacked copy of its weight and run it
-    through oneDNN's linear primitive (bias fused into the matmul; no per-call weight reorder,
-    no bias broadcast copy). ``module.weight`` stays a plain tensor. Returns how many were
-    packed; 0 (and nothing changed) where :func:`onednn_packing_available` says no.
-
-    The packed copy is made once and not updated: this is for frozen models. The results
-    equal ``F.linear``'s up to bf16 rounding of the accumulation order (bit-identical for
-    all-MiniLM-L6-v2, within 0.003 for all-mpnet-base-v2 embeddings; STS-B Spearman moved by
-    less than 0.0001), which is why the backbone's key names the packed kernels. Measured on a
-    2-core AMX CPU: about 10% more sentences per second.
-    """
-    if not onednn_packing_available():
-        return 0
-    reorder = torch.ops.mkldnn._reorder_linear_weight
-    packed = 0
-    for module in model.modules():
-        if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16 and module.weight.device.type == "cpu":
-            module._flow_plugin_packed_weight = reorder(module.weight.detach(), batch_tokens)  # type: ignore[attr-defined]
-            module.forward = functools.partial(_packed_linear_forward, module)  # type: ignore[method-assign]
-            packed += 1
-    return packed

@@ -25,7 +25,6 @@ import torch
 from flow_plugin.encoding.options import AUTO_PRECISION_ENV, PRECISIONS, RESOLVED_PRECISIONS
 from flow_plugin.errors import InputError
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 #: the first compute capability with bf16 tensor cores (NVIDIA A100, sm80)
 BF16_MIN_CAPABILITY = (8, 0)
 #: The shapes probed when no model is named: BERT-base's widths at the default batch (64 x 16 tokens).
@@ -89,7 +88,7 @@ def check_precision(precision: Any) -> str:
     >>> check_precision("fp32")
     Traceback (most recent call last):
     ...
-    flow_plugin.errors.InputError: unknown precision 'fp32'; use one of auto, float32, bf16, fp16
+    flow_plugin.errors.InputError: unknown precision 'fp32'; use one of auto, float32, bf16, fp16, int8
     """
     if precision not in PRECISIONS:
         raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
@@ -118,6 +117,8 @@ def choose_precision(precision: str, device: torch.device, *, shapes: Any = None
     (``measure(shapes) -> Bf16Measurement``), e.g. in tests.
     """
     check_precision(precision)
+    if precision == "int8" and device.type != "cpu":
+        raise InputError(f"precision 'int8' runs on a CPU only, not on {device}; use bf16 or fp16 there, or device='cpu'")
     if precision != "auto":
         return PrecisionChoice(precision, precision, "requested")
     from_environment = auto_precision_from_environment()
@@ -143,8 +144,3 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     """Turn ``precision`` into a concrete ``float32``/``bf16``/``fp16`` for ``device``
     (:func:`choose_precision`'s precision, for BERT-base's shapes on a CPU)."""
     return choose_precision(precision, device).precision
-
-
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    """The autocast dtype for a resolved precision (``None`` for float32: no autocast)."""
-    return _DTYPES.get(precision)

@@ -26,11 +26,13 @@ from typing import Any
 
 from flow_plugin.errors import InputError
 
-#: The numeric precisions of the forward pass (see :mod:`flow_plugin.encoding.device`).
-PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16")
+#: The numeric precisions of the forward pass (see :mod:`flow_plugin.encoding.device`). ``int8`` (CPU only:
+#: dynamically quantized linear layers, :func:`flow_plugin.encoding.cpu_kernels.quantize_linear_layers_int8`)
+#: is faster on some CPUs at a measurable cost in quality, so it is only ever used when asked for.
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "bf16", "fp16", "int8")
 DEFAULT_PRECISION = PRECISIONS[0]
-#: What ``auto`` can stand for: every precision but ``auto`` itself.
-RESOLVED_PRECISIONS: tuple[str, ...] = PRECISIONS[1:]
+#: What ``auto`` can stand for: the precisions that keep the model's quality (never int8).
+RESOLVED_PRECISIONS: tuple[str, ...] = ("float32", "bf16", "fp16")
 #: The environment variable that says what ``precision="auto"`` means on this machine, instead of
 #: the GPU rule or the CPU measurement (:func:`flow_plugin.encoding.device.choose_precision`).
 AUTO_PRECISION_ENV = "FLOW_PLUGIN_AUTO_PRECISION"
@@ -74,7 +76,8 @@ class EncoderOptions:
         "help": "forward-pass precision: auto (GPU: bf16 from compute capability 8.0, else fp16; CPU: bf16 only "
                 f"where a short probe of the model's matmuls measured it at least {BF16_MIN_SPEEDUP}x as fast as float32, else "
                 "float32; the measurement is cached per machine in the user's cache folder, and "
-                f"${AUTO_PRECISION_ENV}={'|'.join(RESOLVED_PRECISIONS)} overrides it), float32, bf16, fp16", "choices": PRECISIONS})
+                f"${AUTO_PRECISION_ENV}={'|'.join(RESOLVED_PRECISIONS)} overrides it), float32, bf16, fp16, or int8 (CPU only: quantized linear layers, faster where "
+                "the CPU has int8 dot products, at a cost in quality: docs/performance.md)", "choices": PRECISIONS})
     batch_size: int | None = field(default=None, metadata={
         "help": f"sentences per backbone forward pass (default {DEFAULT_BATCH_SIZE})"})
     cache_dir: str | os.PathLike[str] | None = field(default=None, metadata={

@@ -8,14 +8,14 @@ What the probe times: one transformer layer's linear layers at the model's own s
 key, value and output projections, ``hidden -> hidden``; the feed-forward pair
 ``hidden -> 4 x hidden -> hidden``) on ``batch size x 16`` rows (at most 512) of synthetic float32 input,
 prepared exactly as :meth:`Backbone.load <flow_plugin.encoding.backbone.Backbone.load>` prepares
-them (:func:`~flow_plugin.encoding.backbone.prepare_linear_layers`: bf16 weights, oneDNN-packed
+them (:func:`~flow_plugin.encoding.cpu_kernels.prepare_linear_layers`: bf16 weights, oneDNN-packed
 where available, run under autocast). These products are most of a forward pass on short
 sentences, and they are where the two precisions differ; a forward of the real model would also
 need its weights loaded twice and take seconds. The rest of the pass (LayerNorm, softmax,
 tokenization, pooling) runs alike in both, so the end-to-end gain is smaller than the probe's.
 
-How it stays robust on a busy machine: it runs on one torch thread (a multi-threaded product on a
-busy machine times the scheduler; see :func:`measure_bf16_speedup`) and times each product on its
+How it stays robust on a busy machine: it runs on one torch thread, as the backbone runs each batch on a
+CPU (a multi-threaded product on a busy machine times the scheduler; see :func:`measure_bf16_speedup`) and times each product on its
 own, so each is short. First a pilot: :data:`PILOT_REPEATS` runs of each precision on 64 rows,
 giving up on bf16 at once where it runs at under :data:`PILOT_GIVE_UP` of float32's speed (emulated
 bf16, ~50x slower, would otherwise take seconds). Then one untimed run of each precision (oneDNN
@@ -48,6 +48,7 @@ import torch
 
 from flow_plugin._io import atomic_write_json, file_lock, user_cache_dir
 from flow_plugin._machine import cpu_flags, cpu_model
+from flow_plugin.encoding.cpu_kernels import TYPICAL_SENTENCE_TOKENS, prepare_linear_layers
 from flow_plugin.encoding.options import BF16_MIN_SPEEDUP
 from flow_plugin.errors import FlowPluginError
 
@@ -96,8 +97,6 @@ class ProbeShapes:
         >>> ProbeShapes.for_width(384, 64), ProbeShapes.for_width(768, 8)
         (ProbeShapes(hidden_size=384, intermediate_size=1536, tokens=512), ProbeShapes(hidden_size=768, intermediate_size=3072, tokens=128))
         """
-        from flow_plugin.encoding.backbone import TYPICAL_SENTENCE_TOKENS
-
         tokens = min(int(batch_size) * TYPICAL_SENTENCE_TOKENS, PROBE_MAX_TOKENS)
         return cls(int(hidden_size), 4 * int(hidden_size), tokens)
 
@@ -154,8 +153,6 @@ def bf16_or_float32(bf16_speedup: float) -> str:
 def _probe_layers(shapes: ProbeShapes, precision: str) -> torch.nn.Module:
     """The probed linear layers with random weights (a private generator: the global RNG is untouched),
     prepared for ``precision`` as the backbone prepares its own."""
-    from flow_plugin.encoding.backbone import prepare_linear_layers
-
     generator = torch.Generator().manual_seed(0)
     hidden, intermediate = shapes.hidden_size, shapes.intermediate_size
     layers = torch.nn.ModuleList()

@@ -45,20 +45,19 @@ Examples
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.stats import spearmanr
 
 from flow_plugin.errors import InputError
+from flow_plugin.protocols import PROTOCOLS
 
 #: resamples per interval: over 6 resampling seeds the bounds of the minilm-l6-layer0 board's average deltas moved
 #: with a standard deviation of 0.007-0.017 points (measured; docs/bench.md)
 DEFAULT_RESAMPLES = 1000
 DEFAULT_CONFIDENCE = 0.95
-#: the protocols an interval can be computed for (see :mod:`flow_plugin.evaluation.sts`)
-PROTOCOLS = ("all", "wmean")
 
 
 @dataclass(frozen=True)
@@ -242,3 +241,65 @@ def delta_interval(
         estimate += point_a - point_b
         deltas += resampled_a - resampled_b
     return percentile_interval(estimate / len(scored_sets), deltas / len(scored_sets), confidence)
+
+
+#: how :class:`SharedBootstrap` computes its intervals, in words (a leaderboard records it next to them)
+METHOD = ("paired, stratified, two-stage percentile bootstrap over the test pairs of each subset and the seeds "
+          "(flow_plugin.evaluation.intervals)")
+
+
+@dataclass
+class SharedBootstrap:
+    """The bootstrap of many sides (a leaderboard's rows, or seed groups) scored on the same test sets, so
+    that any two can be compared: every side is scored on the same resampled pairs of a set (drawn once per
+    set, seeded by its name: paired), and a side's seeds are drawn once (seeded by its name) and shared by
+    its sets. :meth:`add_set` scores the sides of one set, :meth:`compare` gives the intervals of A - B per
+    set and averaged over the sets both have. The same names and ``seed`` give the same intervals in any
+    order and any process.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> gold = rng.normal(size=300)
+    >>> boot = SharedBootstrap(n_resamples=200)
+    >>> boot.add_set("set", [gold], {"good": [[gold + rng.normal(size=300)]], "bad": [[gold + 3 * rng.normal(size=300)]]})
+    >>> sets, per_set, average = boot.compare("good", "bad", "all", ["set", "other"])
+    >>> sets, per_set["set"].significant, average == per_set["set"]
+    (['set'], True, True)
+    """
+
+    n_resamples: int = DEFAULT_RESAMPLES
+    confidence: float = DEFAULT_CONFIDENCE
+    seed: int = 0
+    #: (side, set, protocol) -> (reported score, its bootstrap distribution)
+    _scored: dict[tuple[str, str, str], tuple[float, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def _seed_draws(self, side: str, runs: int) -> np.ndarray:
+        return seed_draws(runs, self.n_resamples, np.random.default_rng([self.seed, 1, stable_key(side)]))
+
+    def add_set(self, name: str, gold: Sequence[np.ndarray], sides: Mapping[str, Sequence[Sequence[np.ndarray]]]) -> None:
+        """Score ``sides`` (side -> its runs, each run its predictions per subset) on test set ``name``, whose
+        subsets' gold scores are ``gold``, under every protocol."""
+        resampler = SetResampler(gold, self.n_resamples, np.random.default_rng([self.seed, 0, stable_key(name)]))
+        for side, runs in sides.items():
+            draws = self._seed_draws(side, len(runs))
+            for protocol in PROTOCOLS:
+                self._scored[(side, name, protocol)] = side_distribution(resampler, runs, draws, protocol)
+
+    def compare(self, a: str, b: str, protocol: str,
+                sets: Sequence[str]) -> tuple[list[str], dict[str, Interval], Interval] | None:
+        """(the sets of ``sets`` both sides were scored on, in order; set -> the interval of A - B on it; the
+        interval of A - B averaged over those sets, the mean of each resample's per-set deltas), or None when
+        they share no set."""
+        common = [name for name in sets if (a, name, protocol) in self._scored and (b, name, protocol) in self._scored]
+        if not common:
+            return None
+        deltas = {}
+        for name in common:
+            (point_a, resampled_a), (point_b, resampled_b) = self._scored[(a, name, protocol)], self._scored[(b, name, protocol)]
+            deltas[name] = (point_a - point_b, resampled_a - resampled_b)
+        per_set = {name: percentile_interval(float(point), resampled, self.confidence)
+                   for name, (point, resampled) in deltas.items()}
+        average = percentile_interval(float(np.mean([point for point, _ in deltas.values()])),
+                                      np.mean([resampled for _, resampled in deltas.values()], axis=0), self.confidence)
+        return common, per_set, average

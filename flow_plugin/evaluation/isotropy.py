@@ -180,7 +180,7 @@ def plot_spectra(
             raise InputError(f"spectra[{label!r}] is all zeros and cannot be normalised")
         curves[label] = s / s[0]
 
-    try:
+    try:  # matplotlib is the optional plots extra, loaded only to draw
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as error:

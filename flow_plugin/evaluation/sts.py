@@ -25,6 +25,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from flow_plugin.errors import InputError, InputTypeError
+from flow_plugin.protocols import AGGREGATES
 from flow_plugin.evaluation._checks import float_matrix, float_vector, same_length
 
 __all__ = [
@@ -38,12 +39,8 @@ __all__ = [
     "evaluate_sts",
 ]
 
-#: What each aggregate means, written into every ``STSResult.to_dict()``.
-AGGREGATE_PROTOCOLS: dict[str, str] = {
-    "all": "one correlation over the pairs of all subsets pooled (MTEB, SimCSE 'all')",
-    "wmean": "mean of per-subset correlations weighted by pair count (SentEval 'wmean', BERT-flow paper)",
-    "mean": "unweighted mean of per-subset correlations (SentEval 'mean')",
-}
+#: What each aggregate means, written into every ``STSResult.to_dict()`` (their home: :mod:`flow_plugin.protocols`).
+AGGREGATE_PROTOCOLS: dict[str, str] = AGGREGATES
 
 
 def paired_cosine(a: Any, b: Any) -> np.ndarray:

@@ -48,6 +48,11 @@ from typing import Any
 import numpy as np
 
 from flow_plugin.errors import InputError, InputTypeError, NotFittedError
+from flow_plugin._machine import cuda_available
+from flow_plugin.catalog.registry import BackboneSpec, RegistryModel, get_backbone, model_name_suffixes
+from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.calibration import make_calibrator
+from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +82,6 @@ def check_task_runs_here(params: Any, task: str | None) -> None:
     classifier tasks with ``usepytorch=True`` train on CUDA; on a machine without CUDA they fail
     only after every sentence was embedded.
     """
-    from flow_plugin._machine import cuda_available
-
     wanted = params.get(CUDA_CHECK_KEY, True) if isinstance(params, Mapping) else getattr(params, CUDA_CHECK_KEY, True)
     if task is None or not wanted or cuda_available():
         return
@@ -163,11 +166,10 @@ class SentEvalAdapter:
         calibrator_params: dict[str, Any] | None = None,
         **encoder_options: Any,
     ) -> None:
+        # torch and scikit-learn load when an adapter is built (SentEval's prepare), not with this module
         from flow_plugin.encoding.cache import CachedEncoder
         from flow_plugin.calibration import Calibrator
-        from flow_plugin.catalog.registry import BackboneSpec, RegistryModel, get_backbone, model_name_suffixes
         from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
-        from flow_plugin.encoding.options import EncoderOptions
 
         if (model is None) == (backbone is None):
             raise InputError("give either a model name, or a backbone and a calibrator, not both or neither")
@@ -200,10 +202,6 @@ class SentEvalAdapter:
                 self._template = build_calibrator(RegistryModel(spec, method), device=device_name,
                                                   **(calibrator_params or {}))
             else:
-                from flow_plugin.calibration import make_calibrator
-
-                from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
-
                 params = dict(calibrator_params or {})
                 if method in CALIBRATOR_NAMES and calibrator_method(method) == "flow":
                     params.setdefault("device", device_name)
@@ -241,6 +239,7 @@ class SentEvalAdapter:
     # ------------------------------------------------------------------ SentEval callbacks
     def prepare(self, params: Any, samples: Any) -> None:
         """Fit a fresh calibrator on ``samples``: every sentence of the task, as token lists."""
+        # scikit-learn loads when a calibrator is fitted
         from flow_plugin.catalog.fitting import fit_calibrator
 
         task = _current_task(params)

@@ -1,14 +1,14 @@
 """The leaderboard as typed pydantic models: the one description of its file format, and the board
 in memory from load to write.
 
-:func:`~flow_plugin.leaderboard.merge.load_leaderboard` validates a file into a :class:`Leaderboard`;
-merging, the derived fields, the seed groups, the intervals and every rendering work on that model;
+:func:`~flow_plugin.leaderboard.ingest.merge.load_leaderboard` validates a file into a :class:`Leaderboard`;
+every stage of the pipeline (ingest, compare, render, write) works on that model;
 :meth:`Leaderboard.file_text` is what is written, checked against the models once more first
 (assignments in memory are not validated). The JSON schema (``flow-plugin leaderboard --schema``,
 and the docs' schema block) is generated from these models. The fields a model names in its
 ``_ABSENT_WHEN_NONE`` are left out of the file when None, not written as null. Scores are in points: a correlation × 100
 (Spearman 0.820441 -> 82.0441), kept with 4 decimals, every digit MTEB stores (6 decimals on its
-0-1 scale).
+0-1 scale); :func:`to_points` and :func:`round_points` convert and round.
 
 >>> schema = leaderboard_schema()
 >>> schema["title"], sorted(schema["$defs"])[:3]
@@ -18,13 +18,62 @@ and the docs' schema block) is generated from these models. The fields a model n
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, ClassVar, Literal
+import math
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, Strict, ValidationError, model_serializer
 
 from flow_plugin._validation_errors import describe_validation_error
+from flow_plugin.catalog.tasks import OFFLINE_TASKS
 from flow_plugin.errors import LeaderboardError
-from flow_plugin.leaderboard.schema import FORMAT, FORMAT_VERSION
+from flow_plugin.protocols import DEFAULT_PROTOCOL, PROTOCOLS
+
+FORMAT = "flow-plugin-leaderboard"
+FORMAT_VERSION = 1
+#: Two scores of the same model and task are "the same" when they differ by at most this
+#: many points: 1e-4 points = 1e-6 on MTEB's 0-1 scale, one unit of the last decimal it stores.
+DEFAULT_TOLERANCE = 1e-4
+DECIMALS = 4  # points with 4 decimals = MTEB's 6 decimals on the 0-1 scale
+#: the column of a row's (or a comparison's) average, next to its tasks
+AVERAGE = "average"
+
+
+def to_points(value: float) -> float:
+    """An MTEB score (0-1 scale) in points, with every decimal MTEB stores.
+
+    >>> to_points(0.820441)
+    82.0441
+    """
+    return round(float(value) * 100.0, DECIMALS)
+
+
+def round_points(value: float) -> float:
+    """A value already in points, rounded to the stored decimals.
+
+    >>> round_points(1.234567)
+    1.2346
+    """
+    return round(float(value), DECIMALS)
+
+
+def is_number(value: Any) -> TypeGuard[float]:
+    """True for a finite int or float (not a bool).
+
+    Examples
+    --------
+    >>> [is_number(v) for v in (1, 0.5, True, float("nan"), "1")]
+    [True, True, False, False, False]
+    """
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def task_sort_key(task: str) -> tuple[int, str]:
+    """Column order: the offline SentEval tasks in their order, then the others by name.
+
+    >>> sorted(["STS12", "SentEvalSICKR", "SentEvalSTS12"], key=task_sort_key)
+    ['SentEvalSTS12', 'SentEvalSICKR', 'STS12']
+    """
+    return (OFFLINE_TASKS.index(task), "") if task in OFFLINE_TASKS else (len(OFFLINE_TASKS), task)
 
 #: no unknown key, no conversion (a score is a number, not a numeric string or a bool), finite numbers (a NaN
 #: set in memory stays NaN in a dump, so the check before writing refuses it instead of writing null)
@@ -51,11 +100,10 @@ class TaskScore(_Part):
 
     score: float = Field(description="the task's main score in points")
     metric: str | None = Field(description='e.g. "cosine_spearman"')
-    protocol: str = Field(description='"all": Spearman over all test pairs pooled (MTEB, SimCSE); MTEB\'s own '
-                          'tasks are "all" as well')
-    wmean: float | None = Field(None, description="the same metric per subset, averaged weighted by pair count "
-                                "(SentEval / BERT-flow paper protocol), in points; null where the result does not "
-                                "carry it")
+    protocol: str = Field(description=f'the protocol of "score": "all" ({PROTOCOLS["all"]}); MTEB\'s own tasks are '
+                          f'"{DEFAULT_PROTOCOL}" as well')
+    wmean: float | None = Field(None, description=f'the same metric under the "wmean" protocol ({PROTOCOLS["wmean"]}), '
+                                "in points; null where the result does not carry it")
     split: str = Field(description='evaluated split ("test")')
     hf_subsets: list[str] = Field(description='MTEB subsets averaged into "score" (usually ["default"])')
     dataset_revision: str = Field(description='data identity: "sha256:<hex>" of the SentEval files read (offline '
@@ -89,8 +137,8 @@ class Comparison(_Part):
     calibrator: str | None = Field(None, description='("linear" only) which baseline that is')
 
 
-#: a score's protocol: "all" (every test pair pooled) or "wmean" (per subset, weighted by pair count)
-ProtocolName = Literal["all", "wmean"]
+#: a reported protocol (:data:`flow_plugin.protocols.PROTOCOLS`: "all" or "wmean")
+ProtocolName = Literal[tuple(PROTOCOLS)]  # type: ignore[valid-type]
 #: what a delta is against: "raw" (the raw backbone) or "linear" (the best linear baseline of the same
 #: backbone, loader kwargs and fit corpus)
 ReferenceName = Literal["raw", "linear"]
@@ -227,6 +275,6 @@ def check_board(data: Any, where: str = "leaderboard") -> Leaderboard:
         raise LeaderboardError(f"{where} does not fit the leaderboard format: {validation_problems(error)}") from None
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Comparison", "IntervalMethod", "Intervals", "Leaderboard", "ProtocolName",
+__all__ = ["AVERAGE", "DECIMALS", "DEFAULT_TOLERANCE", "FORMAT", "FORMAT_VERSION", "Comparison", "IntervalMethod", "Intervals", "Leaderboard", "ProtocolName",
            "ReferenceName", "Row", "SeedGroup", "SeedSpread", "TaskScore", "check_board", "leaderboard_schema", "schema_text",
-           "validation_problems"]
+           "is_number", "round_points", "task_sort_key", "to_points", "validation_problems"]

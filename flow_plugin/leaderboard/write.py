@@ -1,8 +1,9 @@
-"""Writing a leaderboard's files: ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME.html``, and
-the folder's ``index.html``.
+"""The write stage: a leaderboard's files, ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME.html``, and
+the folder's ``index.html``; the list of result folders merged into a board; the folder's lock.
 
-Everything is rendered in memory first, then each file is written atomically (see
-:mod:`flow_plugin._io`), the JSON last since it is the record. A folder or file that cannot be
+The board is checked (its format, and that its stored intervals describe its scores), everything is
+rendered in memory, then each file is written atomically (see :mod:`flow_plugin._io`), the JSON last
+since it is the record. A folder or file that cannot be
 written is an :class:`~flow_plugin.errors.OutputError` naming it and the cause. Without matplotlib the
 chart is skipped with one warning; the other files are written all the same.
 """
@@ -17,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock, make_output_folder
-from flow_plugin.leaderboard.html import board_summary, render_html, render_index
-from flow_plugin.leaderboard.merge import load_leaderboard
-from flow_plugin.leaderboard.models import Leaderboard
-from flow_plugin.leaderboard.render import render_markdown, render_png
-from flow_plugin.leaderboard.units import check_deltas
 from flow_plugin.errors import LeaderboardError, MissingExtraError
+from flow_plugin.leaderboard.compare import Compared
+from flow_plugin.leaderboard.ingest.merge import load_leaderboard
+from flow_plugin.leaderboard.render.chart import render_png
+from flow_plugin.leaderboard.render.html import board_summary, render_html, render_index
+from flow_plugin.leaderboard.render.markdown import render_markdown
 
 logger = logging.getLogger(__name__)
 
@@ -46,19 +47,20 @@ def output_paths(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path, P
     return path, path.with_suffix(".md"), path.with_suffix(".png"), path.with_suffix(".html")
 
 
-def write_leaderboard(board: Leaderboard,
+def write_leaderboard(compared: Compared,
                       json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
-    """Render all four files in memory, then write each atomically (JSON last: it is the
-    record). Returns their paths; the PNG's is None when matplotlib is missing. A board changed in
+    """Render all four files of a compared board in memory, then write each atomically (JSON last: it is
+    the record). Returns their paths; the PNG's is None when matplotlib is missing. A board changed in
     memory into something the typed format does not allow, or whose stored intervals do not describe
-    its scores (:func:`~.units.check_deltas`), is a :class:`LeaderboardError` and nothing is written."""
+    its scores (:meth:`~flow_plugin.leaderboard.compare.Compared.check`), is a :class:`LeaderboardError`
+    and nothing is written."""
     json_file, md_file, png_file, html_file = output_paths(json_path)
-    text = board.file_text(str(json_file))
-    check_deltas(board, str(json_file))
-    markdown = render_markdown(board)
-    page = render_html(board, json_file.stem)
+    text = compared.board.file_text(str(json_file))
+    compared.check(str(json_file))
+    markdown = render_markdown(compared)
+    page = render_html(compared, json_file.stem)
     try:
-        png: bytes | None = render_png(board)
+        png: bytes | None = render_png(compared)
     except MissingExtraError as error:
         png = None
         stale = "; the chart already there is left as it was (out of date)" if png_file.exists() else ""

@@ -43,12 +43,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET, FitCorpus
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
 from flow_plugin.studies.runs import Run, expand_runs
 from flow_plugin._io import make_output_folder
 from flow_plugin.integrations.mteb.results import quarantine_truncated_results
+from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_backbone
+from flow_plugin.calibration import CALIBRATOR_METHODS
+from flow_plugin.integrations.mteb.evaluate import evaluate_models
+from flow_plugin.leaderboard import update_leaderboard
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +116,7 @@ def _log(message: str) -> None:
 def bench_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
     """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR`` (:func:`flow_plugin.encoding.cache.default_cache_dir`),
     else ``<output_folder>/embedding-cache``: a bench always keeps its embeddings on disk."""
+    # torch loads when a bench runs, not to parse its command line (the cache module holds the backbone)
     from flow_plugin.encoding.cache import default_cache_dir
 
     if cache_dir is not None:
@@ -145,11 +151,9 @@ def run_bench(
     the leaderboard then gets what finished. Interrupting (Ctrl-C) loses only the task
     being computed.
     """
-    from flow_plugin.catalog.tasks import OFFLINE_TASKS
-    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_backbone
+    # numpy loads when a bench runs, not to parse its command line
     from flow_plugin.data.senteval import resolve_senteval_root
 
-    from flow_plugin.calibration import CALIBRATOR_METHODS
 
     started = time.perf_counter()
     spec = get_backbone(backbone)
@@ -161,7 +165,6 @@ def run_bench(
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise RegistryError(f"seeds must be a positive int, got {seeds!r}")
-    from flow_plugin.data.fit_corpus import FitCorpus
 
     parsed = FitCorpus.parse(fit_corpus)  # a clear error for a missing file or an old name, now
     if parsed.kind == "file":
@@ -186,8 +189,6 @@ def run_bench(
     if leaderboard is not None and not report.interrupted:
         have_results = any(outcome.status != "failed" for outcome in report.outcomes)
         if have_results:
-            from flow_plugin.leaderboard import update_leaderboard
-
             report.leaderboard = update_leaderboard([output], leaderboard, replace=replace, models=models,
                                                     tasks=task_names, seeds=seeds if seeds > 1 else None)
         else:
@@ -198,6 +199,7 @@ def run_bench(
 
 def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,
                progress: Callable[[str], None]) -> None:
+    # torch and scikit-learn load when a bench runs, not to parse its command line
     from flow_plugin.catalog.builders import build_encoder, resolve
 
     output = report.output_folder
@@ -222,8 +224,6 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
 
 def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,
               progress: Callable[[str], None]) -> None:
-    from flow_plugin.integrations.mteb.evaluate import evaluate_models
-
     output = report.output_folder
     total = len(report.runs) * len(report.tasks)
     step = 0

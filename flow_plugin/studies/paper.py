@@ -28,6 +28,7 @@ model name runs raw and that calibrator. This module imports nothing heavy at im
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import logging
 import os
@@ -37,8 +38,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from flow_plugin.data.fit_corpus import TARGET
+from flow_plugin.protocols import AGGREGATES, PROTOCOLS
 from flow_plugin.data.tasks import TASK_LABELS
+from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES, calibrator_class
+from flow_plugin.errors import FlowPluginError, InputError, MissingExtraError, RegistryError
+from flow_plugin.catalog.registry import MODEL_PREFIX, RegistryModel, default_registry, parse_model_name
+from flow_plugin._io import atomic_write_json, make_output_folder
+from flow_plugin._machine import describe_machine
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +56,12 @@ RESULT_FORMAT = "flow-plugin-paper"
 RESULT_VERSION = 1
 SECTIONS = ("sts", "qnli", "lexical", "isotropy")
 MAX_EDIT_DISTANCE = 4
-PROTOCOLS = {
+#: how each number of the report is computed (written into it as "protocols")
+REPORT_PROTOCOLS = {
     "sts_fit": "target: a fresh calibrator per STS set, fitted on every sentence of every split of that set "
     "(scores never used); STS12-16 have only a test split, STS-B and SICK-R train+dev+test",
     "sts_similarity": "cosine of the two (calibrated) sentence embeddings",
-    "spearman.all": "Spearman over the pairs of all subsets pooled (MTEB, SimCSE 'all')",
-    "spearman.wmean": "mean of per-subset Spearman weighted by pair count (SentEval 'wmean', the BERT-flow paper)",
-    "spearman.mean": "unweighted mean of per-subset Spearman (SentEval 'mean')",
+    **{f"spearman.{name}": f"Spearman, {text}" for name, text in AGGREGATES.items()},
     "qnli.AUC": "ROC AUC of cosine(question, sentence) against label == entailment on GLUE QNLI dev; calibrators "
     "fitted on QNLI dev's questions and sentences (labels never used) (paper table 4)",
     "lexical": f"Spearman correlation of each pair's word edit distance (tokens = whitespace split) with the gold "
@@ -80,10 +88,6 @@ def resolve_model(model: str, calibrators: list[str] | None = None) -> tuple[Any
     >>> resolve_model("flow_plugin/minilm-l6-flow-ens")[1]
     ['raw', 'flow-ens']
     """
-    from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES
-    from flow_plugin.errors import RegistryError
-    from flow_plugin.catalog.registry import MODEL_PREFIX, default_registry, parse_model_name
-
     registry = default_registry()
     short = model.removeprefix(MODEL_PREFIX)
     if short in registry:
@@ -102,6 +106,7 @@ def resolve_model(model: str, calibrators: list[str] | None = None) -> tuple[Any
 
 def resolve_data(data: Path, glue: Path | None) -> tuple[Path, Path | None, str | None]:
     """(SentEval root, GLUE folder or None, why QNLI has no data)."""
+    # numpy loads when the evaluations run, not to parse their command line
     from flow_plugin.data.senteval import resolve_senteval_root
 
     data = Path(data).expanduser()
@@ -141,7 +146,7 @@ class _PaperRun:
     """State of one run: the shared encoder, the calibrator templates, the fit log."""
 
     def __init__(self, spec: Any, calibrators: list[str], *, options: Any, max_pairs: int | None) -> None:
-        from flow_plugin.catalog.registry import RegistryModel
+        # torch and scikit-learn load when the evaluations run, not to parse their command line
         from flow_plugin.catalog.builders import build_calibrator, build_encoder
 
         self.spec = spec
@@ -165,8 +170,6 @@ class _PaperRun:
 
     def limit(self, pairs: Any) -> Any:
         """``pairs`` cut to the first ``max_pairs`` (an STSPairs or QNLIPairs), or unchanged."""
-        import dataclasses
-
         n = self.max_pairs
         if n is None or len(pairs) <= n:
             return pairs
@@ -178,12 +181,14 @@ class _PaperRun:
         return dataclasses.replace(pairs, **changes)
 
     def sts_split(self, root: Path, task: str, split: str) -> list[Any]:
+        # numpy and scipy load when the evaluations run, not to parse their command line
         from flow_plugin.data.senteval import load_split
 
         return [self.limit(pairs) for pairs in load_split(root, task, split)]
 
     def target_corpus(self, root: Path, task: str) -> list[str]:
         """Every sentence of every split of ``task`` (scored pairs; duplicates kept)."""
+        # numpy loads when the evaluations run
         from flow_plugin.data.senteval import available_splits, task_sentences
 
         if self.max_pairs is None:
@@ -201,8 +206,8 @@ class _PaperRun:
         A calibrator whose fit raises a flow-plugin error (say, too few sentences for whitening)
         is left out of the returned dict and recorded in ``errors``; the others go on.
         """
+        # scikit-learn loads when the evaluations run
         from flow_plugin.catalog.fitting import fit_calibrator
-        from flow_plugin.errors import FlowPluginError
 
         fitted: dict[str, Any] = {}
         for name, template in self.templates.items():
@@ -252,12 +257,14 @@ class _PaperRun:
 
 
 def _cosines(calibrator: Any, left: Any, right: Any) -> Any:
+    # numpy and scipy load when the evaluations run
     from flow_plugin.evaluation import paired_cosine
 
     return paired_cosine(calibrator.transform(left), calibrator.transform(right))
 
 
 def _section_sts(state: _PaperRun, root: Path, tasks: list[str], progress: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    # numpy and scipy load when the evaluations run
     from flow_plugin.evaluation import evaluate_sts
 
     results: dict[str, Any] = {}
@@ -290,6 +297,7 @@ def _section_sts(state: _PaperRun, root: Path, tasks: list[str], progress: Any) 
 
 
 def _section_qnli(state: _PaperRun, glue: Path, progress: Any) -> dict[str, Any]:
+    # numpy and scipy load when the evaluations run
     from flow_plugin.evaluation import roc_auc
     from flow_plugin.data.senteval import load_qnli_dev
 
@@ -313,6 +321,7 @@ def _section_qnli(state: _PaperRun, glue: Path, progress: Any) -> dict[str, Any]
 
 
 def _section_lexical(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], progress: Any) -> dict[str, Any]:
+    # numpy and scipy load when the evaluations run
     from flow_plugin.evaluation import lexical_similarity_correlations
 
     progress.set_postfix_str("lexical")
@@ -327,10 +336,9 @@ def _section_lexical(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], 
 
 def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], out: Path,
                       progress: Any) -> dict[str, Any]:
+    # numpy and scipy load when the evaluations run
     import numpy as np
 
-    from flow_plugin.calibration import calibrator_class
-    from flow_plugin.errors import MissingExtraError
     from flow_plugin.evaluation import isotropy_report, plot_spectra
 
     progress.set_postfix_str("isotropy")
@@ -388,10 +396,7 @@ def run_paper(
 
     ``options`` (:class:`flow_plugin.encoding.options.EncoderOptions`) says how the backbone runs.
     """
-    from tqdm.auto import tqdm
-
-    from flow_plugin._io import atomic_write_json, make_output_folder
-    from flow_plugin.errors import InputError
+    # numpy loads when the evaluations run, not to parse their command line
     from flow_plugin.data.senteval import SENTEVAL_TASKS, canonical_task, load_split
 
     wall_start = time.perf_counter()
@@ -442,7 +447,7 @@ def run_paper(
         "data": {"senteval_root": str(root), "glue": str(glue_root) if glue_root else None, "tasks": task_list,
                  "max_pairs": max_pairs},
         "sections": sections,
-        "protocols": PROTOCOLS,
+        "protocols": REPORT_PROTOCOLS,
         "notes": notes,
     }
 
@@ -480,7 +485,6 @@ def run_paper(
     report["encoder"] = state.encoder_report()
     timings["total"] = time.perf_counter() - wall_start
     report["timings_seconds"] = {key: round(value, 3) for key, value in timings.items()}
-    from flow_plugin._machine import describe_machine
 
     backbone = state.encoder.backbone
     report["machine"] = describe_machine(backbone.device, backbone.precision, backbone.precision_choice.as_dict())
@@ -497,7 +501,7 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
     sts = report.get("sts")
     if sts:
         calibrators = list(report["model"]["calibrators"])
-        for protocol in ("all", "wmean"):
+        for protocol in PROTOCOLS:
             table: dict[str, Any] = {}
             for name in calibrators:
                 row = {task: (sts[task]["calibrators"][name]["spearman"][protocol]
@@ -522,8 +526,6 @@ def variant_labels(report: dict[str, Any]) -> dict[str, str]:
     ...                                          "flow": {"model_name": "flow_plugin/minilm-l6-flow"}}}})
     {'raw': 'minilm-l6 (raw)', 'flow': 'minilm-l6-flow'}
     """
-    from flow_plugin.catalog.registry import MODEL_PREFIX
-
     labels = {}
     for name, entry in report["model"]["calibrators"].items():
         model = entry["model_name"].removeprefix(MODEL_PREFIX)
@@ -560,8 +562,8 @@ def format_report(report: dict[str, Any]) -> str:
     if "sts" in report:
         tasks = list(report["sts"])
         header = f"{'':<{name_width}}" + "".join(f"{TASK_LABELS.get(task, task):>8}" for task in tasks) + f"{'avg':>8}"
-        for protocol, title in (("wmean", "size-weighted mean of subset Spearman (the paper's)"),
-                                ("all", "Spearman over all pairs pooled (MTEB's)")):
+        for protocol in reversed(PROTOCOLS):  # the paper's "wmean" first
+            title = PROTOCOLS[protocol]
             lines.append("")
             lines.append(f"STS, cosine Spearman x100, protocol '{protocol}': {title}; calibrators fitted per set (target)")
             lines.append(header)

@@ -30,6 +30,8 @@ from typing import Any
 
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET
 from flow_plugin.encoding.options import DEFAULT_PRECISION
+from flow_plugin.calibration import make_calibrator
+from flow_plugin.catalog.registry import RegistryModel
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,6 @@ def default_seed(backbone: Any, calibrator: str) -> int | None:
     >>> default_seed(get_backbone("minilm-l6"), "flow"), default_seed(get_backbone("minilm-l6"), "whiten")
     (1234, None)
     """
-    from flow_plugin.calibration import make_calibrator
-    from flow_plugin.catalog.registry import RegistryModel
-
     return make_calibrator(calibrator, **RegistryModel(backbone, calibrator).calibrator_params).get_params().get("seed")
 
 

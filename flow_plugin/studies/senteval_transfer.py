@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.errors import RegistryError
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def run_transfer(
     backbone: str,
     task_path: str | os.PathLike[str],
     *,
-    calibrators: Sequence[str] = ("raw", "whiten", "flow"),
+    calibrators: Sequence[str] = STUDY_CALIBRATORS,
     tasks: Sequence[str] | None = None,
     seeds: int = 1,
     classifier: str = "auto",

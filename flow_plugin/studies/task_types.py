@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def run_task_types(
     data: str | os.PathLike[str] | None = None,
     *,
     output_folder: str | os.PathLike[str] = "results/task-types",
-    calibrators: Sequence[str] = ("raw", "whiten", "flow"),
+    calibrators: Sequence[str] = STUDY_CALIBRATORS,
     seeds: int = 1,
     tasks: Sequence[str] | None = None,
     max_fit_sentences: int = STUDY_MAX_FIT_SENTENCES,

@@ -9,9 +9,11 @@ One module per job:
 * :mod:`.progress`: each job attempt's progress file, read back by the driver;
 * :mod:`.job`: the job body a Ray worker runs;
 * :mod:`.cluster`: starting or joining Ray (reachability check, the workers' environment);
-* :mod:`.runner`: submitting the jobs, waiting, retries, progress lines, Ctrl-C.
+* :mod:`.runner`: submitting the jobs, waiting, retries, progress lines, Ctrl-C;
+* :mod:`.driver`: :func:`~.driver.run_sweep`, a whole sweep as one call: plan, run the jobs left, merge
+  the results into the leaderboard.
 
-The command line (:mod:`flow_plugin.cli.sweep`) plans, runs and prints.
+The command line (:mod:`flow_plugin.cli.sweep`) parses, calls :func:`~.driver.run_sweep` and prints.
 
 Importing this package imports nothing else; Ray, MTEB and torch load when a sweep runs.
 """

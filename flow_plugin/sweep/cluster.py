@@ -49,6 +49,7 @@ class Cluster:
 def import_ray() -> Any:
     """The ``ray`` module, or an error naming the extra that installs it."""
     try:
+        # Ray (the optional ray extra) loads when a sweep reaches a cluster
         import ray
     except ImportError:
         raise MissingExtraError("flow-plugin sweep needs Ray: pip install 'flow-plugin[ray]'") from None

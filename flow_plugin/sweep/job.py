@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from flow_plugin.sweep.jobs import Job, Settings
 from flow_plugin.sweep.progress import AttemptLog
 from flow_plugin.sweep.publish import Stage
+from flow_plugin.integrations.mteb.evaluate import evaluate_models
+from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.sweep.plan import plan_job, resolve_task_refs
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +64,8 @@ def run_job(job: Job, settings: Settings) -> JobOutcome:
 
 
 def _run_items(job: Job, settings: Settings, log: AttemptLog, stage: Stage, outcome: JobOutcome) -> None:
+    # torch and scikit-learn load in the worker that runs a job, not in the driver
     from flow_plugin.catalog.builders import build_encoder, resolve
-    from flow_plugin.integrations.mteb.evaluate import evaluate_models
-    from flow_plugin.encoding.options import EncoderOptions
-    from flow_plugin.sweep.plan import plan_job, resolve_task_refs
 
     tasks = resolve_task_refs(job.tasks, settings.data)
     by_name = {task.metadata.name: task for task in tasks}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from flow_plugin.sweep.spec import Sweep
 from flow_plugin.studies.runs import Run, expand_runs
+from flow_plugin.catalog.registry import get_backbone
 
 #: the folder of an output folder where a sweep keeps its own state (next to MTEB's results/)
 WORK_FOLDER = ".flow-plugin-sweep"
@@ -66,8 +67,6 @@ class Settings:
 def expand_jobs(sweep: Sweep, tasks: tuple[str, ...] | None = None) -> list[Job]:
     """One job per backbone, in the sweep file's order; ``tasks`` (default: the file's task
     names) are what every job evaluates."""
-    from flow_plugin.catalog.registry import get_backbone
-
     return [Job(backbone, expand_runs(get_backbone(backbone), sweep.calibrators, fit_corpora=sweep.fit_corpora,
                                       seeds=sweep.seeds, precision=sweep.resources.precision),
                 tasks or sweep.tasks)

@@ -20,6 +20,9 @@ from typing import Any
 
 from flow_plugin.sweep.jobs import Job, Run
 from flow_plugin.errors import DataFolderError, FlowPluginError, RegistryError
+from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
+from flow_plugin.integrations.mteb.hook import register
+from flow_plugin.integrations.mteb.results import recorded_run_keys, result_path, result_run_key
 
 @dataclass(frozen=True)
 class Item:
@@ -38,8 +41,6 @@ class Item:
 def resolve_task_refs(refs: tuple[str, ...], data: str | os.PathLike[str] | None, source: Path | None = None) -> list[Any]:
     """MTEB task objects for the sweep's task names (offline tasks, MTEB tasks, benchmarks);
     errors name the sweep file and its ``tasks`` (or ``data``) key."""
-    from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
-
     where = f"{source}: key 'tasks': " if source is not None else ""
     try:
         return resolve_tasks(list(refs), data)
@@ -53,9 +54,9 @@ def resolve_task_refs(refs: tuple[str, ...], data: str | os.PathLike[str] | None
 def run_meta(run: Run) -> Any:
     """The run's MTEB ``ModelMeta``, with its kwargs as experiment kwargs (as ``mteb.get_model``
     makes it; no weights are loaded)."""
+    # MTEB loads when tasks are resolved, not to read a sweep file
     import mteb
 
-    from flow_plugin.integrations.mteb.hook import register
 
     register()
     return mteb.get_model(run.model, **run.kwargs).mteb_model_meta
@@ -66,9 +67,9 @@ def is_done(path: Path, task: Any, recorded: set[tuple[Any, ...]]) -> bool:
     key is among ``recorded`` (:func:`~flow_plugin.integrations.mteb.results.recorded_run_keys`)."""
     if not path.is_file():
         return False
+    # MTEB loads when a result is checked, not to read a sweep file
     from mteb.results import TaskResult
 
-    from flow_plugin.integrations.mteb.results import result_run_key
 
     try:
         result = TaskResult.from_disk(path, load_historic_data=False)
@@ -79,8 +80,6 @@ def is_done(path: Path, task: Any, recorded: set[tuple[Any, ...]]) -> bool:
 
 def plan_job(job: Job, output: Path, tasks: list[Any]) -> list[Item]:
     """The job's items, task by task (every run of a task in turn), each marked done or not."""
-    from flow_plugin.integrations.mteb.results import recorded_run_keys, result_path
-
     paths: dict[tuple[int, str], Path] = {}
     for index, run in enumerate(job.runs):
         try:

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from flow_plugin._io import atomic_write_bytes, atomic_write_text, split_lines
+from flow_plugin._io import atomic_write_bytes, atomic_write_text, file_lock, split_lines
 from flow_plugin.errors import SweepError
 from flow_plugin.integrations.mteb.fit_records import fits_path
 from flow_plugin.integrations.mteb.results import RUNS_FILE, append_run_records, read_run_records
@@ -108,8 +108,6 @@ def _replace_task_lines(target: Path, staged: Path, task: str) -> None:
 def sweep_lock(work: Path) -> Iterator[None]:
     """One sweep at a time per output folder (``<work>/lock``, :func:`flow_plugin._io.file_lock`:
     across nodes on shared storage)."""
-    from flow_plugin._io import file_lock
-
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(file_lock(work / "lock", blocking=False))

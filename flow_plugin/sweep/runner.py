@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tqdm import tqdm
+
 from flow_plugin.sweep.job import JobOutcome, run_job
 from flow_plugin.sweep.jobs import Job, Settings
 from flow_plugin.sweep.progress import read_attempts
@@ -96,6 +98,7 @@ def _remote_options(job: Job, resources: ResourcesTable, cuda: bool) -> dict[str
 
 def _job_error(error: BaseException) -> str:
     """One line for a job Ray could not finish."""
+    # Ray (the optional ray extra) loads when jobs run
     import ray.exceptions
 
     if isinstance(error, ray.exceptions.RayTaskError):
@@ -117,8 +120,8 @@ def run_jobs(jobs: list[Job], settings: Settings, resources: ResourcesTable, *, 
     """Submit ``jobs`` to the connected Ray and wait for them; ``total`` and ``done`` count the
     sweep's results (all, and done before it started) for the progress bar (on a terminal;
     elsewhere, a line each time the count changes)."""
+    # Ray (the optional ray extra) loads when jobs run
     import ray
-    from tqdm import tqdm
 
     report = RunReport()
     show_bar = show_bar and sys.stderr.isatty()

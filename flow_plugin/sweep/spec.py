@@ -31,6 +31,8 @@ from flow_plugin.encoding.options import PRECISIONS
 from flow_plugin._io import read_toml
 from flow_plugin._validation_errors import describe_validation_error
 from flow_plugin.errors import RegistryError, SweepError
+from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES, calibrator_class
+from flow_plugin.catalog.registry import get_backbone
 
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -88,8 +90,6 @@ def seeded_calibrators() -> tuple[str, ...]:
     >>> seeded_calibrators()[:3]
     ('flow', 'flow-lu', 'flow-affine')
     """
-    from flow_plugin.calibration import CALIBRATOR_NAMES, calibrator_class
-
     return tuple(name for name in CALIBRATOR_NAMES if "seed" in calibrator_class(name)._get_param_names())
 
 
@@ -98,8 +98,6 @@ def _unique(values: Iterable[Any]) -> tuple[Any, ...]:
 
 
 def _check_backbones(path: Path, names: tuple[str, ...]) -> tuple[str, ...]:
-    from flow_plugin.catalog.registry import get_backbone
-
     checked = []
     for name in names:
         try:
@@ -110,8 +108,6 @@ def _check_backbones(path: Path, names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _check_calibrators(path: Path, names: tuple[str, ...] | None) -> tuple[str, ...]:
-    from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES
-
     if names is None:
         return tuple(CALIBRATOR_METHODS)  # like bench: the six methods; flow variants by name
     if not names:

@@ -18,6 +18,7 @@ import numpy as np
 from flow_plugin._machine import resolve_device
 from flow_plugin._validation import check_embeddings
 from flow_plugin.calibration.base import Calibrator, half_of_span
+from flow_plugin.calibration.linear import Whitening
 from flow_plugin.errors import InputError
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def member_seeds(seed: int, ensemble: int) -> list[int]:
     return [seed * ensemble + member for member in range(ensemble)]
 
 
-class FlowCalibrator(Calibrator):
+class FlowCalibrator(Calibrator, method="flow"):
     """BERT-flow: map embeddings onto an isotropic Gaussian with a learned invertible flow.
 
     Parameters (defaults follow the paper and its official code)
@@ -114,8 +115,6 @@ class FlowCalibrator(Calibrator):
     ((600, 8), True)
     """
 
-    method = "flow"
-    label = "flow"
     EFFECTIVE_ATTRIBUTES = ("whiten_components_",)
 
     def __init__(
@@ -218,6 +217,7 @@ class FlowCalibrator(Calibrator):
 
     def _build(self, n_features: int, seed: int | None = None) -> Any:
         """The untrained flow (an nflows ``Flow``), its random start fixed by ``seed``."""
+        # torch and nflows load when a flow is built, not with this module (the registry checks parameters without them)
         import torch
 
         from flow_plugin.calibration.flow.glow import build_glow
@@ -229,6 +229,7 @@ class FlowCalibrator(Calibrator):
                               coupling=self.coupling)
 
     def _settings(self, seed: int) -> Any:
+        # torch loads when a flow is trained
         from flow_plugin.calibration.flow.train import TrainingSettings
 
         return TrainingSettings(epochs=self.epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
@@ -246,8 +247,6 @@ class FlowCalibrator(Calibrator):
             )
         self.n_flow_features_ = n_features
         if self.whiten_first:
-            from flow_plugin.calibration.linear import Whitening
-
             # the sample covariance's whitening, keeping only the directions the rows span: a null direction
             # (fewer rows than dimensions, or one the backbone never uses: all-MiniLM-L6-v2 has 3 of 384) holds
             # only rounding error, which ActNorm's data-dependent scale would blow up to unit variance
@@ -278,6 +277,7 @@ class FlowCalibrator(Calibrator):
 
     def _fit_member(self, X: np.ndarray, seed: int) -> tuple[Any, Any, float]:
         """One flow, seeded ``seed``: (flow, training result, mean log-likelihood of the rows it trained on)."""
+        # torch loads when a flow is trained
         import torch
 
         from flow_plugin.calibration.flow.train import EarlyStopping, mean_log_likelihood, train_flow
@@ -312,6 +312,7 @@ class FlowCalibrator(Calibrator):
         return next(self.flow_.parameters()).device
 
     def _apply(self, X: np.ndarray, function: Any) -> np.ndarray:
+        # torch loads when a flow is used
         import torch
 
         device = self._device()
@@ -342,6 +343,7 @@ class FlowCalibrator(Calibrator):
         return np.concatenate(scaled, axis=1) / math.sqrt(len(latents))
 
     def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        # torch and nflows load when a flow is used
         from flow_plugin.calibration.flow.glow import glow_of
 
         if self.ensemble > 1:
@@ -388,14 +390,13 @@ class FlowCalibrator(Calibrator):
         return state
 
     def _set_state(self, state: dict[str, np.ndarray]) -> None:
+        # torch loads when a saved flow is restored
         import torch
 
         n_features = self.n_features_in_
         self._check_params(n_features)
         self.whiten_components_ = self.whiten_components if self.whiten_first else None  # the header may say more
         if self.whiten_first:
-            from flow_plugin.calibration.linear import Whitening
-
             self.whitening_ = Whitening()
             self.whitening_._set_state({key[len("whitening/"):]: value for key, value in state.items()
                                         if key.startswith("whitening/")})

@@ -14,6 +14,12 @@ modules finish executing, the finder's callbacks add:
   with ``mteb run -t``), and to the full task list when their data is configured
   (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``, ``FLOW_PLUGIN_SHARED_DATA``).
 
+Before registering, the installed mteb and transformers are checked against the ranges
+flow-plugin declares (:mod:`.versions`): outside them, the hook registers nothing and says so in
+one line on stderr; MTEB itself imports and runs as without the plugin. A misspelt ``flow_plugin/``
+name gets one line with close names instead of a Hub lookup (:func:`.compat.refuse_unknown_names`).
+Every MTEB internal touched lives in :mod:`.compat`.
+
 Turn the hook off with ``FLOW_PLUGIN_DISABLE_MTEB_HOOK=1``; :func:`register` does the
 same work by hand (e.g. after ``import mteb`` in a process started with the hook off).
 
@@ -32,6 +38,7 @@ MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
 _registered: set[str] = set()
+_said: set[str] = set()
 
 
 def disabled() -> bool:
@@ -39,64 +46,100 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def register_models(module: object = None) -> list[str]:
-    """Add every registry model's ``ModelMeta`` to MTEB's ``MODEL_REGISTRY``; return the names."""
-    module = module or sys.modules.get(MODELS_MODULE) or __import__(MODELS_MODULE, fromlist=["MODEL_REGISTRY"])
+def load_model(model_name: str, revision: str | None = None, **kwargs: object) -> object:
+    """MTEB's loader of every registered ``ModelMeta`` (imports the adapter only when a model is
+    really loaded)."""
+    from flow_plugin.integrations.mteb.model import FlowPluginModel
+
+    return FlowPluginModel(model_name, revision, **kwargs)
+
+
+def _resolve_name(model_name: str) -> object:
+    """The ``ModelMeta`` of a ``flow_plugin/`` name MTEB's registry lacks (a registry folder added
+    since), else :class:`~flow_plugin.errors.UnknownModelError` with close names."""
+    from flow_plugin.catalog.registry import parse_model_name
+    from flow_plugin.errors import RegistryError, UnknownModelError
+    from flow_plugin.integrations.mteb.meta import model_meta
+
+    try:
+        registry_model = parse_model_name(model_name)
+    except RegistryError as error:
+        raise UnknownModelError(str(error)) from None
+    return model_meta(registry_model, load_model)
+
+
+def register_models(module: object = None, requirements: list[str] | None = None) -> list[str]:
+    """Add every registry model's ``ModelMeta`` to MTEB's model registry, and answer unknown
+    ``flow_plugin/`` names with close names; return the names. ``requirements`` overrides the
+    supported versions checked first (:mod:`.versions`)."""
+    from flow_plugin.integrations.mteb.versions import require_supported
+
+    require_supported(requirements)
+    from flow_plugin.catalog.registry import MODEL_PREFIX
+    from flow_plugin.integrations.mteb.compat import add_models, refuse_unknown_names
     from flow_plugin.integrations.mteb.meta import all_model_metas
 
-    registry = module.MODEL_REGISTRY
-    names = []
-    for meta in all_model_metas():
-        registry[meta.name] = meta
-        names.append(meta.name)
+    names = add_models(all_model_metas(load_model), module)
+    refuse_unknown_names(MODEL_PREFIX, _resolve_name)  # type: ignore[arg-type]
     _registered.add(MODELS_MODULE)
     return names
 
 
-def register_tasks(module: object = None) -> list[str]:
+def register_tasks(module: object = None, requirements: list[str] | None = None) -> list[str]:
     """Add the offline STS, retrieval and labelled tasks (:mod:`.labelled_tasks`) to MTEB's task registry;
-    return their names."""
-    module = module or sys.modules.get(TASKS_MODULE) or __import__(TASKS_MODULE, fromlist=["_TASKS_REGISTRY"])
+    return their names. ``requirements`` overrides the supported versions checked first (:mod:`.versions`)."""
+    from flow_plugin.integrations.mteb.versions import require_supported
+
+    require_supported(requirements)
+    from flow_plugin.integrations.mteb.compat import add_tasks
     from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, listed_labelled_task_classes
     from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
     from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
 
-    def add(classes: tuple[type, ...], listed: tuple[type, ...]) -> None:
-        for cls in classes:
-            module._TASKS_REGISTRY[cls.metadata.name] = cls
-        known = set(module.TASK_LIST)
-        module.TASK_LIST = tuple(module.TASK_LIST) + tuple(cls for cls in listed if cls not in known)
-
-    classes = (*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES)
-    add(classes, (TASK_CLASSES if os.environ.get(DATA_ENV) else ()) + (
-        RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ()))
-    labelled = labelled_task_classes()  # after the tasks above: a user's malformed task file is reported, they stay
-    add(labelled, listed_labelled_task_classes())
-    classes = classes + labelled
+    listed = (TASK_CLASSES if os.environ.get(DATA_ENV) else ()) + (
+        RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ())
+    names = add_tasks((*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES), listed, module)
+    # after the tasks above: a user's malformed task file is reported, and they stay registered
+    names += add_tasks(labelled_task_classes(), listed_labelled_task_classes(), module)
     _registered.add(TASKS_MODULE)
-    return [cls.metadata.name for cls in classes]
+    return names
 
 
-def register() -> None:
-    """Register models and tasks now (imports MTEB)."""
-    register_models()
-    register_tasks()
+def register(requirements: list[str] | None = None) -> None:
+    """Register models and tasks now (imports MTEB). Outside the supported mteb or transformers
+    range: :class:`~flow_plugin.errors.UnsupportedVersionError`, and nothing is registered."""
+    register_models(requirements=requirements)
+    register_tasks(requirements=requirements)
 
 
 _CALLBACKS = {MODELS_MODULE: register_models, TASKS_MODULE: register_tasks}
 
 
-def _run_callback(name: str, module: object) -> None:
-    if name in _registered:
-        return
-    try:
-        _CALLBACKS[name](module)
-    except Exception as error:  # noqa: BLE001 -- never break MTEB's import; say what failed
-        import logging
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        print(message, file=sys.stderr)
 
-        logging.getLogger(__name__).warning("flow-plugin could not register with %s: %s: %s",
-                                            name, type(error).__name__, error)
-        print(f"flow-plugin: could not register with {name}: {type(error).__name__}: {error}", file=sys.stderr)
+
+def _run_callback(name: str, module: object, requirements: list[str] | None = None) -> bool:
+    """Run the registration of ``name``: True when it registered. Never raises (MTEB's import and
+    every unrelated MTEB run go on): outside the supported versions it says so in one line, once
+    per process, and registers nothing; any other failure is one line too."""
+    if name in _registered:
+        return False
+    try:
+        from flow_plugin.integrations.mteb.versions import unsupported_message
+
+        message = unsupported_message(requirements)
+        if message is not None:
+            _registered.add(name)  # nothing to retry in this process
+            _say_once(message)
+            return False
+        _CALLBACKS[name](module)
+        return True
+    except Exception as error:  # noqa: BLE001 -- never break MTEB's import; say what failed
+        _say_once(f"flow-plugin: could not register with {name}: {type(error).__name__}: {error}")
+        return False
 
 
 class _LoaderWithCallback:

@@ -1,15 +1,19 @@
 """MTEB ``ModelMeta`` entries for every registry model name: pure metadata, no weights.
 
-``mteb.get_model_meta("flow_plugin/bert-base-flow")`` reads these; only
-``ModelMeta.load_model`` (``mteb.get_model``) builds the model, through :func:`load_model`.
+``mteb.get_model_meta("flow_plugin/bert-base-flow")`` reads these; only ``ModelMeta.load_model``
+(``mteb.get_model``) builds the model, through the ``loader`` the caller names (the start-up hook's
+:func:`flow_plugin.integrations.mteb.hook.load_model`, or the model class itself): this module
+imports neither, so the model can describe itself with it.
 """
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
 from typing import Any
 
 from mteb.models.model_meta import ModelMeta, ScoringFunction
+
+from flow_plugin.integrations.mteb.compat import registered_model
 
 from flow_plugin.calibration.names import calibrator_method
 from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry
@@ -23,26 +27,15 @@ BERT_FLOW_CITATION = r"""@inproceedings{li2020bertflow,
 }"""
 
 
-def load_model(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:
-    """MTEB loader (imports the adapter only when a model is really loaded)."""
-    from flow_plugin.integrations.mteb.model import FlowPluginModel
-
-    return FlowPluginModel(model_name, revision, **kwargs)
-
-
 #: the official BERT-flow code (TensorFlow): the flow's training code
 BERT_FLOW_CODE = "https://github.com/bohanli/BERT-flow"
-MODELS_MODULE = "mteb.models.model_implementations"
 
 
 def mteb_entry(hub_id: str) -> ModelMeta | None:
     """MTEB's own ``ModelMeta`` of a backbone (e.g. ``sentence-transformers/all-MiniLM-L6-v2``),
-    or ``None`` where MTEB has none. Reads the registry MTEB has built (never imports it: this
-    runs while MTEB builds it)."""
-    module = sys.modules.get(MODELS_MODULE)
-    registry = getattr(module, "MODEL_REGISTRY", None) or {}
-    entry = registry.get(hub_id)
-    return entry if isinstance(entry, ModelMeta) and not entry.name.startswith(MODEL_PREFIX) else None
+    or ``None`` where MTEB has none."""
+    entry = registered_model(hub_id)
+    return entry if entry is not None and not entry.name.startswith(MODEL_PREFIX) else None
 
 
 def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[str]:
@@ -60,13 +53,14 @@ def _embed_dim(registry_model: RegistryModel) -> int:
     return make_calibrator(registry_model.calibrator, **registry_model.calibrator_params).output_width(registry_model.backbone.embedding_dim)
 
 
-def model_meta(registry_model: RegistryModel) -> ModelMeta:
+def model_meta(registry_model: RegistryModel, loader: Callable[..., Any] | None) -> ModelMeta:
+    """The ``ModelMeta`` of a registry model; ``loader(model_name, revision, **kwargs)`` builds it."""
     spec: BackboneSpec = registry_model.backbone
     entry = mteb_entry(spec.hub_id)
     flow = calibrator_method(registry_model.calibrator) == "flow"  # the paper's flow and each flow variant
     embedding_parameters = spec.n_embedding_parameters or (entry.n_embedding_parameters if entry else None)
     meta = ModelMeta(
-        loader=load_model,
+        loader=loader,
         loader_kwargs={},
         name=registry_model.name,
         revision=registry_model.revision,
@@ -94,8 +88,11 @@ def model_meta(registry_model: RegistryModel) -> ModelMeta:
     return meta.model_copy(update={"memory_usage_mb": meta.calculate_memory_usage_mb()})
 
 
-def all_model_metas(registry: dict[str, BackboneSpec] | None = None) -> list[ModelMeta]:
+def all_model_metas(loader: Callable[..., Any] | None,
+                    registry: dict[str, BackboneSpec] | None = None) -> list[ModelMeta]:
+    """The ``ModelMeta`` of every registry model name (default registry unless ``registry``)."""
     registry = registry if registry is not None else default_registry()
     from flow_plugin.catalog.registry import model_name_suffixes
 
-    return [model_meta(RegistryModel(spec, method)) for spec in registry.values() for method in model_name_suffixes()]
+    return [model_meta(RegistryModel(spec, method), loader) for spec in registry.values()
+            for method in model_name_suffixes()]

@@ -2,7 +2,7 @@
 
 MTEB has no fit hook: it calls ``encode()`` once per split and side (sentence1 and sentence2,
 queries and documents, train and test) of each subset. So the first ``encode()`` of a (task,
-subset) gathers that task's text (:mod:`.corpus`, found through :mod:`.call_stack`), fits a fresh
+subset) gathers that task's text (:mod:`.corpus`; the task is found by :func:`.compat.running_task`), fits a fresh
 calibrator on it, and every later call of the same (task, subset) reuses that one fit: both
 sides of every comparison share one space. Which sentences are used is the ``fit_corpus``
 policy (:mod:`flow_plugin.data.fit_corpus`); a corpus larger than ``max_fit_sentences`` is
@@ -12,7 +12,8 @@ applies the small-sample rule (:meth:`flow_plugin.calibration.base.Calibrator.fi
 Every fit leaves a record (``model.fit_log``; :class:`flow_plugin.catalog.fitting.FitRecord`)
 that lists the calls it served; a one-line summary is logged at INFO, or printed to stderr
 where INFO is not shown (``mteb run`` shows only MTEB's own logger), and the records are written
-next to MTEB's result file (:mod:`.fit_records`).
+next to MTEB's result file (:mod:`.fit_records`) once per task, when MTEB saves the task's finished
+result (:meth:`FlowPluginModel._result_saved`), never on each ``encode()`` call.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import sys
 import threading
 import warnings
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +50,9 @@ from flow_plugin.data.sampling import (
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
+from flow_plugin.integrations.mteb.compat import after_results_saved, result_destination, running_task
 from flow_plugin.integrations.mteb.fit_records import write_fits
-from flow_plugin.integrations.mteb.call_stack import result_destination, running_task
+from flow_plugin.integrations.mteb.meta import model_meta
 
 logger = logging.getLogger(__name__)
 
@@ -133,11 +136,14 @@ class FlowPluginModel(AbsEncoder):
         )
         if embed_dim is not None and embed_dim != self._expected_width():
             raise InputError(f"{model_name} gives {self._expected_width()}-dimensional embeddings, not {embed_dim}")
-        from flow_plugin.integrations.mteb.meta import model_meta
-
-        self.mteb_model_meta = model_meta(self.registry_model)  # mteb.get_model replaces it with its own copy
+        # mteb.get_model replaces it with its own copy (whose loader is the start-up hook's)
+        self.mteb_model_meta = model_meta(self.registry_model, type(self))
         self._fits: dict[tuple[str, ...], _Fit] = {}
         self._records: list[FitRecord] = []
+        # task name -> the task object (or None) of the tasks whose calls changed since their records were
+        # last written, and how many calls each served since MTEB last saved its result
+        self._unsaved: dict[str, Any] = {}
+        self._calls_since_save: Counter[str] = Counter()
         self._tasks: dict[str, Any] = {}  # task name -> task object given to prepare_task
         self._lock = threading.RLock()
         if self.fit_corpus.kind == PER_CALL and not self._is_raw:
@@ -314,6 +320,23 @@ class FlowPluginModel(AbsEncoder):
         return write_fits(result_path, task=task_name, model=self.name, revision=getattr(meta, "revision", None),
                           records=records)
 
+    def _result_saved(self, cache: Any, task_result: Any, meta: Any) -> None:
+        """MTEB saved a result of this model into ``cache``: write its task's records once the task is
+        done. MTEB saves a task's result after each subset it evaluates (so a killed run keeps them) and
+        once more when the task is done; the task is done when the saved result covers every split and
+        subset of the task, or when no call came since MTEB's previous save of it (its final save)."""
+        task_name = getattr(task_result, "task_name", None)
+        if getattr(meta, "name", None) != self.name or not hasattr(meta, "revision"):
+            return
+        with self._lock:
+            if task_name not in self._unsaved:
+                return
+            fresh_calls = self._calls_since_save.pop(task_name, 0)
+            if fresh_calls and not _covers(self._unsaved[task_name], task_result):
+                return
+            del self._unsaved[task_name]
+            self._write_records(cache, meta, task_name)
+
     # ----------------------------------------------------------------- MTEB protocol
     def encode(
         self,
@@ -333,11 +356,23 @@ class FlowPluginModel(AbsEncoder):
                                    n_inputs=len(sentences))
             if fit.record.calibrator != "raw":
                 destination = result_destination()
-                if destination is not None:
-                    self._write_records(*destination, task_metadata.name)
+                if destination is not None:  # written when MTEB saves this task's finished result
+                    self._unsaved[task_metadata.name] = running_task(task_metadata)
+                    self._calls_since_save[task_metadata.name] += 1
+                    after_results_saved(destination[0], self._result_saved)
         if not sentences:
             return np.empty((0, fit.calibrator.n_features_out_), dtype=np.float32)
         return fit.calibrator.transform(self.encoder.encode(sentences, batch_size=kwargs.get("batch_size")))
+
+
+def _covers(task: Any, task_result: Any) -> bool:
+    """Whether a ``TaskResult`` holds scores for every evaluation split and subset of ``task``."""
+    if task is None:
+        return False
+    scores = getattr(task_result, "scores", None) or {}
+    splits = getattr(task, "eval_splits", None) or task.metadata.eval_splits
+    subsets = set(getattr(task, "hf_subsets", None) or ["default"])
+    return all(subsets <= {score.get("hf_subset") for score in scores.get(split, [])} for split in splits)
 
 
 def _texts_of(inputs: Any) -> list[str]:

@@ -49,7 +49,6 @@ RUNS_FORMAT = "flow-plugin-runs"
 RUNS_LOCK_FILE = ".flow-plugin-runs.lock"
 RESULTS_FOLDER = "results"  # mteb's ResultCache keeps results in <cache>/results/
 EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded with kwargs
-NO_REVISION = "no_revision_available"  # MTEB's revision folder for a model whose metadata names no revision
 
 
 def model_folder(output_folder: Path, model: str) -> Path:
@@ -76,16 +75,9 @@ def result_path(output_folder: Path, meta: ModelMeta, task_name: str) -> Path:
     >>> model, revision == meta.revision, revision.startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-"), name
     ('flow_plugin__minilm-l6-sn', True, True, 'SentEvalSTS13.json')
     """
-    import tempfile
+    from flow_plugin.integrations.mteb.compat import task_result_path
 
-    from mteb.cache import ResultCache
-
-    cache = ResultCache(tempfile.gettempdir())  # (a ResultCache makes its folder: not the output folder's)
-    # the revision is given, never looked up among the folders of the temporary cache
-    path = cache.get_task_result_path(
-        task_name, meta.model_name_as_path(), meta.revision or NO_REVISION, experiment_name=meta.experiment_name
-    )
-    return Path(output_folder) / path.relative_to(cache.cache_path)
+    return task_result_path(output_folder, meta, task_name)
 
 
 def result_files(output_folder: Path, model: str, task: str) -> dict[Path, tuple[int, int]]:

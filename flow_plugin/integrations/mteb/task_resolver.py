@@ -81,7 +81,10 @@ def _benchmark_tasks(name: str) -> list[Any] | None:
     import mteb
 
     try:
-        benchmark = mteb.get_benchmark(name)
+        # quiet: some mteb releases (2.18.11) build every benchmark, warning for each beta task, before they
+        # answer that a name is none of them
+        with quiet_mteb():
+            benchmark = mteb.get_benchmark(name)
     except (KeyError, ValueError):
         return None
     return list(benchmark.tasks)

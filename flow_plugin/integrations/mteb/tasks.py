@@ -28,13 +28,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 from datasets import Dataset, DatasetDict
-from mteb.abstasks.sts import AbsTaskSTS
 from mteb.abstasks.task_metadata import TaskMetadata
+from scipy.stats import spearmanr
 
 from flow_plugin.errors import DataFolderError
 from flow_plugin.evaluation import evaluate_sts
 from flow_plugin.data.senteval import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
 from flow_plugin.catalog.tasks import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
+from flow_plugin.protocols import protocol_text
+from flow_plugin.integrations.mteb.compat import PairScoredSTS, result_destination
 
 DATA_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
 _SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}
@@ -70,7 +72,7 @@ def _files_sha256(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
-class SentEvalSTSTask(AbsTaskSTS):
+class SentEvalSTSTask(PairScoredSTS):
     """Base class: one SentEval STS set, evaluated on its test split."""
 
     senteval_task: ClassVar[str]
@@ -81,8 +83,6 @@ class SentEvalSTSTask(AbsTaskSTS):
         super().__init__(**kwargs)
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else None
         self._pair_subsets: dict[str, list[str]] = {}
-        self._evaluating_split: str | None = None
-        self._evaluating_subset: str | None = None
 
     # ------------------------------------------------------------------ data
     def resolved_data_dir(self) -> Path:
@@ -136,65 +136,56 @@ class SentEvalSTSTask(AbsTaskSTS):
         _LOADED[self.metadata.name] = weakref.ref(self)
 
     # ------------------------------------------------------------------ scoring
-    def _evaluate_subset(self, model: Any, data_split: Dataset, **kwargs: Any) -> dict[str, Any]:
-        self._evaluating_split = kwargs.get("hf_split")
-        self._evaluating_subset = kwargs.get("hf_subset")
-        try:
-            return super()._evaluate_subset(model, data_split, **kwargs)
-        finally:
-            self._evaluating_split = self._evaluating_subset = None
-
-    def _calculate_scores(self, scores: Any, normalized_scores: list[float]) -> dict[str, Any]:
-        metrics = dict(super()._calculate_scores(scores, normalized_scores))
-        labels = self._pair_subsets.get(self._evaluating_split or "test")
-        if labels is None or len(labels) != len(normalized_scores):
+    def pair_scores(self, gold: list[float], cosine: Any, *, hf_split: str | None,
+                    hf_subset: str | None) -> dict[str, Any]:
+        """The "wmean" and "mean" protocols, each subset's scores, the protocol of every number and
+        the data revision, added to MTEB's metrics; the test split's per-pair cosines are kept."""
+        labels = self._pair_subsets.get(hf_split or "test")
+        if labels is None or len(labels) != len(gold):
             raise DataFolderError(f"task {self.metadata.name}: cannot match pairs to their subsets for scoring")
-        gold = np.asarray(normalized_scores, dtype=np.float64)
-        cosine = np.asarray(scores["cosine_scores"], dtype=np.float64)
+        gold_scores = np.asarray(gold, dtype=np.float64)
+        cosines = np.asarray(cosine, dtype=np.float64)
         by_subset: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         names = np.asarray(labels)
         for subset in dict.fromkeys(labels):
             chosen = names == subset
-            by_subset[subset] = (gold[chosen], cosine[chosen])
+            by_subset[subset] = (gold_scores[chosen], cosines[chosen])
         sts = evaluate_sts(by_subset)
-        metrics.update(
-            {
-                "cosine_spearman_wmean": sts.spearman_wmean,
-                "cosine_spearman_mean": sts.spearman_mean,
-                "cosine_pearson_wmean": sts.pearson_wmean,
-                "cosine_pearson_mean": sts.pearson_mean,
-                "n_pairs": sts.n_pairs,
-                "subsets": {
-                    item.name: {"n_pairs": item.n, "cosine_spearman": item.spearman, "cosine_pearson": item.pearson}
-                    for item in sts.subsets
-                },
-                "protocols": {
-                    "cosine_spearman": "all: Spearman over all test pairs pooled (MTEB, SimCSE)",
-                    "cosine_spearman_wmean": "wmean: per-subset Spearman, mean weighted by pair count (SentEval, BERT-flow paper)",
-                    "cosine_spearman_mean": "mean: per-subset Spearman, unweighted mean",
-                },
-                "data_revision": self.metadata.revision,
-            }
-        )
-        self._keep_pairs(gold, cosine, labels, metrics["cosine_spearman"])
+        metrics = {
+            "cosine_spearman_wmean": sts.spearman_wmean,
+            "cosine_spearman_mean": sts.spearman_mean,
+            "cosine_pearson_wmean": sts.pearson_wmean,
+            "cosine_pearson_mean": sts.pearson_mean,
+            "n_pairs": sts.n_pairs,
+            "subsets": {
+                item.name: {"n_pairs": item.n, "cosine_spearman": item.spearman, "cosine_pearson": item.pearson}
+                for item in sts.subsets
+            },
+            "protocols": {  # the protocol of each metric (the leaderboard reads the name before the colon)
+                "cosine_spearman": protocol_text("all"),
+                "cosine_spearman_wmean": protocol_text("wmean"),
+                "cosine_spearman_mean": protocol_text("mean"),
+            },
+            "data_revision": self.metadata.revision,
+        }
+        if (hf_split or "test") == "test":
+            main_score = float(spearmanr(gold_scores, cosines).statistic)
+            self._keep_pairs(gold_scores, cosines, labels, main_score, str(hf_subset or "default"))
         return metrics
 
-    def _keep_pairs(self, gold: np.ndarray, cosine: np.ndarray, labels: list[str], main_score: float) -> None:
+    def _keep_pairs(self, gold: np.ndarray, cosine: np.ndarray, labels: list[str], main_score: float,
+                    hf_subset: str) -> None:
         """Write the per-pair cosines of the test split next to the result MTEB is about to write
         (:mod:`.pair_scores`), when this runs inside ``mteb.evaluate`` with a result folder."""
-        split = self._evaluating_split or "test"
-        if split != "test":
-            return
-        from flow_plugin.integrations.mteb.call_stack import result_destination
         from flow_plugin.integrations.mteb.pair_scores import write_pairs
 
         destination = result_destination()
         if destination is None:
             return
         cache, meta = destination
-        write_pairs(cache.get_task_result_path(self.metadata.name, meta), task=self.metadata.name, split=split,
-                    hf_subset=str(self._evaluating_subset or "default"), dataset_revision=self.metadata.revision,
-                    main_score=main_score, gold=gold, cosine=cosine, subsets=labels)
+        write_pairs(cache.get_task_result_path(self.metadata.name, meta), task=self.metadata.name, split="test",
+                    hf_subset=hf_subset, dataset_revision=self.metadata.revision, main_score=main_score,
+                    gold=gold, cosine=cosine, subsets=labels)
 
 
 def _metadata(name: str, senteval_task: str, description: str, reference: str, date: tuple[str, str],

@@ -4,7 +4,7 @@
 - :mod:`.modules`: backbone, pooling and calibrator as sentence-transformers modules;
 - :mod:`.affine`: a linear calibrator as a centring and an affine projection (two ``Dense`` layers);
 - :mod:`.flow_module`: :class:`FlowCalibration`, the one custom module (the flow);
-- :mod:`.benchmark`: the leaderboard row an export came from;
+- :mod:`.benchmark`: the benchmark scores a model card shows (the leaderboard builds them);
 - :mod:`.card`: the folder's model card;
 - :mod:`.folder`: the folder appears whole or not at all.
 
@@ -20,7 +20,7 @@ from typing import Any
 _EXPORTS = {
     "export_model": "flow_plugin.integrations.sentence_transformers.export",
     "ExportResult": "flow_plugin.integrations.sentence_transformers.export",
-    "benchmark_row": "flow_plugin.integrations.sentence_transformers.benchmark",
+    "BenchmarkScores": "flow_plugin.integrations.sentence_transformers.benchmark",
     "FlowCalibration": "flow_plugin.integrations.sentence_transformers.flow_module",
 }
 

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +28,16 @@ import numpy as np
 from flow_plugin._io import file_sha256
 from flow_plugin.calibration import Calibrator, calibrator_class
 from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
-from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, read_sentence_file
 from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
-from flow_plugin.data.fit_corpus import read_sentence_file
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError
-from flow_plugin.integrations.sentence_transformers.benchmark import LeaderboardRow, benchmark_summary, check_row
+from flow_plugin.integrations.sentence_transformers.benchmark import BenchmarkScores, check_benchmark
 from flow_plugin.integrations.sentence_transformers.card import SENSITIVE_CALIBRATOR, render_card
 from flow_plugin.integrations.sentence_transformers.folder import check_destination, staged_folder
+from flow_plugin import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class ExportResult:
 
 
 def _check_sentence_transformers() -> str:
-    try:
+    try:  # sentence-transformers is the optional export extra
         import sentence_transformers
     except ImportError:
         raise MissingExtraError("exporting needs sentence-transformers: pip install 'flow-plugin[export]'") from None
@@ -171,6 +172,7 @@ def _agreement(folder: Path, registry_model: RegistryModel, calibrator: Calibrat
     backbone, the calibrator) on a few sentences: the pooled embeddings, the calibration modules (the
     last ``calibration_modules``) on the same inputs, and the embeddings a user gets. A part off by
     more than its tolerance is an error (nothing is written)."""
+    # sentence-transformers (the optional export extra) loads when a folder is read back
     from sentence_transformers import SentenceTransformer
 
     probes = list(dict.fromkeys([*_PROBE_SENTENCES, *(corpus or [])[: AGREEMENT_SENTENCES * 2]]))
@@ -220,10 +222,6 @@ def _declare_flow_plugin(folder: Path, requirements: dict[str, Any]) -> None:
 
 
 def _versions(st_version: str) -> dict[str, str]:
-    from importlib.metadata import version
-
-    from flow_plugin import __version__
-
     return {"flow-plugin": __version__, "sentence-transformers": st_version, "transformers": version("transformers"),
             "torch": version("torch")}
 
@@ -235,8 +233,7 @@ def export_model(
     fit_corpus: str | os.PathLike[str] | None = None,
     calibrator_path: str | os.PathLike[str] | None = None,
     overwrite: bool = False,
-    leaderboard_row: LeaderboardRow | None = None,
-    leaderboard_name: str | None = None,
+    benchmark: BenchmarkScores | None = None,
     fit_duplicates: str = DEFAULT_DUPLICATES,
     max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
     fit_seed: int = DEFAULT_FIT_SEED,
@@ -249,8 +246,8 @@ def export_model(
     ``calibrator_path`` (``Calibrator.save``'s file) as a sentence-transformers folder ``out_dir``.
 
     ``fit_duplicates``, ``max_fit_sentences``, ``fit_seed`` and ``calibrator_params`` are the MTEB
-    loader arguments of the same names; ``leaderboard_row`` (a row of a loaded leaderboard,
-    :func:`.benchmark.benchmark_row`) puts the model's benchmark scores in the model card.
+    loader arguments of the same names; ``benchmark`` (the model's row of a leaderboard,
+    :func:`flow_plugin.leaderboard.benchmark_scores`) puts its benchmark scores in the model card.
     ``out_dir`` must not exist, or be empty, or (``overwrite``) hold a model folder, which is then
     replaced. ``check_agreement`` loads the folder back before moving it into place, measures how
     far its float32 embeddings are from flow-plugin's (the figures go into the model card), and
@@ -269,8 +266,8 @@ def export_model(
     if fit_corpus is not None and calibrator_path is not None:
         raise InputError(f"export of {registry_model.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
                          "(--calibrator), not both")
-    if leaderboard_row is not None:
-        check_row(leaderboard_row, registry_model)
+    if benchmark is not None:
+        check_benchmark(benchmark, registry_model)
     out = Path(out_dir).expanduser()
     check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
 
@@ -311,6 +308,7 @@ def export_model(
         # the folder's flow runs where it is loaded (CUDA when available, else the CPU), not where it was fitted
         calibrator.set_params(device=None, show_progress_bar=False)
 
+    # sentence-transformers (the optional export extra) loads when a folder is built
     from flow_plugin.integrations.sentence_transformers.modules import build_pipeline
 
     pipeline = build_pipeline(spec, calibrator)
@@ -345,12 +343,12 @@ def export_model(
                                           "reason": "the flow is flow-plugin's FlowCalibration module"}}
                          if needs_flow_plugin else {}),
         "agreement": None,
-        "benchmark": (benchmark_summary(leaderboard_row, board_name=leaderboard_name) if leaderboard_row is not None
-                      else None),
+        "benchmark": benchmark.as_dict() if benchmark is not None else None,
         "versions": versions,
         "created": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
+    # sentence-transformers (the optional export extra) loads when a folder is written
     from sentence_transformers import SentenceTransformer
 
     with staged_folder(out, overwrite=overwrite) as stage:

@@ -17,7 +17,7 @@ from typing import Any
 
 from sentence_transformers.sentence_transformer.modules import Module
 
-from flow_plugin.calibration import Calibrator
+from flow_plugin.calibration import Calibrator, FlowCalibrator
 from flow_plugin.errors import CalibratorFileError
 
 #: the calibrator file inside the module's folder
@@ -83,6 +83,5 @@ class FlowCalibration(Module):
         where = os.path.join(str(model_name_or_path), subfolder)
         if path is None:
             raise CalibratorFileError(f"{where} has no {CALIBRATOR_FILE}: export the model again")
-        from flow_plugin.calibration import FlowCalibrator
 
         return cls(FlowCalibrator.load(path, n_features=config.get("n_features_in")))

@@ -1,7 +1,9 @@
-"""Merge MTEB result folders into a leaderboard and rewrite its JSON, Markdown, PNG and HTML
-page, and the folder's index page (:func:`update_leaderboard`), or re-render them from the JSON
-alone (:func:`render_leaderboard`); ``flow-plugin leaderboard`` (:mod:`flow_plugin.cli.leaderboard`)
-calls them."""
+"""The leaderboard pipeline end to end: result folders -> ingest -> compare -> render -> write.
+
+:func:`update_leaderboard` merges MTEB result folders into a board and rewrites its JSON, Markdown, PNG
+and HTML page and the folder's index page; :func:`render_leaderboard` re-renders them from the JSON alone.
+``flow-plugin leaderboard`` (:mod:`flow_plugin.cli.leaderboard`) calls them.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +12,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from flow_plugin.leaderboard.merge import (
+from flow_plugin.errors import LeaderboardError
+from flow_plugin.leaderboard.compare import Compared, compare
+from flow_plugin.leaderboard.ingest.merge import (
     MergeReport,
+    board_content,
     empty_leaderboard,
-    finalize,
+    generated_by,
     load_leaderboard,
     merge_results,
+    now_iso,
 )
 from flow_plugin.leaderboard.models import Leaderboard
 from flow_plugin.leaderboard.write import (
@@ -26,16 +32,20 @@ from flow_plugin.leaderboard.write import (
     write_leaderboard,
     write_sources,
 )
-from flow_plugin.errors import LeaderboardError
 
 
 @dataclass
 class LeaderboardUpdate:
-    """What :func:`update_leaderboard` wrote (JSON, Markdown, PNG or None, HTML), merged, and the board written."""
+    """What :func:`update_leaderboard` wrote (JSON, Markdown, PNG or None, HTML), merged, and the board
+    written with its comparison."""
 
     paths: tuple[Path, Path, Path | None, Path]
     report: MergeReport
-    board: Leaderboard
+    compared: Compared
+
+    @property
+    def board(self) -> Leaderboard:
+        return self.compared.board
 
 
 def update_leaderboard(
@@ -68,28 +78,30 @@ def update_leaderboard(
             board = empty_leaderboard(name or json_file.stem)
         if seeds is not None:
             board.max_seeds = seeds
+        before = board_content(board)
         given = [Path(os.path.abspath(folder)) for folder in folders]
         earlier = [folder for folder in read_sources(json_file) if folder not in given] if json_file.exists() else []
         report = merge_results(board, folders, replace=replace, models=models, tasks=tasks, tolerance=tolerance,
-                               pair_folders=earlier)
-        from flow_plugin import __version__
-
-        board.generated_by = f"flow-plugin {__version__}"
-        paths = write_leaderboard(board, json_file)
+                               pair_folders=earlier)                                     # 1. ingest
+        compared = compare(board, report.pairs)                                          # 2. compare
+        report.intervals, report.interval_seconds = compared.intervals_computed, compared.interval_seconds
+        if board_content(board) != before:  # a rerun that changes nothing keeps the file byte for byte
+            board.updated = now_iso()
+        board.generated_by = generated_by()
+        paths = write_leaderboard(compared, json_file)                                   # 3. render, 4. write
         write_sources(json_file, [*earlier, *given])
         write_index(json_file.parent)
-    return LeaderboardUpdate(paths, report, board)
+    return LeaderboardUpdate(paths, report, compared)
 
 
 def render_leaderboard(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path | None, Path]:
     """Re-render a leaderboard's files from its JSON alone (no result folder is read) and rewrite
-    the folder's ``index.html``. The scores and the "updated" stamp stay as they are; what the
-    current code derives (deltas, seed groups, published names) is derived again."""
+    the folder's ``index.html``. The scores, the intervals and the "updated" stamp stay as they are; what
+    the current code derives (deltas, seed groups, published names) is derived again."""
     json_file = output_paths(json_path)[0]
     if not json_file.is_file():
         raise LeaderboardError(f"{json_file}: no such leaderboard file; --render-only re-renders an existing one")
     with folder_lock(json_file.parent.resolve()):
-        board = finalize(load_leaderboard(json_file))
-        paths = write_leaderboard(board, json_file)
+        paths = write_leaderboard(compare(load_leaderboard(json_file)), json_file)
         write_index(json_file.parent)
     return paths

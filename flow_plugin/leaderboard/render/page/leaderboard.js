@@ -1,8 +1,9 @@
 /* flow-plugin leaderboard page: plain JavaScript, no library, no network.
    Reads two JSON blocks of the page: #board-data (the leaderboard JSON as written) and #view-data
    (its page view: display columns and, per protocol, view and column, each cell's value, spread,
-   interval, significance and text, computed in Python). Builds the table, the filters, the charts
-   and the provenance panel from them. */
+   interval, significance and text, computed in Python). Builds the table (sorted by the average,
+   highest first, until a header is clicked), the filters, the charts and the provenance panel from
+   them; it computes no number but the best of each column among the rows shown. */
 (function () {
   "use strict";
   var board = JSON.parse(document.getElementById("board-data").textContent);
@@ -10,14 +11,12 @@
   var rowsById = {};
   board.rows.forEach(function (row) { rowsById[row.id] = row; });
 
-  var TEXT_COLUMNS = [
-    { key: "backbone", label: "Backbone" }, { key: "calibrator", label: "Calibrator" },
-    { key: "pooling", label: "Pooling" }, { key: "fit_corpus", label: "Fit corpus" },
-    { key: "duplicates", label: "Duplicates" }, { key: "options", label: "Options" }
-  ];
+  var TEXT_COLUMNS = view.name_columns;
   var FILTERS = ["backbone", "calibrator", "fit_corpus", "duplicates"];
   var VIEW_NAMES = { scores: "scores", raw: "Δ against raw", linear: "Δ against the best linear baseline" };
-  var state = { protocol: "all", view: "scores", sort: null, dir: 1, search: "", filters: {}, selected: null };
+  // the rows start sorted by the average, highest first
+  var state = { protocol: view.protocols[0], view: view.views[0], sort: "average", dir: -1, search: "", filters: {},
+                selected: null };
 
   function el(tag, attrs, children) {
     var node = document.createElement(tag);
@@ -67,10 +66,13 @@
   // a naming column with one value for every row is said once above the table, not repeated per row
   var CONSTANT = view.entries.length > 1 ? TEXT_COLUMNS.filter(function (c) { return distinct(c.key).length === 1; }) : [];
   var NAMING = TEXT_COLUMNS.filter(function (c) { return CONSTANT.indexOf(c) < 0; });
+  // the naming columns, then the average next to them (visible on a narrow screen), then the tasks
   function columnsShown() {
     var cols = NAMING.map(function (c) { return { key: c.key, label: c.label, text: true }; });
     if (state.view !== "scores") { cols.push({ key: "against", label: "Against", text: true }); }
-    view.columns.forEach(function (c) { cols.push({ key: c.key, label: c.label, title: c.title, text: false }); });
+    var numbers = view.columns.filter(function (c) { return c.key === "average"; })
+      .concat(view.columns.filter(function (c) { return c.key !== "average"; }));
+    numbers.forEach(function (c) { cols.push({ key: c.key, label: c.label, title: c.title, text: false }); });
     return cols;
   }
   function textValue(entry, key) {
@@ -113,9 +115,10 @@
   }
   function buildHead() {
     var tr = el("tr");
-    columnsShown().forEach(function (c) {
+    columnsShown().forEach(function (c, index) {
       var sorted = state.sort === c.key;
-      var th = el("th", { scope: "col", class: c.text ? "" : "num",
+      var th = el("th", { scope: "col", class: (c.text ? "" : "num") + (index === 0 ? " sticky" : "") +
+                                               (c.key === "average" ? " avg" : ""),
                           "aria-sort": sorted ? (state.dir > 0 ? "ascending" : "descending") : "none" });
       var button = el("button", { type: "button", "data-sort": c.key,
                                   title: (c.title ? c.title + ": " : "") + "sort by this column" },
@@ -170,11 +173,13 @@
         if (c.text) {
           var header = c.key === cols[0].key;  // the first naming column heads the row
           tr.appendChild(el(header ? "th" : "td",
-                            Object.assign({ "data-col": c.key, text: textValue(entry, c.key) }, header ? { scope: "row" } : {})));
+                            Object.assign({ "data-col": c.key, text: textValue(entry, c.key) },
+                                          header ? { scope: "row", class: "sticky", title: entry.name } : {})));
           return;
         }
         var cell = cellOf(entry, c.key);
         var classes = ["num"];
+        if (c.key === "average") { classes.push("avg"); }
         if (cell && tops[c.key] !== null && cell.value === tops[c.key]) { classes.push("best"); }
         if (cell && state.view !== "scores") {
           classes.push(cell.value > 0 ? "pos" : cell.value < 0 ? "neg" : "zero");

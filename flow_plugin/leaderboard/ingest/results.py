@@ -8,7 +8,8 @@ leaderboard needs (the file's task, one evaluated split, main scores in [-1, 1])
 to points, and adds what MTEB does not keep in the result: flow-plugin's "wmean" protocol
 field, the library versions of ``run_settings.jsonl`` and the hardware of
 ``flow-plugin-runs.jsonl`` and what each calibrator was fitted on (the fit records written
-next to the result, :mod:`flow_plugin.integrations.mteb.fit_records`). Every error names the file.
+next to the result, :mod:`flow_plugin.integrations.mteb.fit_records`). Every error names the file. The first step of the
+leaderboard's ingest stage (:mod:`.merge` merges what is read here).
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flow_plugin._io import read_json_lines
-from flow_plugin.leaderboard.models import TaskScore
-from flow_plugin.leaderboard.public import public_experiment, public_fits
-from flow_plugin.leaderboard.schema import is_number, to_points
 from flow_plugin.errors import DataFolderError
 from flow_plugin.integrations.mteb.fit_records import fits_of_result, summarize_fit
 from flow_plugin.integrations.mteb.results import (
@@ -40,28 +38,15 @@ from flow_plugin.integrations.mteb.results import (
     run_key,
     task_result_paths,
 )
+from flow_plugin.leaderboard.ingest.rows import public_experiment, public_fits, row_id
+from flow_plugin.leaderboard.models import TaskScore, is_number, to_points
+from flow_plugin.protocols import DEFAULT_PROTOCOL
 
 if TYPE_CHECKING:  # pragma: no cover
     from mteb.results import TaskResult
 
 #: main scores may exceed [-1, 1] by float noise only
 _SCORE_SLACK = 1e-9
-
-
-def row_id(model: str, revision: str, experiment: str | None, corpus_sha256: str | None = None) -> str:
-    """The leaderboard row of one model run; ``corpus_sha256`` tells apart runs fitted on sentence files of
-    one name but different content (the merge gives it only to a second such file, see
-    :func:`flow_plugin.leaderboard.merge.merge_results`).
-
-    >>> row_id("flow_plugin/minilm-l6", "8b3219a", None)
-    'flow_plugin/minilm-l6@8b3219a'
-    >>> row_id("flow_plugin/minilm-l6-whiten", "8b3219a", "fit_corpus_inputs")
-    'flow_plugin/minilm-l6-whiten@8b3219a [fit_corpus_inputs]'
-    >>> row_id("flow_plugin/minilm-l6-sn", "8b3219a", "fit_corpus_nli.txt", "0123456789abcdef" * 4)
-    'flow_plugin/minilm-l6-sn@8b3219a [fit_corpus_nli.txt] (corpus sha256 0123456789ab)'
-    """
-    return (f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
-            + (f" (corpus sha256 {corpus_sha256[:12]})" if corpus_sha256 else ""))
 
 
 @dataclass(frozen=True)
@@ -198,18 +183,18 @@ def score_entry(result: TaskResult, path: Path) -> TaskScore:
 
 
 def _metric_and_protocol(subset: Mapping[str, Any]) -> tuple[str | None, str]:
-    """("cosine_spearman", its protocol) when that is the main score, else (None, "all").
+    """("cosine_spearman", its protocol) when that is the main score, else (None, the default protocol).
 
     flow-plugin's tasks name the protocol of each metric in ``protocols`` ("all: ...");
     MTEB's own tasks have none and are "all" (every test pair pooled)."""
     main = subset["main_score"]
     spearman = subset.get("cosine_spearman")
     if not (is_number(spearman) and abs(spearman - main) <= 1e-12):
-        return None, "all"
+        return None, DEFAULT_PROTOCOL
     protocols = subset.get("protocols")
     if isinstance(protocols, dict) and isinstance(protocols.get("cosine_spearman"), str):
-        return "cosine_spearman", protocols["cosine_spearman"].split(":", 1)[0].strip() or "all"
-    return "cosine_spearman", "all"
+        return "cosine_spearman", protocols["cosine_spearman"].split(":", 1)[0].strip() or DEFAULT_PROTOCOL
+    return "cosine_spearman", DEFAULT_PROTOCOL
 
 
 def _iso(date: datetime.datetime | None) -> str | None:

@@ -1,11 +1,13 @@
-"""The leaderboard (:class:`~.models.Leaderboard`): create, load and check, merge new results, derive the rest.
+"""The ingest stage's board: create or load a leaderboard (:class:`~flow_plugin.leaderboard.models.Leaderboard`),
+and merge the scores of result folders into its rows.
 
 Merging never drops a row; a score that disagrees with the one already recorded (beyond the
 tolerance, or on other data) is a conflict: an error that leaves the leaderboard as it was,
-or, with ``replace=True``, a replacement that is reported. A merge that changes nothing
-keeps "updated", so the rewritten file is byte for byte the old one. A result without its run
-record is not merged (:meth:`~.read.ResultFolder.unrecorded`), and a sentence-file fit corpus is
-told apart by its content (:func:`board_row_id`).
+or, with ``replace=True``, a replacement that is reported. A result without its run
+record is not merged (:meth:`~.results.ResultFolder.unrecorded`), and a sentence-file fit corpus is
+told apart by its content (:func:`board_row_id`). The per-pair cosines found next to the results
+(those of the merged scores, and of rows already on the board) are handed on in the report for the
+compare stage's intervals; nothing derived (averages, deltas, seed groups, intervals) is computed here.
 """
 
 from __future__ import annotations
@@ -14,31 +16,35 @@ import datetime
 import json
 import logging
 import os
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from flow_plugin import __version__
 from flow_plugin._io import read_json
-from flow_plugin.catalog.registry import MODEL_PREFIX
-from flow_plugin.leaderboard.describe import describe_model
-from flow_plugin.leaderboard.models import Leaderboard, Row, TaskScore, check_board, validation_problems
-from flow_plugin.leaderboard.public import corpus_sha256, public_kwargs, publish_row
-from flow_plugin.leaderboard.read import ResultFile, find_results, read_score, row_id, run_settings_versions
-from flow_plugin.leaderboard.seeds import annotate as annotate_seed_groups
-from flow_plugin.leaderboard.schema import (
-    CALIBRATOR_ORDER,
+from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
+from flow_plugin.leaderboard.ingest.results import ResultFile, find_results, read_score, run_settings_versions
+from flow_plugin.leaderboard.ingest.rows import corpus_sha256, describe_model, public_kwargs, publish_row, row_id
+from flow_plugin.leaderboard.models import (
     DEFAULT_TOLERANCE,
     FORMAT,
     FORMAT_VERSION,
+    Leaderboard,
+    Row,
+    TaskScore,
+    check_board,
     is_number,
-    round_points,
-    task_sort_key,
+    validation_problems,
 )
-from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from flow_plugin.integrations.mteb.pair_scores import PairScores
+
+#: (row id, task) -> the per-pair cosines of the board's score of that task
+Pairs = dict[tuple[str, str], "PairScores"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,13 +64,21 @@ class MergeReport:
     unrecorded: list[str] = field(default_factory=list)
     #: "<row id> / <task>" of scores kept without a run record, now replaced by the same score with one
     recorded: list[str] = field(default_factory=list)
-    #: units given confidence intervals, and the seconds that took
+    #: the per-pair cosines found for the board's scores, for the compare stage's intervals
+    pairs: Pairs = field(default_factory=dict, repr=False)
+    #: units given newly computed confidence intervals (by the compare stage), and the seconds that took
     intervals: int = 0
     interval_seconds: float = 0.0
 
 
-def _now_iso() -> str:
+def now_iso() -> str:
+    """The current UTC time as the board's ``updated`` stamp writes it."""
     return datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def generated_by() -> str:
+    """What a board names as its writer: ``flow-plugin <version>``."""
+    return f"flow-plugin {__version__}"
 
 
 def empty_leaderboard(name: str, tolerance: float = DEFAULT_TOLERANCE) -> Leaderboard:
@@ -74,17 +88,15 @@ def empty_leaderboard(name: str, tolerance: float = DEFAULT_TOLERANCE) -> Leader
     >>> board.format, board.name, board.tasks, board.rows, board.tolerance
     ('flow-plugin-leaderboard', 'minilm-l6', [], [], 0.0001)
     """
-    from flow_plugin import __version__
-
-    return Leaderboard(format=FORMAT, format_version=FORMAT_VERSION, name=name, updated=_now_iso(),
-                       generated_by=f"flow-plugin {__version__}", scale="points", tolerance=tolerance, tasks=[], rows=[])
+    return Leaderboard(format=FORMAT, format_version=FORMAT_VERSION, name=name, updated=now_iso(),
+                       generated_by=generated_by(), scale="points", tolerance=tolerance, tasks=[], rows=[])
 
 
 def load_leaderboard(path: str | os.PathLike[str]) -> Leaderboard:
     """Read a leaderboard JSON file as a :class:`~.models.Leaderboard` (errors name the file and what
     is wrong, in one line). A file of an older flow-plugin is brought up to date as it is read: rows
     without ``experiment`` / ``experiment_kwargs`` get the defaults, and a sentence file is published
-    by its name (:func:`~.public.publish_row`)."""
+    by its name (:func:`~.rows.publish_row`)."""
     path = Path(path)
     try:
         data = read_json(path, "leaderboard")
@@ -134,7 +146,7 @@ def score_difference(old: TaskScore, new: TaskScore, tolerance: float) -> list[s
 def board_row_id(rows: dict[str, Row], result_file: ResultFile) -> str:
     """The row a result belongs to among ``rows`` (id -> row). A sentence-file fit corpus is identified by
     its content: a result whose file has the name of one already on the board but another sha256 (from the
-    fit records) gets a row of its own, its id ending in that hash (:func:`~.read.row_id`); the first file of
+    fit records) gets a row of its own, its id ending in that hash (:func:`~.rows.row_id`); the first file of
     a name keeps the plain id, so published ids stay as they are. A row or result whose records name no
     hash (written before they did) is taken as the same corpus."""
     plain = result_file.row_id
@@ -150,7 +162,7 @@ def board_row_id(rows: dict[str, Row], result_file: ResultFile) -> str:
 
 def _new_row(result_file: ResultFile, rid: str) -> Row:
     """The row of a model run not on the board yet: its description, no scores (so no average and no
-    baseline until :func:`finalize`)."""
+    baseline until the compare stage)."""
     identity = result_file.identity
     meta = identity.model_meta
     try:
@@ -180,16 +192,16 @@ def merge_results(
     require_results: bool = True,
     pair_folders: Sequence[str | os.PathLike[str]] = (),
 ) -> MergeReport:
-    """Merge the result files under ``folders`` into ``board`` (in place) and recompute the
-    derived fields. Raises :class:`LeaderboardConflictError` (and leaves ``board`` as it
-    was) when a new score disagrees with a recorded one and ``replace`` is false. The per-pair cosines
-    kept with the results give the deltas their confidence intervals (:mod:`.intervals`): those of the
-    merged results, and those of rows already on the board found in ``folders`` or in ``pair_folders``
-    (the folders merged into it before; nothing there is merged). A result whose run record is missing
-    (its run was killed before the record was written) is not merged, with a one-line warning; a
-    recorded result replaces one kept without its record."""
-    from flow_plugin.leaderboard.intervals import annotate_intervals
-    from flow_plugin.integrations.mteb.pair_scores import PairScores, pairs_of_result
+    """Merge the result files under ``folders`` into ``board``'s rows and scores (in place); the
+    derived fields are the compare stage's (:func:`flow_plugin.leaderboard.compare.compare`). Raises
+    :class:`LeaderboardConflictError` (and leaves ``board`` as it was) when a new score disagrees with a
+    recorded one and ``replace`` is false. The report's ``pairs`` are the per-pair cosines the compare
+    stage's intervals need: those of the merged results, and those of rows already on the board found in
+    ``folders`` or in ``pair_folders`` (the folders merged into it before; nothing there is merged). A
+    result whose run record is missing (its run was killed before the record was written) is not merged,
+    with a one-line warning; a recorded result replaces one kept without its record."""
+    # numpy and scipy load when per-pair cosines are read (a merge), not to render a board or start the CLI
+    from flow_plugin.integrations.mteb.pair_scores import pairs_of_result
 
     tolerance = board.tolerance if tolerance is None else tolerance
     if not is_number(tolerance) or tolerance < 0:
@@ -197,10 +209,9 @@ def merge_results(
     model_filter = set(models) if models is not None else None
     task_filter = set(tasks) if tasks is not None else None
     report = MergeReport()
-    content_before = _content(board)
     rows = {row.id: row.model_copy(deep=True) for row in board.rows}  # work on a copy
     origin: dict[tuple[str, str], str] = {}  # (row id, task) -> where the current entry came from
-    pairs: dict[tuple[str, str], PairScores] = {}  # (row id, task) -> the per-pair cosines of its current entry
+    pairs = report.pairs  # (row id, task) -> the per-pair cosines of its current entry
     conflicts: list[str] = []
     for folder in folders:
         found = find_results(folder)
@@ -278,18 +289,13 @@ def merge_results(
         )
     board.rows = [publish_row(row) for row in rows.values()]
     board.tolerance = tolerance
-    finalize(board)
-    started = time.perf_counter()
-    report.intervals = annotate_intervals(board, pairs)
-    report.interval_seconds = time.perf_counter() - started
-    if _content(board) != content_before:  # a rerun that changes nothing keeps the file byte for byte
-        board.updated = _now_iso()
     return report
 
 
-def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: dict[tuple[str, str], Any]) -> None:
+def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: Pairs) -> None:
     """Add the per-pair cosines of ``result_file`` to ``pairs`` when its row and task are on the board, have
     none yet, and the cosines reproduce the score recorded there."""
+    # numpy and scipy load when per-pair cosines are read (a merge), not to render a board or start the CLI
     from flow_plugin.integrations.mteb.pair_scores import pairs_of_result
 
     rid = board_row_id(rows, result_file)
@@ -302,59 +308,7 @@ def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: dict[t
             pairs[(rid, result_file.task)] = kept
 
 
-def baseline_key(row: Row) -> str:
-    """Rows sharing this key differ only in the calibrator and what it was fitted on
-    (:data:`~flow_plugin.data.fit_corpus.FIT_ARGUMENTS`: the corpus, the duplicate policy ...): the same
-    backbone, weights commit (a flow-plugin result revision adds a configuration digest, which names the
-    calibrator too), pooling, length and other loader kwargs."""
-    from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
-
-    ignored = (*FIT_ARGUMENTS, "calibrator_params", "calibrator")
-    kwargs = {k: v for k, v in row.experiment_kwargs.items() if k not in ignored}
-    return json.dumps([row.backbone, _weights(row), row.pooling, row.max_seq_length, kwargs], sort_keys=True)
-
-
-def _weights(row: Row) -> str:
-    """The weights commit of a row's revision (without flow-plugin's configuration digest)."""
-    from flow_plugin.catalog.registry import weights_revision
-
-    return weights_revision(row.revision) if row.model.startswith(MODEL_PREFIX) else row.revision
-
-
-def finalize(board: Leaderboard) -> Leaderboard:
-    """Recompute the derived fields (in place): task order, averages, baselines, deltas, row order, seed groups."""
-    board.tasks = sorted({task for row in board.rows for task in row.scores} | set(board.tasks), key=task_sort_key)
-    order = {method: index for index, method in enumerate(CALIBRATOR_ORDER)}
-    board.rows.sort(key=lambda r: (r.backbone, _weights(r), r.experiment or "", order.get(r.calibrator, len(order)),
-                                   r.calibrator, r.id))
-    raw_rows: dict[str, Row] = {}
-    for row in board.rows:
-        row.scores = {task: row.scores[task] for task in board.tasks if task in row.scores}
-        values = [entry.score for entry in row.scores.values()]
-        wmeans = [entry.wmean for entry in row.scores.values() if entry.wmean is not None]
-        row.n_tasks = len(values)
-        row.average = round_points(sum(values) / len(values)) if values else None
-        row.average_wmean = round_points(sum(wmeans) / len(wmeans)) if wmeans and len(wmeans) == len(values) else None
-        row.complete = len(values) == len(board.tasks)
-        if row.calibrator == "raw":
-            raw_rows.setdefault(baseline_key(row), row)
-    for row in board.rows:
-        baseline = raw_rows.get(baseline_key(row)) if row.calibrator != "raw" else None
-        if baseline is None:
-            row.baseline, row.delta = None, None
-            continue
-        deltas = {
-            task: round_points(entry.score - baseline.scores[task].score)
-            for task, entry in row.scores.items()
-            if task in baseline.scores
-        }
-        if deltas:
-            deltas["average"] = round_points(sum(deltas.values()) / len(deltas))
-        row.baseline, row.delta = (baseline.id, deltas) if deltas else (None, None)
-    annotate_seed_groups(board, board.max_seeds)
-    return board
-
-
-def _content(board: Leaderboard) -> str:
-    """Everything but the update stamp: what decides whether an update changed anything."""
+def board_content(board: Leaderboard) -> str:
+    """Everything but the update stamp: what decides whether an update changed anything (a merge that
+    changes nothing keeps "updated", so the rewritten file is byte for byte the old one)."""
     return json.dumps(board.model_dump(mode="json", exclude={"updated", "generated_by"}), sort_keys=True)

@@ -1,13 +1,22 @@
-"""What a published leaderboard may say about a row: no machine paths, readable display names.
+"""What a leaderboard row says about its model run: its id, its description (backbone, calibrator,
+pooling, fit corpus), what a published board may say about it, and its display names.
 
-A fit corpus given as a sentence file is published by its file name (and its sha256 where a fit
-record carries one as ``corpus_sha256``), never by the path it had on the machine that ran it: the
-row's ``experiment_kwargs``, ``fit_corpus``, MTEB experiment name (and so its ``id``) and its fit
-summaries all say ``sts-sick-train.txt``, not ``/tmp/sts-sick-train.txt``. :func:`publish_row`
-applies this to a row, whether just read or loaded from an older leaderboard, and is idempotent.
+**Ids.** :func:`row_id` names a model run: ``<model>@<revision>``, its MTEB experiment, and (for a
+second sentence file of one name) the file's sha256.
 
-The display columns (:func:`display_columns`) are what the Markdown, the chart and the HTML page
-show instead of MTEB model names with revision hashes. A row here is the typed :class:`~.models.Row`.
+**Description.** :func:`describe_model`: the registry describes ``flow_plugin/...`` models; for any
+other model (or a ``flow_plugin/...`` name this registry does not know) the name, the loader kwargs
+and the result folder's ``model_meta.json`` are all there is.
+
+**Published names.** A fit corpus given as a sentence file is published by its file name (and its
+sha256 where a fit record carries one as ``corpus_sha256``), never by the path it had on the machine
+that ran it: the row's ``experiment_kwargs``, ``fit_corpus``, MTEB experiment name (and so its ``id``)
+and its fit summaries all say ``sts-sick-train.txt``, not ``/tmp/sts-sick-train.txt``.
+:func:`publish_row` applies this to a row, whether just read or loaded from an older leaderboard, and
+is idempotent.
+
+**Display names.** :func:`display_columns` are what the Markdown, the chart and the HTML page show
+instead of MTEB model names with revision hashes.
 
 >>> corpus_name("/tmp/sts-sick-train.txt"), corpus_name("C:\\\\data\\\\nli.txt"), corpus_name("target")
 ('sts-sick-train.txt', 'nli.txt', 'target')
@@ -18,16 +27,32 @@ from __future__ import annotations
 import re
 from typing import Any, TypeGuard
 
-from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES
-from flow_plugin.catalog.registry import MODEL_PREFIX
-from flow_plugin.leaderboard.models import Row
+from flow_plugin.calibration.names import CALIBRATOR_NAMES
+from flow_plugin.catalog.registry import MODEL_PREFIX, parse_model_name
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, POLICIES
+from flow_plugin.errors import RegistryError
+from flow_plugin.leaderboard.models import Row, is_number
 
-#: fit-corpus policies; any other value is a sentence file
-POLICIES = ("target", "per-call")
 #: characters MTEB replaces by "_" in an experiment name (its folder name) built from the kwargs
 _MTEB_INVALID = '<>:"|?*\\/\0'
 #: experiment kwargs shown in their own columns (or as the seed count), not among the options
 _OWN_COLUMNS = ("fit_corpus", "fit_duplicates", "calibrator", "pooling")
+
+
+def row_id(model: str, revision: str, experiment: str | None, corpus_sha256: str | None = None) -> str:
+    """The leaderboard row of one model run; ``corpus_sha256`` tells apart runs fitted on sentence files of
+    one name but different content (the merge gives it only to a second such file, see
+    :func:`flow_plugin.leaderboard.ingest.merge.board_row_id`).
+
+    >>> row_id("flow_plugin/minilm-l6", "8b3219a", None)
+    'flow_plugin/minilm-l6@8b3219a'
+    >>> row_id("flow_plugin/minilm-l6-whiten", "8b3219a", "fit_corpus_inputs")
+    'flow_plugin/minilm-l6-whiten@8b3219a [fit_corpus_inputs]'
+    >>> row_id("flow_plugin/minilm-l6-sn", "8b3219a", "fit_corpus_nli.txt", "0123456789abcdef" * 4)
+    'flow_plugin/minilm-l6-sn@8b3219a [fit_corpus_nli.txt] (corpus sha256 0123456789ab)'
+    """
+    return (f"{model}@{revision}" + (f" [{experiment}]" if experiment else "")
+            + (f" (corpus sha256 {corpus_sha256[:12]})" if corpus_sha256 else ""))
 
 
 def is_file_corpus(value: Any) -> TypeGuard[str]:
@@ -119,8 +144,6 @@ def publish_row(row: Row) -> Row:
     """Make a row publishable (in place; idempotent): the sentence file by its name in the kwargs,
     the experiment name, the id (keeping a corpus hash that tells it apart), ``fit_corpus`` and the fit
     summaries."""
-    from flow_plugin.leaderboard.read import row_id
-
     kwargs = row.experiment_kwargs
     corpus = kwargs.get("fit_corpus")
     if not is_file_corpus(corpus):
@@ -141,6 +164,94 @@ def publish_row(row: Row) -> Row:
     row.experiment_kwargs = public_kwargs(kwargs)
     row.id = row_id(row.model, row.revision, row.experiment) + tag
     return row
+
+
+# ------------------------------------------------------------------------- description
+def describe_model(
+    model: str,
+    experiment_kwargs: dict[str, Any] | None = None,
+    *,
+    adapted_from: str | None = None,
+    max_tokens: Any = None,
+) -> dict[str, Any]:
+    """Backbone, calibrator, pooling and fit corpus of a model name (registry first).
+
+    ``adapted_from`` and ``max_tokens`` come from the result's ``model_meta.json``.
+
+    >>> row = describe_model("flow_plugin/minilm-l6-whiten")
+    >>> row["backbone"], row["calibrator"], row["fit_corpus"], row["metadata_source"]
+    ('minilm-l6', 'whiten', 'target', 'registry')
+    >>> describe_model("acme/encoder", {}, max_tokens=512.0)["max_seq_length"]
+    512
+    """
+    kwargs = dict(experiment_kwargs or {})
+    params = kwargs.get("calibrator_params")
+    overrides: dict[str, Any] = params if isinstance(params, dict) else {}
+    if model.startswith(MODEL_PREFIX):
+        return _describe_flow_plugin_model(model, kwargs, overrides, adapted_from, max_tokens)
+    calibrator = str(kwargs.get("calibrator", "raw"))
+    return {
+        "backbone": model,
+        "backbone_model": adapted_from or model,
+        "calibrator": calibrator,
+        "calibrator_params": dict(overrides),
+        "pooling": kwargs.get("pooling"),
+        "max_seq_length": int(max_tokens) if is_number(max_tokens) else None,
+        "fit_corpus": None if calibrator == "raw" else (corpus_label(str(kwargs["fit_corpus"])) if "fit_corpus" in kwargs
+                                                        else None),
+        "metadata_source": "model_meta",
+    }
+
+
+def _describe_flow_plugin_model(model: str, kwargs: dict[str, Any], overrides: dict[str, Any],
+                                adapted_from: str | None, max_tokens: Any) -> dict[str, Any]:
+    try:
+        registry_model = parse_model_name(model)
+    except RegistryError:
+        registry_model = None
+    if registry_model is not None:
+        spec = registry_model.backbone
+        raw = registry_model.calibrator == "raw"
+        return {
+            "backbone": spec.name,
+            "backbone_model": spec.hub_id,
+            "calibrator": registry_model.calibrator,
+            "calibrator_params": {} if raw else {**registry_model.calibrator_params, **overrides},
+            "pooling": kwargs.get("pooling", spec.pooling),
+            "max_seq_length": spec.max_seq_length,
+            "fit_corpus": None if raw else _fit_corpus(kwargs),
+            "metadata_source": "registry",
+        }
+    # a flow_plugin model this registry does not know: read the suffix
+    short = model[len(MODEL_PREFIX):]
+    calibrator = "raw"
+    for method in sorted(CALIBRATOR_NAMES, key=len, reverse=True):
+        if method != "raw" and short.endswith("-" + method):
+            calibrator, short = method, short[: -len(method) - 1]
+            break
+    return {
+        "backbone": short,
+        "backbone_model": adapted_from or short,
+        "calibrator": calibrator,
+        "calibrator_params": dict(overrides),
+        "pooling": kwargs.get("pooling"),
+        "max_seq_length": max_tokens if isinstance(max_tokens, int) else None,
+        "fit_corpus": None if calibrator == "raw" else _fit_corpus(kwargs),
+        "metadata_source": "model_meta",
+    }
+
+
+def _fit_corpus(kwargs: dict[str, Any]) -> str:
+    """What a flow-plugin model was fitted on: the policy or ``file <name>`` (never the file's path),
+    and "unique sentences" when duplicates were dropped.
+
+    >>> _fit_corpus({}), _fit_corpus({"fit_corpus": "per-call", "fit_duplicates": "unique"})
+    ('target', 'per-call, unique sentences')
+    >>> _fit_corpus({"fit_corpus": "/tmp/nli.txt"})
+    'file nli.txt'
+    """
+    corpus = corpus_label(str(kwargs.get("fit_corpus", "target")))
+    return corpus + (", unique sentences" if kwargs.get("fit_duplicates") == "unique" else "")
 
 
 # ------------------------------------------------------------------------- display names

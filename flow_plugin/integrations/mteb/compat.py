@@ -1,0 +1,261 @@
+"""Every use flow-plugin makes of MTEB internals: what MTEB offers no public form for, in one place.
+
+Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``mteb.evaluate``,
+``mteb.get_task(s)``, ``ResultCache``, ``TaskResult``, ``AbsEncoder``, and the task classes'
+``load_data``). What this module touches, and why (docs/mteb.md lists the same):
+
+- :func:`add_models`, :func:`registered_model`: MTEB's ``MODEL_REGISTRY`` dict
+  (``mteb.models.model_implementations``), which ``mteb.get_model_meta``, ``mteb.get_model`` and
+  ``mteb run -m`` read. MTEB builds it from its own modules and has no way to register a model.
+- :func:`add_tasks`: ``_TASKS_REGISTRY`` and ``TASK_LIST`` of ``mteb.get_tasks``, which
+  ``mteb.get_task(s)`` and ``mteb run -t`` read; again no registration function.
+- :func:`refuse_unknown_names`: wraps the classmethod ``ModelMeta.from_hub``, where
+  ``mteb.get_model`` (and so ``mteb run -m``) turns for a name that is not in ``MODEL_REGISTRY``, so
+  that a misspelt ``flow_plugin/...`` name gets one line with close names instead of a Hub lookup.
+- :func:`running_task`, :func:`result_destination`: the task object being evaluated, and the
+  ``ResultCache`` and ``ModelMeta`` of the run, read from the call stack (``AbsTask.evaluate``
+  runs with the task as ``self``; ``mteb.evaluate`` passes the cache and the meta down to the
+  function that evaluates one task). ``encode()`` receives only the task's metadata.
+- :func:`after_results_saved`: listens to ``save_to_cache`` of that ``ResultCache`` instance (the
+  instance's attribute, never the class), so that fit records are written when MTEB writes the
+  task's result: MTEB tells a model neither that a task starts nor that it ended.
+- :class:`PairScoredSTS`: overrides ``AbsTaskSTS._evaluate_subset`` and ``_calculate_scores`` (MTEB's
+  extension points for subclasses, underscored) to add the "wmean" protocol and keep the per-pair
+  cosines of the offline STS tasks.
+- :func:`task_result_path`: ``ResultCache.get_task_result_path`` (public) on a temporary cache,
+  since constructing a ``ResultCache`` creates its folder and a dry run must create nothing.
+
+Importing this module checks the installed mteb and transformers first
+(:func:`flow_plugin.integrations.mteb.versions.require_supported`): outside the supported range it
+raises one sentence, before any of the internals above is touched.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import sys
+import tempfile
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from flow_plugin.integrations.mteb.versions import require_supported
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mteb.cache import ResultCache
+
+require_supported()
+
+# (mteb.cache is imported where it is used: the start-up hook imports this module while mteb.cache
+# is still being initialised, around MTEB's model registry)
+from mteb.abstasks import AbsTask  # noqa: E402 -- after the version check
+from mteb.abstasks.sts import AbsTaskSTS  # noqa: E402
+from mteb.models.model_meta import ModelMeta  # noqa: E402
+
+from flow_plugin.errors import UnknownModelError  # noqa: E402
+
+MODELS_MODULE = "mteb.models.model_implementations"
+TASKS_MODULE = "mteb.get_tasks"
+NO_REVISION = "no_revision_available"  # MTEB's revision folder for a model whose metadata names no revision
+
+
+# ----------------------------------------------------------------------------- registries
+def _module(name: str, module: Any = None) -> Any:
+    return module or sys.modules.get(name) or importlib.import_module(name)
+
+
+def add_models(metas: Iterable[ModelMeta], module: Any = None) -> list[str]:
+    """Put ``metas`` into MTEB's ``MODEL_REGISTRY`` (by name, replacing an older entry); returns the names."""
+    registry = _module(MODELS_MODULE, module).MODEL_REGISTRY
+    names = []
+    for meta in metas:
+        registry[meta.name] = meta
+        names.append(meta.name)
+    return names
+
+
+def registered_model(name: str) -> ModelMeta | None:
+    """MTEB's ``ModelMeta`` of ``name`` (e.g. ``sentence-transformers/all-MiniLM-L6-v2``), or ``None``.
+    Reads the registry MTEB has built and never imports it: this runs while MTEB builds it, when
+    ``mteb.get_model_meta`` cannot be imported yet."""
+    registry = getattr(sys.modules.get(MODELS_MODULE), "MODEL_REGISTRY", None) or {}
+    entry = registry.get(name)
+    return entry if isinstance(entry, ModelMeta) else None
+
+
+def add_tasks(classes: Iterable[type[AbsTask]], listed: Iterable[type[AbsTask]] = (), module: Any = None) -> list[str]:
+    """Make ``classes`` known to ``mteb.get_task(s)`` by name, and add ``listed`` to the full task list
+    (``mteb.get_tasks()`` without names); returns the names."""
+    module = _module(TASKS_MODULE, module)
+    names = []
+    for cls in classes:
+        module._TASKS_REGISTRY[cls.metadata.name] = cls
+        names.append(cls.metadata.name)
+    listed = tuple(listed)
+    if listed:
+        known = set(module.TASK_LIST)
+        module.TASK_LIST = tuple(module.TASK_LIST) + tuple(cls for cls in listed if cls not in known)
+    return names
+
+
+# ----------------------------------------------------------------------------- unknown names
+def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> None:
+    """Names under ``prefix`` that are not in ``MODEL_REGISTRY`` go to ``resolve(name)`` (which returns
+    their ``ModelMeta`` or raises, e.g. :class:`~flow_plugin.errors.UnknownModelError` with close names)
+    instead of the Hugging Face Hub, where ``mteb.get_model`` and ``mteb run -m`` would look them up.
+    Every other name goes on to the Hub as before. Idempotent."""
+    current = inspect.getattr_static(ModelMeta, "from_hub")
+    original = current.__func__
+    if getattr(original, "_flow_plugin_prefix", None) == prefix:
+        return
+
+    @functools.wraps(original)
+    def from_hub(cls: type[ModelMeta], model: str, *args: Any, **kwargs: Any) -> ModelMeta:
+        if isinstance(model, str) and model.startswith(prefix):
+            try:
+                return resolve(model)
+            except UnknownModelError:
+                _uncaught_in_one_line(UnknownModelError)
+                raise
+        return original(cls, model, *args, **kwargs)
+
+    from_hub._flow_plugin_prefix = prefix  # type: ignore[attr-defined]
+    ModelMeta.from_hub = classmethod(from_hub)  # type: ignore[method-assign,assignment]
+
+
+def _uncaught_in_one_line(kind: type[BaseException]) -> None:
+    """An uncaught ``kind`` error ends the process with its one-line message (``flow-plugin: error:
+    ...``) instead of a traceback: what the ``mteb`` command shows for a misspelt name. Every other
+    error goes to the hook that was there before."""
+    previous = sys.excepthook
+    if getattr(previous, "_flow_plugin_one_line", None) is kind:
+        return
+
+    def excepthook(exc_type: type[BaseException], error: BaseException, traceback: Any) -> None:
+        if isinstance(error, kind):
+            print(f"flow-plugin: error: {error}", file=sys.stderr)
+        else:
+            previous(exc_type, error, traceback)
+
+    excepthook._flow_plugin_one_line = kind  # type: ignore[attr-defined]
+    sys.excepthook = excepthook
+
+
+# ----------------------------------------------------------------------------- the running evaluation
+def _frames(start: FrameType | None) -> Iterator[FrameType]:
+    frame = start
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def running_task(task_metadata: Any) -> AbsTask | None:
+    """The task object being evaluated whose metadata is ``task_metadata`` (the innermost one; by
+    identity, else by name), or ``None`` outside an evaluation. It is the very instance MTEB
+    evaluates, with its data loaded and its own arguments (an offline task's data folder)."""
+    by_name = None
+    for frame in _frames(sys._getframe(1)):
+        candidate = frame.f_locals.get("self")
+        if not isinstance(candidate, AbsTask):
+            continue
+        metadata = getattr(candidate, "metadata", None)
+        if metadata is task_metadata:
+            return candidate
+        if by_name is None and getattr(metadata, "name", None) == getattr(task_metadata, "name", ""):
+            by_name = candidate
+    return by_name
+
+
+def result_destination() -> tuple[ResultCache, ModelMeta] | None:
+    """The ``ResultCache`` and ``ModelMeta`` of the running ``mteb.evaluate`` (the innermost frame of
+    an mteb module that holds the run's ``ModelMeta``), or ``None`` when it runs without a cache or
+    outside ``mteb.evaluate``."""
+    from mteb.cache import ResultCache
+
+    for frame in _frames(sys._getframe(1)):
+        if not str(frame.f_globals.get("__name__", "")).startswith("mteb."):
+            continue
+        values = list(frame.f_locals.values())
+        meta = next((value for value in values if isinstance(value, ModelMeta)), None)
+        if meta is None:
+            continue
+        cache = next((value for value in values if isinstance(value, ResultCache)), None)
+        return (cache, meta) if cache is not None else None
+    return None
+
+
+class _SaveWithListeners:
+    """``save_to_cache`` of one ``ResultCache`` instance, then each listener (held weakly) with the
+    cache, the saved ``TaskResult`` and the model it was saved for."""
+
+    def __init__(self, save: Callable[..., Any]) -> None:
+        self.save = save
+        self.listeners: list[weakref.WeakMethod[Any]] = []
+
+    def __call__(self, task_result: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+        saved = self.save(task_result, model, *args, **kwargs)
+        for reference in list(self.listeners):
+            listener = reference()
+            if listener is None:
+                self.listeners.remove(reference)
+            else:
+                listener(self.save.__self__, task_result, model)
+        return saved
+
+
+def after_results_saved(cache: ResultCache, listener: Callable[[ResultCache, Any, Any], None]) -> None:
+    """Call ``listener(cache, task_result, model_meta)`` (a bound method, held weakly) after each time
+    MTEB saves a task result into ``cache``. Idempotent per (cache, listener)."""
+    save = cache.__dict__.get("save_to_cache")
+    if not isinstance(save, _SaveWithListeners):
+        save = _SaveWithListeners(cache.save_to_cache)
+        cache.save_to_cache = save  # type: ignore[method-assign]
+    if all(reference() != listener for reference in save.listeners):
+        save.listeners.append(weakref.WeakMethod(listener))  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- result paths
+def task_result_path(output_folder: str | Path, meta: ModelMeta, task_name: str) -> Path:
+    """Where a ``ResultCache`` over ``output_folder`` files the result of ``meta`` (its name, revision
+    and experiment) on ``task_name``; nothing is created (a ``ResultCache`` makes its folder, so the
+    path is computed on one over the temporary folder and moved)."""
+    from mteb.cache import ResultCache
+
+    cache = ResultCache(tempfile.gettempdir())
+    # the revision is given, never looked up among the folders of the temporary cache
+    path = cache.get_task_result_path(task_name, meta.model_name_as_path(), meta.revision or NO_REVISION,
+                                      experiment_name=meta.experiment_name)
+    return Path(output_folder) / path.relative_to(cache.cache_path)
+
+
+# ----------------------------------------------------------------------------- STS scoring
+class PairScoredSTS(AbsTaskSTS):
+    """An ``AbsTaskSTS`` whose metrics a subclass extends with :meth:`pair_scores`, which sees every
+    pair's gold score and cosine and which split and subset they are of."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._scoring: tuple[str | None, str | None] = (None, None)
+
+    def pair_scores(self, gold: list[float], cosine: Any, *, hf_split: str | None,
+                    hf_subset: str | None) -> dict[str, Any]:
+        """Metrics added to MTEB's for one (split, subset): override (default: none)."""
+        return {}
+
+    def _evaluate_subset(self, model: Any, data_split: Any, **kwargs: Any) -> Any:
+        self._scoring = (kwargs.get("hf_split"), kwargs.get("hf_subset"))
+        try:
+            return super()._evaluate_subset(model, data_split, **kwargs)
+        finally:
+            self._scoring = (None, None)
+
+    def _calculate_scores(self, scores: Any, normalized_scores: list[float]) -> Any:
+        metrics = dict(super()._calculate_scores(scores, normalized_scores))
+        hf_split, hf_subset = self._scoring
+        metrics.update(self.pair_scores(normalized_scores, scores["cosine_scores"], hf_split=hf_split,
+                                        hf_subset=hf_subset))
+        return metrics

@@ -1,0 +1,253 @@
+"""The MTEB internals flow-plugin touches (``integrations/mteb/compat.py``), the version check before
+registering, misspelt ``flow_plugin/`` names and fit records written once per task.
+
+Every test here runs against the installed mteb: CI runs them with the newest release (README's set-up)
+and with the lowest supported one (``.ci/lower-bounds.txt``), so each internal is checked at both ends.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mteb
+import pytest
+from mteb.cache import ResultCache
+from mteb.mocks.mock_tasks import MockMultilingualSTSTask, MockRetrievalTask, MockSTSTask
+
+from flow_plugin.errors import RegistryError, UnknownModelError, UnsupportedVersionError
+from flow_plugin.integrations.mteb import compat, fit_records, hook, versions
+from flow_plugin.integrations.mteb.model import FlowPluginModel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def installed(name: str) -> str:
+    return importlib.metadata.version(name)
+
+
+# ------------------------------------------------------------------ versions
+def test_the_installed_mteb_and_transformers_are_in_the_declared_range() -> None:
+    ranges = versions.supported_ranges()
+    assert set(ranges) == {"mteb", "transformers"}, ranges  # read from the installed flow-plugin's metadata
+    assert versions.unsupported_message() is None
+    versions.require_supported()  # nothing raised
+
+
+def test_the_declared_ranges_are_pyprojects() -> None:
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+    assert versions.supported_ranges(declared) == versions.supported_ranges(), (
+        "the installed metadata is older than pyproject.toml: reinstall (pip install -e .)")
+
+
+def test_outside_the_range_the_message_names_the_installed_release_and_the_remedy() -> None:
+    requirements = ["mteb>=99.0,<100", f"transformers>={installed('transformers')}"]
+    message = versions.unsupported_message(requirements)
+    assert message is not None and "\n" not in message
+    assert message.startswith(f"flow-plugin: mteb {installed('mteb')} is installed, but flow-plugin supports "
+                              f"mteb>=99.0,<100 and transformers>={installed('transformers')}")
+    assert message.endswith("(pip install 'mteb>=99.0,<100')")
+    with pytest.raises(UnsupportedVersionError, match=r"^mteb \S+ is installed, but flow-plugin supports"):
+        versions.require_supported(requirements)
+    both = versions.unsupported_message(["mteb<2", "transformers<1"])
+    assert both is not None and f"mteb {installed('mteb')} and transformers {installed('transformers')} are installed" in both
+
+
+def test_outside_the_range_the_hook_registers_nothing_and_says_one_line(
+        tiny_backbone: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real mteb's registry modules; only the supported range is moved, through the argument."""
+    models = sys.modules[compat.MODELS_MODULE]
+    tasks = sys.modules[compat.TASKS_MODULE]
+    saved = dict(models.MODEL_REGISTRY), dict(tasks._TASKS_REGISTRY)
+    monkeypatch.setattr(hook, "_registered", set())
+    monkeypatch.setattr(hook, "_said", set())
+    # what earlier registrations in this process added (the hook at start-up, or a test that registered again)
+    for name in [name for name in tasks._TASKS_REGISTRY if name.startswith("SentEval")]:
+        del tasks._TASKS_REGISTRY[name]
+    for name in [name for name in models.MODEL_REGISTRY if name.startswith("flow_plugin/")]:
+        del models.MODEL_REGISTRY[name]
+    try:
+        _registers_nothing_outside_the_range(models, tasks, monkeypatch, capsys)
+    finally:  # MTEB's registries as they were
+        for registry, before in zip((models.MODEL_REGISTRY, tasks._TASKS_REGISTRY), saved):
+            registry.clear()
+            registry.update(before)
+
+
+def _registers_nothing_outside_the_range(models: Any, tasks: Any, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    outside = ["mteb>=99.0,<100"]
+    assert hook._run_callback(compat.MODELS_MODULE, models, requirements=outside) is False
+    assert hook._run_callback(compat.TASKS_MODULE, tasks, requirements=outside) is False
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith(f"flow-plugin: mteb {installed('mteb')} is installed"), said
+    assert "flow_plugin/tiny-sn" not in models.MODEL_REGISTRY and "SentEvalSTS12" not in tasks._TASKS_REGISTRY
+    assert mteb.get_model_meta("sentence-transformers/all-MiniLM-L6-v2").name  # MTEB itself goes on
+    with pytest.raises(UnsupportedVersionError):
+        hook.register(requirements=outside)
+    assert "flow_plugin/tiny-sn" not in models.MODEL_REGISTRY
+    # inside the range the same call registers
+    monkeypatch.setattr(hook, "_registered", set())
+    assert hook._run_callback(compat.MODELS_MODULE, models, requirements=["mteb>=2"]) is True
+    assert mteb.get_model_meta("flow_plugin/tiny-sn").name == "flow_plugin/tiny-sn"
+
+
+def test_a_failing_registration_is_one_line_and_never_breaks_mteb(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(hook, "_registered", set())
+    monkeypatch.setattr(hook, "_said", set())
+    monkeypatch.setitem(hook._CALLBACKS, compat.MODELS_MODULE, lambda module: 1 / 0)
+    assert hook._run_callback(compat.MODELS_MODULE, None) is False
+    assert capsys.readouterr().err == (
+        f"flow-plugin: could not register with {compat.MODELS_MODULE}: ZeroDivisionError: division by zero\n")
+
+
+# ------------------------------------------------------------------ unknown flow_plugin/ names
+def test_a_misspelt_name_is_one_error_with_close_names_not_a_hub_lookup() -> None:
+    assert os.environ["HF_HUB_OFFLINE"] == "1"  # (conftest) a Hub lookup would fail with OfflineModeIsEnabled
+    with pytest.raises(UnknownModelError) as caught:
+        mteb.get_model("flow_plugin/minilm-l6-flw")
+    message = str(caught.value)
+    assert message.startswith("unknown model 'flow_plugin/minilm-l6-flw'. Close names: flow_plugin/minilm-l6-flow")
+    assert "\n" not in message
+    assert isinstance(caught.value, KeyError) and isinstance(caught.value, RegistryError)  # as MTEB's own unknown names
+    with pytest.raises(UnknownModelError):
+        mteb.get_model_meta("flow_plugin/nope", fetch_from_hf=True)
+    # names outside flow_plugin/ still go to the Hub (offline here: not our error)
+    with pytest.raises(Exception) as other:
+        mteb.get_model_meta("someone-else/no-such-model", fetch_from_hf=True)
+    assert not isinstance(other.value, UnknownModelError)
+
+
+def test_refuse_unknown_names_is_installed_once() -> None:
+    from mteb.models.model_meta import ModelMeta
+
+    before = ModelMeta.__dict__["from_hub"]
+    compat.refuse_unknown_names("flow_plugin/", hook._resolve_name)
+    assert ModelMeta.__dict__["from_hub"] is before  # not wrapped twice
+
+
+@pytest.mark.slow
+def test_a_misspelt_name_through_the_mteb_command_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(["mteb", "run", "-m", "flow_plugin/minilm-l6-flw", "-t", "STS12", "--output-folder",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr and "OfflineModeIsEnabled" not in done.stderr, done.stderr[-3000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("flow-plugin")]
+    assert len(ours) == 1 and ours[0].startswith(
+        "flow-plugin: error: unknown model 'flow_plugin/minilm-l6-flw'. Close names: flow_plugin/minilm-l6-flow"), ours
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ the running evaluation
+class _Probe(FlowPluginModel):
+    """A registry model that also keeps what :mod:`compat` finds while MTEB calls ``encode()``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[Any, Any]] = []
+
+    def encode(self, inputs: Any, *, task_metadata: Any, **kwargs: Any) -> Any:
+        self.seen.append((compat.running_task(task_metadata), compat.result_destination()))
+        return super().encode(inputs, task_metadata=task_metadata, **kwargs)
+
+
+def test_running_task_and_result_destination_are_those_of_the_evaluation(tiny_backbone: str, tmp_path: Path) -> None:
+    probe = _Probe(f"flow_plugin/{tiny_backbone}-sn")
+    task, cache = MockSTSTask(), ResultCache(tmp_path)
+    mteb.evaluate(probe, task, cache=cache, co2_tracker=False, show_progress_bar=False)
+    assert len(probe.seen) == 2  # sentence1, sentence2
+    for running, destination in probe.seen:
+        assert running is task  # the very object, not a fresh one from MTEB's registry
+        assert destination is not None and destination[0] is cache
+        assert destination[1].name == probe.name and destination[1].revision == probe.mteb_model_meta.revision
+    probe.seen.clear()
+    mteb.evaluate(probe, MockSTSTask(), cache=None, co2_tracker=False, show_progress_bar=False)
+    assert [destination for _, destination in probe.seen] == [None, None]  # no result folder, nothing written
+    assert compat.running_task(task.metadata) is None and compat.result_destination() is None  # outside
+
+
+class _Listener:
+    def __init__(self) -> None:
+        self.saved: list[tuple[Any, str, str]] = []
+
+    def __call__(self, cache: Any, task_result: Any, meta: Any) -> None:
+        self.saved.append((cache, task_result.task_name, meta.name))
+
+
+def test_after_results_saved_calls_back_after_each_save_once_and_holds_weakly(tiny_backbone: str,
+                                                                              tmp_path: Path) -> None:
+    import gc
+
+    model = FlowPluginModel(f"flow_plugin/{tiny_backbone}-sn")
+    cache = ResultCache(tmp_path)
+    twice, once = _Listener(), _Listener()
+    compat.after_results_saved(cache, twice.__call__)
+    compat.after_results_saved(cache, twice.__call__)  # idempotent
+    compat.after_results_saved(cache, once.__call__)
+    mteb.evaluate(model, MockSTSTask(), cache=cache, co2_tracker=False, show_progress_bar=False)
+    assert twice.saved and twice.saved == once.saved  # each save reported once to each listener
+    assert {(entry[0] is cache, entry[1], entry[2]) for entry in once.saved} == {(True, "MockSTSTask", model.name)}
+    assert compat.task_result_path(tmp_path, model.mteb_model_meta, "MockSTSTask").is_file()
+    del twice, once
+    gc.collect()
+    assert sum(reference() is None for reference in cache.save_to_cache.listeners) == 2  # held weakly
+
+
+def test_task_result_path_is_mtebs_and_creates_nothing(tiny_backbone: str, tmp_path: Path) -> None:
+    meta = FlowPluginModel(f"flow_plugin/{tiny_backbone}-sn").mteb_model_meta
+    path = compat.task_result_path(tmp_path / "missing", meta, "SentEvalSTS13")
+    assert not (tmp_path / "missing").exists()
+    assert path == ResultCache(tmp_path / "missing").get_task_result_path("SentEvalSTS13", meta)
+
+
+def test_pair_scored_sts_adds_metrics_per_split_and_subset(tiny_backbone: str) -> None:
+    class Scored(compat.PairScoredSTS, MockMultilingualSTSTask):
+        def pair_scores(self, gold: list[float], cosine: Any, *, hf_split: str | None,
+                        hf_subset: str | None) -> dict[str, Any]:
+            return {"n_gold": len(gold), "n_cosine": len(cosine), "where": f"{hf_split}/{hf_subset}"}
+
+    model = FlowPluginModel(f"flow_plugin/{tiny_backbone}-sn")
+    result = mteb.evaluate(model, Scored(), cache=None, co2_tracker=False, show_progress_bar=False).task_results[0]
+    scores = {score["hf_subset"]: score for score in result.scores["test"]}
+    assert {subset: (score["n_gold"], score["where"]) for subset, score in scores.items()} == {
+        "eng": (2, "test/eng"), "fra": (2, "test/fra")}
+    assert all(score["n_cosine"] == 2 and "cosine_spearman" in score for score in scores.values())  # MTEB's kept
+
+
+def test_registered_model_reads_mtebs_registry() -> None:
+    entry = compat.registered_model("sentence-transformers/all-MiniLM-L6-v2")
+    assert entry is not None and entry.name == "sentence-transformers/all-MiniLM-L6-v2"
+    assert compat.registered_model("no-such/model") is None
+    assert compat.registered_model("flow_plugin/minilm-l6").loader is hook.load_model
+
+
+# ------------------------------------------------------------------ fit records once per task
+@pytest.mark.parametrize("task_class", [MockRetrievalTask, MockMultilingualSTSTask],
+                         ids=["two-splits-four-calls", "two-subsets"])
+def test_fit_records_are_written_once_per_task(task_class: type, tiny_backbone: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[str] = []
+    real_write = fit_records.write_fits
+
+    def counting_write(*args: Any, **kwargs: Any) -> Path:
+        writes.append(kwargs["task"])
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr("flow_plugin.integrations.mteb.model.write_fits", counting_write)
+    model = FlowPluginModel(f"flow_plugin/{tiny_backbone}-whiten")
+    task = task_class()
+    mteb.evaluate(model, task, cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)
+    name = task.metadata.name
+    calls = sum(record["calls"] for record in model.fit_log)
+    assert calls >= 2 and writes == [name], (calls, writes)  # several encode() calls, one write
+    (path,) = (tmp_path / "results").rglob(f"flow-plugin-fits/{name}.fits.json")
+    written = fit_records.read_fits(path)["fits"]
+    assert sum(record["calls"] for record in written) == calls  # every call is in the one file

@@ -39,10 +39,23 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="also run SentEval's transfer tasks on this folder (the one holding downstream/)")
     add_encoder_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="recompute finished results")
+    parser.add_argument("--board", type=Path, default=None, metavar="JSON",
+                        help="then build the backbone's task-types board from the output folder: JSON, Markdown and "
+                             "HTML (e.g. leaderboards/task-types-minilm-l6.json)")
+    parser.add_argument("--board-only", action="store_true",
+                        help="build the --board from the results already in the output folder; run nothing")
 
 
 def run(args: argparse.Namespace) -> int:
-    from flow_plugin.studies.task_types import run_task_types
+    from flow_plugin.studies.task_types import build_board, run_task_types
+
+    if args.board_only:
+        if args.board is None:
+            _stderr("flow-plugin task-types: --board-only needs --board JSON (where to write the board)")
+            return 2
+        _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks)
+        print(f"task-types board written: {', '.join(str(path) for path in paths)}")
+        return 0
 
     senteval = {"task_path": args.senteval_task_path} if args.senteval_task_path is not None else None
     report = run_task_types(args.backbone, args.data, output_folder=args.output_folder, calibrators=args.calibrators,
@@ -61,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
     if report.interrupted:
         print("interrupted: rerun the same command to resume (finished results are reused)", file=sys.stderr)
         return 130
+    if args.board is not None and not failed:
+        _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks,
+                               study={"wall_seconds": report.wall_seconds, "cpu_seconds": report.cpu_seconds})
+        print(f"task-types board written: {', '.join(str(path) for path in paths)}")
     return 1 if failed else 0
 
 

@@ -202,6 +202,23 @@ def run_task_types(
     return report
 
 
+def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str | os.PathLike[str], *,
+                tasks: Sequence[str] | None = None, study: dict[str, float] | None = None) -> tuple[Any, tuple[Path, ...]]:
+    """The backbone's task-types board (:func:`flow_plugin.leaderboard.pipeline.update_task_types_board`) from a
+    study's output folder, written to ``board`` (``leaderboards/task-types-<backbone>.json``) with its Markdown and
+    HTML; ``study``: the study's ``wall_seconds`` and ``cpu_seconds`` (default: its ``task-types-study.json``)."""
+    import json
+
+    from flow_plugin.leaderboard.pipeline import update_task_types_board
+
+    if study is None:
+        path = Path(output_folder) / STUDY_FILE
+        if path.is_file():
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+            study = {key: recorded[key] for key in ("wall_seconds", "cpu_seconds") if key in recorded}
+    return update_task_types_board(output_folder, backbone, board, tasks=tasks, study=study)
+
+
 def _machine_note() -> dict[str, Any]:
     """What a runtime depends on here: CPUs, the load average (other processes' share), torch's threads."""
     note: dict[str, Any] = {"cpus": os.cpu_count()}
@@ -248,4 +265,4 @@ def _run_step(run: Any, task: Any, output: Path, options: Any, max_fit_sentences
                      result_path=str(result.path) if result.path is not None else None)
 
 
-__all__ = ["STUDY_MAX_FIT_SENTENCES", "StudyReport", "StudyStep", "run_task_types", "study_tasks"]
+__all__ = ["STUDY_MAX_FIT_SENTENCES", "StudyReport", "StudyStep", "build_board", "run_task_types", "study_tasks"]

@@ -77,6 +77,20 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     assert {step.status for step in again.steps} == {"reused"}
     assert [step.score for step in again.steps] == pytest.approx([step.score for step in report.steps], abs=1e-6)
 
+    # the board of that study, through the leaderboard pipeline: scores as the study's, Δ inside their intervals
+    from flow_plugin.leaderboard.compare_types import board_problems
+    from flow_plugin.studies.task_types import build_board
+
+    board, paths = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "task-types-tiny.json")
+    assert [path.name for path in paths] == ["task-types-tiny.json", "task-types-tiny.md", "task-types-tiny.html"]
+    assert [row.calibrator for row in board.rows] == ["raw", "whiten", "flow"] and board.rows[2].seeds == [1234, 1235]
+    assert board.types == {"Classification": [TASKS[0]], "PairClassification": [TASKS[1]]}
+    assert board.run["wall_seconds"] == json.loads((output / STUDY_FILE).read_text())["wall_seconds"] and board.run["hardware"][0]["device"] == "cpu"
+    by_label = {(step.label, step.task): step.score for step in report.steps}
+    assert board.rows[1].scores[TASKS[0]].mean == pytest.approx(100 * by_label["flow_plugin/tiny-whiten", TASKS[0]],
+                                                                abs=1e-4)
+    assert board_problems(board) == []
+
 
 def test_study_refuses_unknown_names_before_running(tmp_path: Path) -> None:
     from flow_plugin.studies.task_types import run_task_types

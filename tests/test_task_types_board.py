@@ -165,3 +165,18 @@ def test_published_board_every_delta_lies_inside_its_interval(path: Path) -> Non
             for found in row.delta.values():
                 low, high = found.ci95
                 assert low <= found.delta <= high
+
+
+def test_the_table_across_backbones_shows_each_type_and_backbone_with_intervals() -> None:
+    from flow_plugin.leaderboard.render.task_types import across_backbones
+
+    boards = [compare_task_types(_study(shift), name=name, backbone=name, updated="now", generated_by="t",
+                                 n_resamples=100) for name, shift in (("one", 0.25), ("two", 0.0))]
+    lines = across_backbones(boards)
+    assert lines[0] == "| Task type | Backbone | raw | SN | flow |"
+    body = [line.split(" | ") for line in lines[2:]]
+    assert [(cells[0], cells[1]) for cells in body] == [
+        ("| Classification", "one"), ("| Classification", "two"), ("| Retrieval", "one"), ("| Retrieval", "two"),
+        ("| Average of the types", "one"), ("| Average of the types", "two")]
+    flow_one = boards[0].rows[-1].delta["Classification"]
+    assert body[0][4].startswith(f"{flow_one.delta:+.2f} [") and body[0][4].endswith("]* |")

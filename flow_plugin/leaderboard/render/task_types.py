@@ -111,6 +111,29 @@ def summary_table(board: TaskTypesBoard) -> list[str]:
     return lines
 
 
+def across_backbones(boards: list[TaskTypesBoard]) -> list[str]:
+    """Markdown lines of one table over several boards: per task type (then the average of the types) and backbone,
+    raw's score and each calibrator's Δ against raw with its interval (the results pages show it)."""
+    labels: dict[str, str] = {}
+    for board in boards:
+        for row in board.rows:
+            if row.delta is not None:
+                labels.setdefault(row.calibrator, row_label(row).split(" (")[0])
+    kinds = list(dict.fromkeys(kind for board in boards for kind in board.types))
+    lines = ["| Task type | Backbone | raw | " + " | ".join(labels.values()) + " |",
+             "|---|---|---:|" + "---:|" * len(labels)]
+    for kind in [*kinds, AVERAGE]:
+        for board in boards:
+            if kind != AVERAGE and kind not in board.types:
+                continue
+            rows = {row.calibrator: row for row in board.rows}
+            cells = [delta_text(rows[cal].delta.get(kind)) if cal in rows and rows[cal].delta else fmt(None)
+                     for cal in labels]
+            name = "Average of the types" if kind == AVERAGE else type_label(kind)
+            lines.append(f"| {name} | {board.backbone} | {score_text(rows['raw'], kind)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def render_task_types_markdown(board: TaskTypesBoard) -> str:
     """The board as Markdown: the Δ per type, then per type the scores and Δ of its tasks, then the tasks."""
     lines = [f"# Task types: {board.backbone}", "",
@@ -187,5 +210,5 @@ def render_task_types_html(board: TaskTypesBoard, stem: str | None = None) -> st
     return "".join(parts)
 
 
-__all__ = ["INTERVAL_NOTE", "TYPE_LABELS", "delta_text", "render_task_types_html", "render_task_types_markdown",
+__all__ = ["INTERVAL_NOTE", "TYPE_LABELS", "across_backbones", "delta_text", "render_task_types_html", "render_task_types_markdown",
            "row_label", "run_text", "score_text", "summary_table", "task_label", "type_label", "verdict"]

@@ -13,7 +13,7 @@ main score as MTEB computes it from the per-item data (:func:`resampled_scores`)
 MTEB's experiments of each item's correctness), max AP (the best average precision over MTEB's five pair
 scores, ties as one threshold), V-measure (per MTEB clustering experiment, on the items it drew, then the
 mean), and retrieval / reranking measures (the mean over queries). A resample is a vector of item weights
-(how often each item was drawn), so every statistic is computed on it directly.
+(how often each item was drawn), so every statistic is computed on it directly. MTEB's clustering experiments may draw different items for two rows; the weights are of the task's items, the same in every row, so the rows stay paired.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ TYPE_LABELS = {"Classification": "Classification", "PairClassification": "Pair c
                "Clustering": "Clustering", "Reranking": "Reranking", "Retrieval": "Retrieval"}
 INTERVAL_NOTE = ("Each Δ is against raw, in points, with its 95% interval [low, high]: a paired bootstrap over the "
                  "task's test items (every row scored on the same resampled items; the main score recomputed from "
-                 "MTEB's own per-item outcomes), with the seeds of a seeded row resampled too; a type's Δ is the mean "
+                 "MTEB's own per-item outcomes), with the seeds of a seeded row resampled too, and the resampled "
+                 "deltas re-centred on the Δ (V-measure and AP are biased on resamples with repeated items); a "
+                 "type's Δ is the mean "
                  "of its tasks' and the average the mean of the types', their intervals from the same resamples. * "
                  "marks an interval that excludes 0: only those count as differences.")
 

@@ -127,6 +127,11 @@ def test_the_writer_refuses_a_board_whose_delta_left_its_interval(tmp_path: Path
     assert again == board
     assert "| flow (3 seeds) |" in paths[1].read_text() and "Δ against raw per task type" in paths[2].read_text()
     assert "task-types-tiny.html" in write_index(tmp_path).read_text()
+    markdown = paths[1].read_text()
+    paths[1].unlink()
+    from flow_plugin.leaderboard.pipeline import render_task_types_board
+
+    assert render_task_types_board(paths[0])[1].read_text() == markdown  # from the JSON alone
     moved = board.model_copy(deep=True)
     flow = moved.rows[-1]
     value = flow.delta["TaskA"].delta

@@ -74,6 +74,7 @@ from flow_plugin.leaderboard.models import (
 from flow_plugin.leaderboard.pipeline import (
     LeaderboardUpdate,
     render_leaderboard,
+    render_task_types_board,
     update_leaderboard,
     update_task_types_board,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "render_leaderboard",
     "render_markdown",
     "render_png",
+    "render_task_types_board",
     "row_id",
     "run_key",
     "score_difference",

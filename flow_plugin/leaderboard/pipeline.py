@@ -130,3 +130,20 @@ def update_task_types_board(results_folder: str | os.PathLike[str], backbone: st
         paths = write_task_types_board(board, json_file, board_problems(board))
         write_index(json_file.parent)
     return board, paths
+
+
+def render_task_types_board(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
+    """Re-render a task-types board's Markdown and HTML (and the folder's index) from its JSON alone."""
+    import json
+
+    from flow_plugin.leaderboard.compare_types import board_problems
+
+    json_file = Path(json_path)
+    try:
+        board = TaskTypesBoard.model_validate(json.loads(json_file.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as error:
+        raise LeaderboardError(f"{json_file}: not a task-types board: {str(error).splitlines()[0]}") from None
+    with folder_lock(json_file.parent):
+        paths = write_task_types_board(board, json_file, board_problems(board))
+        write_index(json_file.parent)
+    return paths

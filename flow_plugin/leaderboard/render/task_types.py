@@ -90,12 +90,16 @@ def run_text(board: TaskTypesBoard) -> str:
     run = board.run or {}
     parts = []
     for hardware in run.get("hardware", []):
-        text = ", ".join(str(hardware[key]) for key in ("cpu", "device", "precision", "torch") if hardware.get(key))
+        text = ", ".join(str(hardware[key]) for key in ("cpu", "device", "precision") if hardware.get(key))
+        if hardware.get("bf16_kernels"):
+            text += f" ({hardware['bf16_kernels']})"
+        if hardware.get("torch"):
+            text += f", torch {hardware['torch']}"
         if hardware.get("cpu_cores"):
             text += f", {hardware['cpu_cores']} cores"
         parts.append(text)
     text = "; ".join(parts) or "not recorded"
-    times = [f"{name.replace('_', ' ')} {run[name]:,.0f} s" for name in ("wall_seconds", "cpu_seconds")
+    times = [f"{run[name]:,.0f} s {label}" for name, label in (("wall_seconds", "wall"), ("cpu_seconds", "CPU"))
              if isinstance(run.get(name), (int, float))]
     return f"Computed on: {text}" + (f" ({', '.join(times)} for the study)" if times else "") + "."
 

@@ -185,3 +185,4 @@ def test_the_table_across_backbones_shows_each_type_and_backbone_with_intervals(
         ("| Average of the types", "one"), ("| Average of the types", "two")]
     flow_one = boards[0].rows[-1].delta["Classification"]
     assert body[0][4].startswith(f"{flow_one.delta:+.2f} [") and body[0][4].endswith("]* |")
+    assert across_backbones(boards, ["flow"])[0] == "| Task type | Backbone | raw | flow |"

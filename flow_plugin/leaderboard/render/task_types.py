@@ -117,13 +117,14 @@ def summary_table(board: TaskTypesBoard) -> list[str]:
     return lines
 
 
-def across_backbones(boards: list[TaskTypesBoard]) -> list[str]:
+def across_backbones(boards: list[TaskTypesBoard], calibrators: list[str] | None = None) -> list[str]:
     """Markdown lines of one table over several boards: per task type (then the average of the types) and backbone,
-    raw's score and each calibrator's Δ against raw with its interval (the results pages show it)."""
+    raw's score and each calibrator's Δ against raw with its interval (the results pages show it); ``calibrators``:
+    only those columns."""
     labels: dict[str, str] = {}
     for board in boards:
         for row in board.rows:
-            if row.delta is not None:
+            if row.delta is not None and (calibrators is None or row.calibrator in calibrators):
                 labels.setdefault(row.calibrator, row_label(row).split(" (")[0])
     kinds = list(dict.fromkeys(kind for board in boards for kind in board.types))
     lines = ["| Task type | Backbone | raw | " + " | ".join(labels.values()) + " |",

@@ -1,5 +1,6 @@
-"""The write stage: a leaderboard's files, ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME.html``, and
-the folder's ``index.html``; the list of result folders merged into a board; the folder's lock.
+"""The write stage: a leaderboard's files, ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME.html`` (a task-types
+board's JSON, Markdown and HTML), and the folder's ``index.html``; the list of result folders merged into a board;
+the folder's lock.
 
 The board is checked (its format, and that its stored intervals describe its scores), everything is
 rendered in memory, then each file is written atomically (see :mod:`flow_plugin._io`), the JSON last
@@ -22,10 +23,10 @@ from flow_plugin._io import atomic_write_bytes, atomic_write_json, atomic_write_
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 from flow_plugin.leaderboard.compare import Compared
 from flow_plugin.leaderboard.ingest.merge import load_leaderboard
+from flow_plugin.leaderboard.models import TASK_TYPES_FORMAT, TaskTypesBoard
 from flow_plugin.leaderboard.render.chart import render_png
 from flow_plugin.leaderboard.render.html import board_summary, render_html, render_index
 from flow_plugin.leaderboard.render.markdown import render_markdown
-from flow_plugin.leaderboard.models import TASK_TYPES_FORMAT, TaskTypesBoard
 from flow_plugin.leaderboard.render.task_types import render_task_types_html, render_task_types_markdown
 
 logger = logging.getLogger(__name__)

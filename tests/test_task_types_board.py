@@ -159,8 +159,13 @@ PUBLISHED = sorted((REPO / "leaderboards").glob("task-types-*.json"))
 @pytest.mark.skipif(not PUBLISHED, reason="no task-types board published in leaderboards/ yet")
 @pytest.mark.parametrize("path", PUBLISHED, ids=[path.stem for path in PUBLISHED])
 def test_published_board_every_delta_lies_inside_its_interval(path: Path) -> None:
+    from flow_plugin.leaderboard.render.task_types import render_task_types_html, render_task_types_markdown
+
     board = TaskTypesBoard.model_validate(json.loads(path.read_text(encoding="utf-8")))
     assert board_problems(board) == []
+    assert board.file_text() == path.read_text(encoding="utf-8")  # re-rendered by this code, byte for byte
+    assert render_task_types_markdown(board) == path.with_suffix(".md").read_text(encoding="utf-8")
+    assert render_task_types_html(board, path.stem) == path.with_suffix(".html").read_text(encoding="utf-8")
     raw = next(row for row in board.rows if row.calibrator == "raw")
     columns = {task.name for task in board.tasks} | set(board.types) | {"average"}
     assert set(raw.scores) == columns

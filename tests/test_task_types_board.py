@@ -191,3 +191,17 @@ def test_the_table_across_backbones_shows_each_type_and_backbone_with_intervals(
     flow_one = boards[0].rows[-1].delta["Classification"]
     assert body[0][4].startswith(f"{flow_one.delta:+.2f} [") and body[0][4].endswith("]* |")
     assert across_backbones(boards, ["flow"])[0] == "| Task type | Backbone | raw | flow |"
+
+
+def test_the_board_verb_says_in_one_line_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from flow_plugin.cli.main import main as cli_main
+
+    assert cli_main(["task-types", "-b", "minilm-l6", "--output-folder", str(tmp_path), "--board-only"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "flow-plugin task-types: --board-only needs --board JSON (where to write the board)"]
+    board = tmp_path / "boards" / "task-types-minilm-l6.json"
+    assert cli_main(["task-types", "-b", "minilm-l6", "--output-folder", str(tmp_path), "--board", str(board),
+                     "--board-only"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "flow-plugin task-types: error: minilm-l6: no results of the labelled tasks to compare"]
+    assert not board.exists()

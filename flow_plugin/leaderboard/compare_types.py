@@ -18,7 +18,7 @@ mean), and retrieval / reranking measures (the mean over queries). A resample is
 Accuracy and the retrieval measures are means over items, so their resamples are centred on the delta. V-measure
 and average precision are not: on a resample with repeated items their plug-in entropies and precisions are biased,
 and by more for a row that clusters worse (on minilm-l6's Banking77 clustering the resampled deltas of NATSV
-averaged about 0.5 points above the delta). The interval is therefore the percentile interval of the resampled
+averaged 0.42 points above the delta). The interval is therefore the percentile interval of the resampled
 deltas shifted by the bootstrap's estimate of that bias (their mean minus the delta), the additive bias correction
 of Efron and Tibshirani (An Introduction to the Bootstrap, 1993, section 10.6); for the means it changes
 nothing beyond Monte Carlo noise. MTEB's clustering experiments may draw different items for two rows; the weights are of the task's items, the same in every row, so the rows stay paired.

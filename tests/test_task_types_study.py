@@ -90,6 +90,9 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     assert board.rows[1].scores[TASKS[0]].mean == pytest.approx(100 * by_label["flow_plugin/tiny-whiten", TASKS[0]],
                                                                 abs=1e-4)
     assert board_problems(board) == []
+    only, _ = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "flow-only.json", calibrators=["flow"])
+    assert [row.calibrator for row in only.rows] == ["raw", "flow"]  # raw always: every Δ is against it
+    assert only.rows[1].delta == board.rows[2].delta  # the same resamples: a row's Δ does not depend on the others
 
 
 def test_study_refuses_unknown_names_before_running(tmp_path: Path) -> None:

@@ -27,9 +27,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "$FLOW_PLUGIN_SHARED_DATA, else the parent of $FLOW_PLUGIN_SENTEVAL_DATA)")
     parser.add_argument("--output-folder", type=Path, default=Path("results/task-types"),
                         help="MTEB output folder (default: results/task-types)")
-    parser.add_argument("--calibrators", nargs="+", metavar="NAME", default=list(STUDY_CALIBRATORS),
+    parser.add_argument("--calibrators", nargs="+", metavar="NAME", default=None,
                         help="calibrator names (raw sn natsv sn-natsv whiten flow, flow variants, flow-ens); "
-                             f"default: {' '.join(STUDY_CALIBRATORS)}")
+                             f"default: {' '.join(STUDY_CALIBRATORS)}; with --board-only, the rows of the board (default: "
+                             "every calibrator found)")
     parser.add_argument("--seeds", type=int, default=1, metavar="N",
                         help="seeds of each seeded calibrator: its default and the next N-1")
     parser.add_argument("--tasks", nargs="+", metavar="TASK", help="a subset of the study's tasks (default: all)")
@@ -53,12 +54,13 @@ def run(args: argparse.Namespace) -> int:
         if args.board is None:
             _stderr("flow-plugin task-types: --board-only needs --board JSON (where to write the board)")
             return 2
-        _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks)
+        _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks,
+                               calibrators=args.calibrators)
         print(f"task-types board written: {', '.join(str(path) for path in paths)}")
         return 0
 
     senteval = {"task_path": args.senteval_task_path} if args.senteval_task_path is not None else None
-    report = run_task_types(args.backbone, args.data, output_folder=args.output_folder, calibrators=args.calibrators,
+    report = run_task_types(args.backbone, args.data, output_folder=args.output_folder, calibrators=args.calibrators or STUDY_CALIBRATORS,
                             seeds=args.seeds, tasks=args.tasks, max_fit_sentences=args.max_fit_sentences,
                             options=encoder_options(args), overwrite=args.overwrite, senteval=senteval,
                             progress=_stderr)
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     if args.board is not None and not failed:
         _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks,
-                               study={"wall_seconds": report.wall_seconds, "cpu_seconds": report.cpu_seconds})
+                               calibrators=args.calibrators or STUDY_CALIBRATORS, study={"wall_seconds": report.wall_seconds, "cpu_seconds": report.cpu_seconds})
         print(f"task-types board written: {', '.join(str(path) for path in paths)}")
     return 1 if failed else 0
 

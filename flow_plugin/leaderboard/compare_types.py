@@ -245,7 +245,6 @@ def compare_task_types(results: Sequence[TaskResult], *, name: str, backbone: st
     alpha = (1.0 - confidence) / 2.0
     raw_seed = next(iter(raw_runs))
     raw_boot = {task: resampled["raw"][raw_seed][task] for task in tasks}
-    seed_rng = np.random.default_rng(seed)
     rows = []
     for cal in calibrators:
         run_seeds = sorted(by_row[cal], key=lambda s: (s is None, s or 0))
@@ -255,8 +254,10 @@ def compare_task_types(results: Sequence[TaskResult], *, name: str, backbone: st
         delta = None
         if cal != "raw":
             raw_scores = {task: raw[task].score * 100.0 for task in tasks}
-            # one draw of seeds per resample, shared by the row's tasks
-            draws = seed_rng.integers(0, len(run_seeds), size=(n_resamples, len(run_seeds)))
+            # one draw of seeds per resample, shared by the row's tasks; its own generator, so that a row's interval
+            # does not depend on which other rows the board has
+            draws = np.random.default_rng(_task_seed(seed, f"seeds of {cal}")).integers(
+                0, len(run_seeds), size=(n_resamples, len(run_seeds)))
             boot_tasks = {}
             for task in tasks:
                 stacked = np.stack([resampled[cal][s][task] for s in run_seeds])  # (seeds, resamples)

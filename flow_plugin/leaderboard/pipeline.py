@@ -109,17 +109,20 @@ def render_leaderboard(json_path: str | os.PathLike[str]) -> tuple[Path, Path, P
 
 
 def update_task_types_board(results_folder: str | os.PathLike[str], backbone: str, json_path: str | os.PathLike[str],
-                            *, tasks: Sequence[str] | None = None, study: dict[str, float] | None = None,
+                            *, tasks: Sequence[str] | None = None, calibrators: Sequence[str] | None = None,
+                            study: dict[str, float] | None = None,
                             n_resamples: int | None = None) -> tuple[TaskTypesBoard, tuple[Path, Path, Path]]:
     """Build a backbone's task-types board from a study's result folder (ingest: the labelled tasks' results and
     their per-item data; compare: scores, type averages, Δ against raw and the paired bootstrap intervals), then
-    write its JSON, Markdown and HTML and the folder's index. ``study``: the study's wall and CPU seconds, shown
+    write its JSON, Markdown and HTML and the folder's index. ``calibrators``: the rows (default: every calibrator
+    with results). ``study``: the study's wall and CPU seconds, shown
     with the board's provenance."""
     # numpy, scipy and MTEB's result reader load when a board is built, not to import the leaderboard or the CLI
     from flow_plugin.leaderboard.compare_types import DEFAULT_RESAMPLES, board_problems, compare_task_types
     from flow_plugin.leaderboard.ingest.task_items import read_task_results, run_provenance
 
-    results = read_task_results(results_folder, backbone, list(tasks) if tasks else None)
+    results = read_task_results(results_folder, backbone, list(tasks) if tasks else None,
+                                calibrators=list(calibrators) if calibrators else None)
     run = run_provenance(results_folder) or {}
     run.update(study or {})
     json_file = Path(json_path)

@@ -203,10 +203,11 @@ def run_task_types(
 
 
 def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str | os.PathLike[str], *,
-                tasks: Sequence[str] | None = None, study: dict[str, float] | None = None) -> tuple[Any, tuple[Path, ...]]:
+                tasks: Sequence[str] | None = None, calibrators: Sequence[str] | None = None,
+                study: dict[str, float] | None = None) -> tuple[Any, tuple[Path, ...]]:
     """The backbone's task-types board (:func:`flow_plugin.leaderboard.pipeline.update_task_types_board`) from a
     study's output folder, written to ``board`` (``leaderboards/task-types-<backbone>.json``) with its Markdown and
-    HTML; ``study``: the study's ``wall_seconds`` and ``cpu_seconds`` (default: its ``task-types-study.json``)."""
+    HTML; ``calibrators``: the rows (default: every calibrator with results); ``study``: the study's ``wall_seconds`` and ``cpu_seconds`` (default: its ``task-types-study.json``)."""
     import json
 
     from flow_plugin.leaderboard.pipeline import update_task_types_board
@@ -216,7 +217,7 @@ def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str
         if path.is_file():
             recorded = json.loads(path.read_text(encoding="utf-8"))
             study = {key: recorded[key] for key in ("wall_seconds", "cpu_seconds") if key in recorded}
-    return update_task_types_board(output_folder, backbone, board, tasks=tasks, study=study)
+    return update_task_types_board(output_folder, backbone, board, tasks=tasks, calibrators=calibrators, study=study)
 
 
 def _machine_note() -> dict[str, Any]:

@@ -57,9 +57,10 @@ def _calibrator_of(model: str, backbone_prefix: str) -> str | None:
     return name if name in CALIBRATOR_NAMES else None
 
 
-def read_task_results(folder: str | os.PathLike[str], backbone: str,
-                      tasks: list[str] | None = None) -> list[TaskResult]:
-    """Every result of ``backbone``'s models on the labelled tasks (or those of ``tasks``) in the MTEB output
+def read_task_results(folder: str | os.PathLike[str], backbone: str, tasks: list[str] | None = None, *,
+                      calibrators: list[str] | None = None) -> list[TaskResult]:
+    """Every result of ``backbone``'s models (or those of ``calibrators``; raw is always read, every Δ is against it)
+    on the labelled tasks (or those of ``tasks``) in the MTEB output
     folder ``folder``, with its per-item data. A result whose per-item data is missing or does not reproduce its
     score is a :class:`~flow_plugin.errors.LeaderboardError` naming the file and the remedy."""
     spec = get_backbone(backbone)
@@ -72,7 +73,7 @@ def read_task_results(folder: str | os.PathLike[str], backbone: str,
             continue
         identity = result_identity(path)
         calibrator = _calibrator_of(identity.model, prefix)
-        if calibrator is None:
+        if calibrator is None or (calibrators is not None and calibrator != "raw" and calibrator not in calibrators):
             continue
         result = load_task_result(path)
         splits = list(result.scores)

@@ -33,6 +33,11 @@ WHITEN = "flow_plugin/minilm-l6-whiten"
 TASK = "SentEvalSTS13"
 
 
+def sts_boards(folder: Path) -> list[Path]:
+    """The STS boards of a leaderboards folder (the task-types boards beside them: test_task_types_board.py)."""
+    return sorted(path for path in folder.glob("*.json") if not path.name.startswith("task-types-"))
+
+
 @pytest.fixture(scope="module")
 def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, minilm_path: Path) -> dict[str, Path]:
     """{"sts": output folder of the SentEvalSTS13 run, "experiment": of the run with loader kwargs,
@@ -247,7 +252,7 @@ def test_scores_are_what_mteb_itself_reads(result_dirs: dict[str, Path], tmp_pat
     assert compared == update.report.files_read == sum(len(r.scores) for r in rows.values()) == 4
 
 
-@pytest.mark.parametrize("json_path", sorted((REPO / "leaderboards").glob("*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("json_path", sts_boards(REPO / "leaderboards"), ids=lambda p: p.stem)
 def test_committed_leaderboards_are_reproduced(json_path: Path) -> None:
     """The published leaderboards, re-derived and re-rendered by this code, are byte for byte
     what is committed (JSON, Markdown and HTML page), and the chart draws the same bars at the same size."""
@@ -554,7 +559,7 @@ def test_the_schema_is_generated_from_the_typed_models_and_the_docs_show_it() ->
 def test_published_boards_fit_the_typed_models_and_a_bad_board_is_refused(tmp_path: Path) -> None:
     from flow_plugin.leaderboard.models import Leaderboard, check_board
 
-    published = sorted((Path(__file__).resolve().parents[1] / "leaderboards").glob("*.json"))
+    published = sts_boards(Path(__file__).resolve().parents[1] / "leaderboards")
     assert published
     for path in published:
         board = check_board(json.loads(path.read_text(encoding="utf-8")), str(path))
@@ -576,7 +581,7 @@ def test_published_boards_fit_the_typed_models_and_a_bad_board_is_refused(tmp_pa
 
 
 def test_a_loaded_board_is_the_typed_model() -> None:
-    published = sorted((Path(__file__).resolve().parents[1] / "leaderboards").glob("*.json"))
+    published = sts_boards(Path(__file__).resolve().parents[1] / "leaderboards")
     for path in published:
         board = lb.load_leaderboard(path)
         assert isinstance(board, lb.Leaderboard) and board.rows and board.seed_groups

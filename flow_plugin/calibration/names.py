@@ -44,6 +44,9 @@ FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "flow-ens": ("flow", {"ensemble": 5}),
 }
 
+#: what a study of every task type compares by default: the six methods and the flow ensemble
+STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens")
+
 #: every name, methods first
 CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *FLOW_VARIANTS)
 

@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "leaderboard": ("flow_plugin.cli.leaderboard", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
     "sweep": ("flow_plugin.cli.sweep", "run a sweep file (backbones x calibrators x tasks x fit corpora x seeds) on Ray"),
     "export": ("flow_plugin.cli.export", "write a registry model with its fitted calibrator as a sentence-transformers folder"),
+    "task-types": ("flow_plugin.cli.task_types", "run a backbone's calibrators over offline tasks of every MTEB type (results + per-item data)"),
+    "senteval": ("flow_plugin.cli.senteval", "run SentEval's transfer tasks (MR ... SICK-E) through SentEval's engine, raw and each calibrator"),
 }
 
 

@@ -28,6 +28,11 @@ top to bottom, one module (or folder) per stage:
 * :mod:`.pipeline`: :func:`update_leaderboard` and :func:`render_leaderboard`, the stages in order (the
   command line is :mod:`flow_plugin.cli.leaderboard`).
 
+The task-types board (every calibrator on the labelled tasks of every MTEB type) runs through the same stages:
+:mod:`.ingest.task_items` (results and their per-item data) -> :mod:`.compare_types` (scores, type averages, Δ
+against raw and the paired bootstrap intervals over test items and seeds) -> :mod:`.render.task_types` ->
+:func:`.write.write_task_types_board`; :func:`update_task_types_board` runs them.
+
 Importing this package imports the standard library, pydantic and the registry (mteb when results are read,
 numpy and scipy when intervals are computed, matplotlib when a chart is drawn).
 """
@@ -63,14 +68,21 @@ from flow_plugin.leaderboard.models import (
     Row,
     SeedGroup,
     TaskScore,
+    TaskTypesBoard,
     task_sort_key,
 )
-from flow_plugin.leaderboard.pipeline import LeaderboardUpdate, render_leaderboard, update_leaderboard
+from flow_plugin.leaderboard.pipeline import (
+    LeaderboardUpdate,
+    render_leaderboard,
+    render_task_types_board,
+    update_leaderboard,
+    update_task_types_board,
+)
 from flow_plugin.leaderboard.render.card import benchmark_row, benchmark_scores
 from flow_plugin.leaderboard.render.chart import delta_series, render_png
 from flow_plugin.leaderboard.render.html import embedded_json, page_view, render_html, render_index, significance
 from flow_plugin.leaderboard.render.markdown import render_markdown
-from flow_plugin.leaderboard.write import output_paths, write_index, write_leaderboard
+from flow_plugin.leaderboard.write import output_paths, write_index, write_leaderboard, write_task_types_board
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -90,6 +102,7 @@ __all__ = [
     "Row",
     "SeedGroup",
     "TaskScore",
+    "TaskTypesBoard",
     "benchmark_row",
     "benchmark_scores",
     "compare",
@@ -113,6 +126,7 @@ __all__ = [
     "render_leaderboard",
     "render_markdown",
     "render_png",
+    "render_task_types_board",
     "row_id",
     "run_key",
     "score_difference",
@@ -120,6 +134,8 @@ __all__ = [
     "significance",
     "task_sort_key",
     "update_leaderboard",
+    "update_task_types_board",
     "write_index",
     "write_leaderboard",
+    "write_task_types_board",
 ]

@@ -251,6 +251,72 @@ class Leaderboard(_Part):
         return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+# ============================================================================ the task-types board
+TASK_TYPES_FORMAT = "flow-plugin-task-types-board"
+TASK_TYPES_FORMAT_VERSION = 1
+
+
+class BoardTask(_Part):
+    """One labelled task of a task-types board."""
+
+    name: str = Field(description='MTEB task name, e.g. "FlowPluginMRClassification"')
+    type: str = Field(description='MTEB task type: "Classification", "PairClassification", "Clustering", ...')
+    main_score: str = Field(description='MTEB\'s main score of the task, e.g. "accuracy", "max_ap", "v_measure"')
+    n_items: int = Field(description="test items the bootstrap resamples (items, pairs, texts or queries)")
+    dataset_revision: str
+
+
+class TypeDelta(_Part):
+    """A Δ against raw with its paired bootstrap 95% interval."""
+
+    delta: float = Field(description="mean over seeds of this row's score minus raw's, in points")
+    ci95: Annotated[tuple[float, float], Strict(False)] = Field(description="the 95% interval of the delta")
+    significant: bool = Field(description="the interval excludes 0")
+
+
+class TypeRow(_Part):
+    """One calibrator of a task-types board: a plain run, or the runs of several seeds as one row."""
+
+    id: str = Field(description='the model, plus " (seeds <first>-<last>)" for several seeds')
+    model: str = Field(description='MTEB model name, e.g. "flow_plugin/minilm-l6-flow"')
+    calibrator: str = Field(description="raw | sn | natsv | sn-natsv | whiten | flow | a flow variant")
+    seeds: list[int] | None = Field(description="the seeds of a seeded calibrator (null for one without a seed)")
+    scores: dict[str, SeedSpread] = Field(description='"<Task>" | "<Type>" (the mean of its tasks) | "average" (the '
+                                          "mean of the type averages): over the seeds")
+    delta: dict[str, TypeDelta] | None = Field(description='the same columns against raw (null for raw)')
+
+
+class TaskTypesBoard(_Part):
+    """A flow-plugin task-types board (JSON): every calibrator of one backbone on the labelled tasks of every
+    MTEB task type, with each Δ against raw and its paired bootstrap interval."""
+
+    _ABSENT_WHEN_NONE = ("run",)
+
+    format: Literal[TASK_TYPES_FORMAT]  # type: ignore[valid-type]
+    format_version: Literal[TASK_TYPES_FORMAT_VERSION]  # type: ignore[valid-type]
+    name: str
+    backbone: str
+    updated: str = Field(description="ISO 8601 UTC time the board was built")
+    generated_by: str
+    scale: Literal["points"] = Field(description="every score and delta: the main score x 100")
+    tasks: list[BoardTask] = Field(description="the columns, grouped by type")
+    types: dict[str, list[str]] = Field(description="task type -> its tasks, in column order")
+    rows: list[TypeRow] = Field(description="raw first, then the calibrators in the catalog's order")
+    interval_method: IntervalMethod
+    run: dict[str, Any] | None = Field(None, description="where and how the results were computed: precision, "
+                                       "CPU, threads, versions, wall and CPU seconds of the study")
+
+    def file_text(self, where: str = "task-types board") -> str:
+        """The file's text, after checking it against the models once more."""
+        data = self.model_dump(mode="json")
+        try:
+            TaskTypesBoard.model_validate(data)
+        except ValidationError as error:
+            raise LeaderboardError(f"{where} does not fit the task-types board format: "
+                                   f"{validation_problems(error)}") from None
+        return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
 def leaderboard_schema() -> dict[str, Any]:
     """The JSON schema of a leaderboard file, generated from :class:`Leaderboard`."""
     return Leaderboard.model_json_schema()
@@ -275,6 +341,7 @@ def check_board(data: Any, where: str = "leaderboard") -> Leaderboard:
         raise LeaderboardError(f"{where} does not fit the leaderboard format: {validation_problems(error)}") from None
 
 
-__all__ = ["AVERAGE", "DECIMALS", "DEFAULT_TOLERANCE", "FORMAT", "FORMAT_VERSION", "Comparison", "IntervalMethod", "Intervals", "Leaderboard", "ProtocolName",
+__all__ = ["TASK_TYPES_FORMAT", "TASK_TYPES_FORMAT_VERSION", "BoardTask", "TaskTypesBoard", "TypeDelta", "TypeRow",
+           "AVERAGE", "DECIMALS", "DEFAULT_TOLERANCE", "FORMAT", "FORMAT_VERSION", "Comparison", "IntervalMethod", "Intervals", "Leaderboard", "ProtocolName",
            "ReferenceName", "Row", "SeedGroup", "SeedSpread", "TaskScore", "check_board", "leaderboard_schema", "schema_text",
            "is_number", "round_points", "task_sort_key", "to_points", "validation_problems"]

@@ -23,9 +23,10 @@ from flow_plugin.leaderboard.ingest.merge import (
     merge_results,
     now_iso,
 )
-from flow_plugin.leaderboard.models import Leaderboard
+from flow_plugin.leaderboard.models import Leaderboard, TaskTypesBoard
 from flow_plugin.leaderboard.write import (
     folder_lock,
+    write_task_types_board,
     output_paths,
     read_sources,
     write_index,
@@ -103,5 +104,49 @@ def render_leaderboard(json_path: str | os.PathLike[str]) -> tuple[Path, Path, P
         raise LeaderboardError(f"{json_file}: no such leaderboard file; --render-only re-renders an existing one")
     with folder_lock(json_file.parent.resolve()):
         paths = write_leaderboard(compare(load_leaderboard(json_file)), json_file)
+        write_index(json_file.parent)
+    return paths
+
+
+def update_task_types_board(results_folder: str | os.PathLike[str], backbone: str, json_path: str | os.PathLike[str],
+                            *, tasks: Sequence[str] | None = None, calibrators: Sequence[str] | None = None,
+                            study: dict[str, float] | None = None,
+                            n_resamples: int | None = None) -> tuple[TaskTypesBoard, tuple[Path, Path, Path]]:
+    """Build a backbone's task-types board from a study's result folder (ingest: the labelled tasks' results and
+    their per-item data; compare: scores, type averages, Δ against raw and the paired bootstrap intervals), then
+    write its JSON, Markdown and HTML and the folder's index. ``calibrators``: the rows (default: every calibrator
+    with results). ``study``: the study's wall and CPU seconds, shown
+    with the board's provenance."""
+    # numpy, scipy and MTEB's result reader load when a board is built, not to import the leaderboard or the CLI
+    from flow_plugin.leaderboard.compare_types import DEFAULT_RESAMPLES, board_problems, compare_task_types
+    from flow_plugin.leaderboard.ingest.task_items import read_task_results, run_provenance
+
+    results = read_task_results(results_folder, backbone, list(tasks) if tasks else None,
+                                calibrators=list(calibrators) if calibrators else None)
+    run = run_provenance(results_folder) or {}
+    run.update(study or {})
+    json_file = Path(json_path)
+    board = compare_task_types(results, name=json_file.stem, backbone=backbone, updated=now_iso(),
+                               generated_by=generated_by(), run=run or None,
+                               n_resamples=n_resamples or DEFAULT_RESAMPLES)
+    with folder_lock(json_file.parent):
+        paths = write_task_types_board(board, json_file, board_problems(board))
+        write_index(json_file.parent)
+    return board, paths
+
+
+def render_task_types_board(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
+    """Re-render a task-types board's Markdown and HTML (and the folder's index) from its JSON alone."""
+    import json
+
+    from flow_plugin.leaderboard.compare_types import board_problems
+
+    json_file = Path(json_path)
+    try:
+        board = TaskTypesBoard.model_validate(json.loads(json_file.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as error:
+        raise LeaderboardError(f"{json_file}: not a task-types board: {str(error).splitlines()[0]}") from None
+    with folder_lock(json_file.parent):
+        paths = write_task_types_board(board, json_file, board_problems(board))
         write_index(json_file.parent)
     return paths

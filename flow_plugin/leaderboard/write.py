@@ -1,5 +1,6 @@
-"""The write stage: a leaderboard's files, ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME.html``, and
-the folder's ``index.html``; the list of result folders merged into a board; the folder's lock.
+"""The write stage: a leaderboard's files, ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME.html`` (a task-types
+board's JSON, Markdown and HTML), and the folder's ``index.html``; the list of result folders merged into a board;
+the folder's lock.
 
 The board is checked (its format, and that its stored intervals describe its scores), everything is
 rendered in memory, then each file is written atomically (see :mod:`flow_plugin._io`), the JSON last
@@ -16,14 +17,17 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock, make_output_folder
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 from flow_plugin.leaderboard.compare import Compared
 from flow_plugin.leaderboard.ingest.merge import load_leaderboard
+from flow_plugin.leaderboard.models import TASK_TYPES_FORMAT, TaskTypesBoard
 from flow_plugin.leaderboard.render.chart import render_png
 from flow_plugin.leaderboard.render.html import board_summary, render_html, render_index
 from flow_plugin.leaderboard.render.markdown import render_markdown
+from flow_plugin.leaderboard.render.task_types import render_task_types_html, render_task_types_markdown
 
 logger = logging.getLogger(__name__)
 
@@ -73,12 +77,48 @@ def write_leaderboard(compared: Compared,
     return json_file, md_file, png_file if png is not None else None, html_file
 
 
+def write_task_types_board(board: TaskTypesBoard, json_path: str | os.PathLike[str],
+                           problems: list[str] | None = None) -> tuple[Path, Path, Path]:
+    """Render a task-types board's Markdown and HTML in memory, then write them and its JSON atomically (JSON last).
+    ``problems`` (the compare stage's check of the board, :func:`~flow_plugin.leaderboard.compare_types.board_problems`):
+    when there are any, nothing is written and the first is a :class:`LeaderboardError`."""
+    json_file, md_file, _, html_file = output_paths(json_path)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise LeaderboardError(f"{json_file}: the board does not describe its scores: {problems[0]}{more}")
+    text = board.file_text(str(json_file))
+    markdown = render_task_types_markdown(board)
+    page = render_task_types_html(board, json_file.stem)
+    atomic_write_text(md_file, markdown)
+    atomic_write_text(html_file, page)
+    atomic_write_text(json_file, text)
+    return json_file, md_file, html_file
+
+
+def _task_types_summary(path: Path) -> dict[str, Any] | None:
+    """The index's line of a task-types board (None for any other JSON file)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != TASK_TYPES_FORMAT:
+        return None
+    board = TaskTypesBoard.model_validate(data)
+    return {"stem": path.stem, "name": board.name, "backbones": [(board.backbone, None)], "rows": len(board.rows),
+            "runs": sum(len(row.seeds or [None]) for row in board.rows), "tasks": len(board.tasks),
+            "updated": board.updated, "has_chart": False}
+
+
 def write_index(folder: str | os.PathLike[str]) -> Path:
     """Rewrite ``index.html`` of a leaderboards folder: every leaderboard JSON in it (a JSON file
     that is not a leaderboard is left out, with a warning naming it and why)."""
     folder = Path(folder)
     summaries = []
     for path in sorted(folder.glob("*.json")):
+        task_types = _task_types_summary(path)
+        if task_types is not None:
+            summaries.append(task_types)
+            continue
         try:
             board = load_leaderboard(path)
         except LeaderboardError as error:

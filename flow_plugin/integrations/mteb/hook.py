@@ -9,9 +9,10 @@ modules finish executing, the finder's callbacks add:
 
 - a ``ModelMeta`` for every registry model name (``mteb.get_model_meta`` /
   ``mteb.get_model`` / ``mteb run -m flow_plugin/...``);
-- the offline SentEval-format STS tasks and the offline GLUE QNLI retrieval task to
-  ``_TASKS_REGISTRY`` (found by name with ``mteb run -t``), and to the full task list when
-  their data is configured (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``).
+- the offline SentEval-format STS tasks, the offline GLUE QNLI retrieval task and the labelled
+  tasks of every type (built-in and ``$FLOW_PLUGIN_TASKS``) to ``_TASKS_REGISTRY`` (found by name
+  with ``mteb run -t``), and to the full task list when their data is configured
+  (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``, ``FLOW_PLUGIN_SHARED_DATA``).
 
 Before registering, the installed mteb and transformers are checked against the ranges
 flow-plugin declares (:mod:`.versions`): outside them, the hook registers nothing and says so in
@@ -85,18 +86,21 @@ def register_models(module: object = None, requirements: list[str] | None = None
 
 
 def register_tasks(module: object = None, requirements: list[str] | None = None) -> list[str]:
-    """Add the offline STS and retrieval tasks to MTEB's task registry; return their names.
-    ``requirements`` overrides the supported versions checked first (:mod:`.versions`)."""
+    """Add the offline STS, retrieval and labelled tasks (:mod:`.labelled_tasks`) to MTEB's task registry;
+    return their names. ``requirements`` overrides the supported versions checked first (:mod:`.versions`)."""
     from flow_plugin.integrations.mteb.versions import require_supported
 
     require_supported(requirements)
     from flow_plugin.integrations.mteb.compat import add_tasks
+    from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, listed_labelled_task_classes
     from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
     from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
 
     listed = (TASK_CLASSES if os.environ.get(DATA_ENV) else ()) + (
         RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ())
     names = add_tasks((*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES), listed, module)
+    # after the tasks above: a user's malformed task file is reported, and they stay registered
+    names += add_tasks(labelled_task_classes(), listed_labelled_task_classes(), module)
     _registered.add(TASKS_MODULE)
     return names
 

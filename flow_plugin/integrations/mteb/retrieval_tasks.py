@@ -28,6 +28,7 @@ from mteb.abstasks.task_metadata import TaskMetadata
 
 from flow_plugin.data.senteval import load_qnli_dev
 from flow_plugin.errors import DataFolderError
+from flow_plugin.integrations.mteb.labelled_tasks import RetrievalItems
 
 GLUE_ENV = "FLOW_PLUGIN_GLUE_DATA"
 SENTEVAL_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
@@ -54,8 +55,9 @@ def configured_glue_data() -> Path | None:
     return None
 
 
-class GlueQNLIRetrieval(AbsTaskRetrieval):
-    """GLUE QNLI dev as retrieval: questions find the sentences that answer them."""
+class GlueQNLIRetrieval(RetrievalItems, AbsTaskRetrieval):
+    """GLUE QNLI dev as retrieval: questions find the sentences that answer them (per-query scores kept next to
+    the result, :mod:`.item_scores`)."""
 
     metadata = TaskMetadata(
         name="GlueQNLIRetrieval",

@@ -1,0 +1,459 @@
+"""Labelled text sets from files: the layouts a task of :mod:`flow_plugin.catalog.labelled_tasks` reads.
+
+A *source* says where the rows of a set are and which field plays which *role*:
+
+=========  ==========================================================================================
+role       meaning
+=========  ==========================================================================================
+text       the input of a classification or clustering item (a list: several columns, each an item)
+text1/2    the two sides of a pair (pair classification)
+query      the question side of a (query, document, label) row (retrieval, reranking)
+document   the passage side of such a row
+label      the gold label (a list: one label per level, for hierarchical clustering)
+=========  ==========================================================================================
+
+Five layouts (``format``), each a pydantic model that forbids unknown keys:
+
+``delimited``
+    CSV or TSV files, one row per item; columns by header name or by 0-based index.
+``lines-per-label``
+    One file per label, one item per line (SentEval's MR, CR, SUBJ, MPQA); all rows form one split.
+``aligned-lines``
+    One file per role, line *i* of each file belonging to item *i* (``a.toks``/``b.toks``/``sim.txt``).
+``regex-lines``
+    One item per line, split into roles by a regular expression with named groups
+    (``(?P<label>[^:]+):\\S+ (?P<text>.*)`` reads TREC).
+``jsonl``
+    One JSON object per line; roles by key.
+
+Every text is whitespace-normalised (runs of whitespace become one space, ends stripped: the token
+string SentEval builds from the same line, so both routes encode the same strings) unless
+``normalize_whitespace = false``. A label is mapped through ``label_map`` when one is given (an
+unmapped label is an error naming it; a label mapped to ``"drop"`` drops its row, counted). Blank
+lines are skipped where a row is a line; an empty text is an error naming the file and the line.
+
+The result is a :class:`LabelledSplits`: split -> role -> values, in file order, plus the files read.
+Nothing here imports MTEB.
+
+Examples
+--------
+>>> import tempfile, pathlib
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (folder / "pos.txt").write_text("a  fine film\\ngreat fun\\n")
+>>> _ = (folder / "neg.txt").write_text("dull\\n")
+>>> source = parse_source({"format": "lines-per-label", "files": {"pos.txt": 1, "neg.txt": 0}})
+>>> data = read_source(source, folder)
+>>> data.splits["all"]["text"], data.splits["all"]["label"]
+(['a fine film', 'great fun', 'dull'], [1, 1, 0])
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from flow_plugin._io import split_lines
+from flow_plugin.errors import DataFolderError, InputError
+
+#: the roles a source may fill, and what each means (docs/tasks.md lists them)
+ROLES: tuple[str, ...] = ("text", "text1", "text2", "query", "document", "label")
+#: the label_map value that drops a row instead of labelling it (Twitter URL Corpus' undecided pairs ...)
+DROP = "drop"
+#: the split name of a source that has no splits of its own (``lines-per-label``): a task's split rule divides it
+WHOLE_SET = "all"
+
+Label = Union[int, str]
+Column = Union[int, str]
+FileList = Union[str, list[str]]
+
+
+class _Source(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: text encoding of the files (``utf-8-sig`` also reads a byte-order mark); SentEval reads TREC as latin-1
+    encoding: str = "utf-8-sig"
+    #: runs of whitespace -> one space, ends stripped (SentEval's token string)
+    normalize_whitespace: bool = True
+    #: raw label -> label (``"drop"``: leave the row out); None: labels as read (ints stay ints)
+    label_map: dict[str, Label] | None = None
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        import codecs
+
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            raise ValueError(f"unknown text encoding {value!r}") from None
+        return value
+
+
+class DelimitedSource(_Source):
+    """CSV/TSV files: ``splits = {split = file or [files]}``, ``columns = {role = name or index}``."""
+
+    format: Literal["delimited"]
+    splits: dict[str, FileList]
+    columns: dict[str, Union[Column, list[Column]]]
+    delimiter: Literal[",", "\t", ";", "|"] = ","
+    header: bool = True
+    #: "csv": fields may be quoted ("a, b"); "none": quotes are text (TSV files such as MRPC's and GLUE's)
+    quoting: Literal["csv", "none"] = "csv"
+
+
+class LinesPerLabelSource(_Source):
+    """One file per label: ``files = {file = label}``; every line is one item of that label."""
+
+    format: Literal["lines-per-label"]
+    files: dict[str, Label]
+
+
+class AlignedLinesSource(_Source):
+    """One file per role: ``splits = {split = {role = file}}``; line i of each is item i."""
+
+    format: Literal["aligned-lines"]
+    splits: dict[str, dict[str, str]]
+
+
+class RegexLinesSource(_Source):
+    """One item per line: ``splits = {split = file or [files]}``, ``pattern`` with a named group per role."""
+
+    format: Literal["regex-lines"]
+    splits: dict[str, FileList]
+    pattern: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as error:
+            raise ValueError(f"pattern {value!r} is not a regular expression: {error}") from None
+        unknown = sorted(set(compiled.groupindex) - set(ROLES))
+        if unknown:
+            raise ValueError(f"pattern groups {unknown} are not roles; roles: {', '.join(ROLES)}")
+        return value
+
+
+class JsonlSource(_Source):
+    """JSON-lines files: ``splits = {split = file or [files]}``, ``columns = {role = key}``."""
+
+    format: Literal["jsonl"]
+    splits: dict[str, FileList]
+    columns: dict[str, Union[str, list[str]]]
+
+
+Source = Annotated[Union[DelimitedSource, LinesPerLabelSource, AlignedLinesSource, RegexLinesSource, JsonlSource],
+                   Field(discriminator="format")]
+_SOURCE = TypeAdapter(Source)
+FORMATS: tuple[str, ...] = ("delimited", "lines-per-label", "aligned-lines", "regex-lines", "jsonl")
+
+
+def parse_source(table: Mapping[str, Any]) -> Source:
+    """A source table (from TOML) validated into its model; errors name the bad keys."""
+    if not isinstance(table, Mapping) or table.get("format") not in FORMATS:
+        found = table.get("format") if isinstance(table, Mapping) else table
+        raise InputError(f"source: 'format' must be one of {', '.join(FORMATS)}, got {found!r}")
+    try:
+        return _SOURCE.validate_python(dict(table))
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, item['loc'][1:])) or 'source'}: {item['msg']}"
+                             for item in error.errors())
+        raise InputError(f"source ({table['format']}): {problems}") from None
+
+
+@dataclass
+class LabelledSplits:
+    """split -> role -> values (file order), the files read, and rows dropped by ``label_map``."""
+
+    splits: dict[str, dict[str, list[Any]]]
+    files: list[Path] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def roles(self) -> set[str]:
+        return {role for columns in self.splits.values() for role in columns}
+
+    def size(self, split: str) -> int:
+        columns = self.splits[split]
+        return len(next(iter(columns.values()))) if columns else 0
+
+
+# ----------------------------------------------------------------------------- reading files
+def resolve_file(name: str, base: Path) -> Path:
+    """``name`` as a path: absolute as given, else relative to ``base``."""
+    path = Path(name).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def read_lines(path: Path, encoding: str) -> list[str]:
+    """The lines of a text file in ``encoding`` (line ends ``\\n`` or ``\\r\\n``; a BOM dropped with utf-8-sig)."""
+    if not path.is_file():
+        raise DataFolderError(f"data file {path} does not exist" if not path.exists() else f"{path} is not a file")
+    try:
+        text = path.read_bytes().decode(encoding)
+    except UnicodeDecodeError as error:
+        raise DataFolderError(f"{path}: not valid {encoding} at byte {error.start} ({error.reason}); set the "
+                              "source's encoding (e.g. encoding = \"latin-1\")") from None
+    except OSError as error:
+        raise DataFolderError(f"cannot read {path}: {error.strerror or error}") from None
+    return split_lines(text)
+
+
+def _clean_text(value: Any, source: _Source, where: str) -> str:
+    if not isinstance(value, str):
+        raise DataFolderError(f"{where}: expected text, got {type(value).__name__} {value!r:.60}")
+    text = " ".join(value.split()) if source.normalize_whitespace else value
+    if not text.strip():
+        raise DataFolderError(f"{where}: empty text; remove the row or fill it in")
+    return text
+
+
+def _clean_label(value: Any, source: _Source, where: str) -> Any:
+    """The label after ``label_map`` (``DROP`` passes through to the caller); ints stay ints."""
+    if isinstance(value, str):
+        value = value.strip()
+    if source.label_map is None:
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+            return int(value)
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
+            return value
+        raise DataFolderError(f"{where}: a label must be text or an integer, got {value!r:.60}")
+    key = str(value)
+    if key not in source.label_map:
+        raise DataFolderError(f"{where}: label {key!r} is not in the source's label_map "
+                              f"({', '.join(map(repr, source.label_map))}); add it (or map it to \"{DROP}\")")
+    return source.label_map[key]
+
+
+def _add_row(columns: dict[str, list[Any]], row: dict[str, Any], source: _Source, where: str,
+             dropped: list[int]) -> None:
+    """Clean one row's roles and append them (or count it dropped)."""
+    cleaned: dict[str, Any] = {}
+    for role, value in row.items():
+        if role == "label":
+            if isinstance(value, list):
+                labels = [_clean_label(item, source, where) for item in value]
+                if DROP in labels:
+                    dropped[0] += 1
+                    return
+                cleaned[role] = labels
+            else:
+                label = _clean_label(value, source, where)
+                if label == DROP:
+                    dropped[0] += 1
+                    return
+                cleaned[role] = label
+        elif isinstance(value, list):
+            cleaned[role] = [_clean_text(item, source, where) for item in value]
+        else:
+            cleaned[role] = _clean_text(value, source, where)
+    for role, value in cleaned.items():
+        columns.setdefault(role, []).append(value)
+
+
+def _check_roles(roles: Sequence[str], where: str) -> None:
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise InputError(f"{where}: unknown role(s) {unknown}; roles: {', '.join(ROLES)}")
+
+
+def _file_list(files: FileList) -> list[str]:
+    return [files] if isinstance(files, str) else list(files)
+
+
+def _delimited_rows(source: DelimitedSource, path: Path) -> list[tuple[int, dict[str, Any]]]:
+    lines = read_lines(path, source.encoding)
+    quoting = csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL
+    reader = csv.reader(io.StringIO("\n".join(lines)), delimiter=source.delimiter, quoting=quoting)
+    rows = list(reader)
+    header: list[str] = []
+    if source.header:
+        if not rows:
+            raise DataFolderError(f"{path}: empty file, expected a header line")
+        header, rows = rows[0], rows[1:]
+        first_line = 2
+    else:
+        first_line = 1
+
+    def index(column: Column) -> int:
+        if isinstance(column, int):
+            return column
+        if column not in header:
+            raise DataFolderError(f"{path}: no column {column!r} in the header ({', '.join(header)})")
+        return header.index(column)
+
+    wanted = {role: ([index(item) for item in column] if isinstance(column, list) else index(column))
+              for role, column in source.columns.items()}
+    width = max(max(value) if isinstance(value, list) else value for value in wanted.values()) + 1
+    out = []
+    for offset, fields in enumerate(rows):
+        number = first_line + offset  # the record's number (a quoted csv field may span lines)
+        if not fields or all(not item.strip() for item in fields):
+            continue
+        if len(fields) < width:
+            raise DataFolderError(f"{path}, record {number}: {len(fields)} fields, expected at least {width}")
+        out.append((number, {role: ([fields[i] for i in value] if isinstance(value, list) else fields[value])
+                             for role, value in wanted.items()}))
+    return out
+
+
+def read_source(source: Source, base: Path) -> LabelledSplits:
+    """Read every split of ``source`` (file names relative to ``base``)."""
+    splits: dict[str, dict[str, list[Any]]] = {}
+    files: list[Path] = []
+    dropped: dict[str, int] = {}
+
+    def table(split: str) -> dict[str, list[Any]]:
+        return splits.setdefault(split, {})
+
+    if isinstance(source, DelimitedSource):
+        _check_roles(list(source.columns), "source columns")
+        for split, names in source.splits.items():
+            count = [0]
+            for name in _file_list(names):
+                path = resolve_file(name, base)
+                files.append(path)
+                for number, row in _delimited_rows(source, path):
+                    _add_row(table(split), row, source, f"{path}, record {number}", count)
+            dropped[split] = count[0]
+    elif isinstance(source, LinesPerLabelSource):
+        count = [0]
+        for name, label in source.files.items():
+            path = resolve_file(name, base)
+            files.append(path)
+            for number, line in enumerate(read_lines(path, source.encoding), start=1):
+                if line.strip():
+                    _add_row(table(WHOLE_SET), {"text": line, "label": label}, source, f"{path}, line {number}", count)
+        dropped[WHOLE_SET] = count[0]
+    elif isinstance(source, AlignedLinesSource):
+        for split, by_role in source.splits.items():
+            _check_roles(list(by_role), f"source split {split!r}")
+            count = [0]
+            columns: dict[str, list[str]] = {}
+            for role, name in by_role.items():
+                path = resolve_file(name, base)
+                files.append(path)
+                columns[role] = read_lines(path, source.encoding)
+            sizes = {role: len(lines) for role, lines in columns.items()}
+            if len(set(sizes.values())) != 1:
+                raise DataFolderError(f"split {split!r}: aligned files have different line counts "
+                                      f"({', '.join(f'{by_role[role]}: {n}' for role, n in sizes.items())})")
+            for index in range(next(iter(sizes.values()))):
+                row = {role: lines[index] for role, lines in columns.items()}
+                where = f"split {split!r}, line {index + 1} of {', '.join(by_role.values())}"
+                _add_row(table(split), row, source, where, count)
+            dropped[split] = count[0]
+    elif isinstance(source, RegexLinesSource):
+        pattern = re.compile(source.pattern)
+        for split, names in source.splits.items():
+            count = [0]
+            for name in _file_list(names):
+                path = resolve_file(name, base)
+                files.append(path)
+                for number, line in enumerate(read_lines(path, source.encoding), start=1):
+                    if not line.strip():
+                        continue
+                    match = pattern.fullmatch(line.strip())
+                    if match is None:
+                        raise DataFolderError(f"{path}, line {number}: does not match the source's pattern "
+                                              f"{source.pattern!r}: {line.strip()!r:.80}")
+                    _add_row(table(split), match.groupdict(), source, f"{path}, line {number}", count)
+            dropped[split] = count[0]
+    elif isinstance(source, JsonlSource):
+        _check_roles(list(source.columns), "source columns")
+        for split, names in source.splits.items():
+            count = [0]
+            for name in _file_list(names):
+                path = resolve_file(name, base)
+                files.append(path)
+                for number, line in enumerate(read_lines(path, source.encoding), start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError as error:
+                        raise DataFolderError(f"{path}, line {number}: not valid JSON ({error})") from None
+                    row = {}
+                    for role, key in source.columns.items():
+                        keys = key if isinstance(key, list) else [key]
+                        missing = [item for item in keys if item not in record]
+                        if missing:
+                            raise DataFolderError(f"{path}, line {number}: no key(s) {missing}")
+                        row[role] = [record[item] for item in keys] if isinstance(key, list) else record[key]
+                    _add_row(table(split), row, source, f"{path}, line {number}", count)
+            dropped[split] = count[0]
+    else:  # pragma: no cover -- the union is closed
+        raise InputError(f"unknown source {type(source).__name__}")
+    for split, columns in splits.items():
+        if not columns:
+            raise DataFolderError(f"split {split!r} of the source holds no rows")
+    return LabelledSplits(splits, files, dropped)
+
+
+# ----------------------------------------------------------------------------- splitting one set
+def stratified_split(labels: Sequence[Any], *, test_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train indices, test indices): a stratified, seeded split (scikit-learn's ``train_test_split``),
+    each list in ascending order.
+
+    >>> train, test = stratified_split([0, 0, 0, 0, 1, 1, 1, 1, 1, 1], test_fraction=0.2, seed=1111)
+    >>> len(train), len(test), sorted(set(range(10)) - set(train)) == test
+    (8, 2, True)
+    """
+    from sklearn.model_selection import train_test_split
+
+    if not 0 < test_fraction < 1:
+        raise InputError(f"test_fraction must be between 0 and 1, got {test_fraction}")
+    keys = [json.dumps(label) for label in labels]  # hierarchical labels stratify by their tuple
+    train, test = train_test_split(list(range(len(labels))), test_size=test_fraction, random_state=seed,
+                                   stratify=keys)
+    return sorted(train), sorted(test)
+
+
+def select_rows(columns: Mapping[str, list[Any]], indices: Sequence[int]) -> dict[str, list[Any]]:
+    """The rows ``indices`` of a split's columns."""
+    return {role: [values[i] for i in indices] for role, values in columns.items()}
+
+
+def files_fingerprint(files: Sequence[os.PathLike[str] | str], settings: Any) -> str:
+    """``sha256:<hex>`` of the files' names and bytes (in the order read) and of ``settings`` (JSON):
+    a task's data revision, which changes when a file or the way it is read changes."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in files:
+        path = Path(path)
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    return "sha256:" + digest.hexdigest()
+
+
+__all__ = [
+    "DROP",
+    "FORMATS",
+    "ROLES",
+    "WHOLE_SET",
+    "AlignedLinesSource",
+    "DelimitedSource",
+    "JsonlSource",
+    "LabelledSplits",
+    "LinesPerLabelSource",
+    "RegexLinesSource",
+    "Source",
+    "files_fingerprint",
+    "parse_source",
+    "read_lines",
+    "read_source",
+    "resolve_file",
+    "select_rows",
+    "stratified_split",
+]

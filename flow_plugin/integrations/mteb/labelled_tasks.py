@@ -1,0 +1,486 @@
+"""Offline MTEB tasks of every type, built from labelled-task entries (:mod:`flow_plugin.catalog.labelled_tasks`).
+
+One generic class per MTEB type, each a subclass of MTEB's own abstract task, so MTEB's own evaluator
+scores it; a TOML entry (or a dict in Python) becomes a task class of its type with
+:func:`task_class`:
+
+======================  =================================  =====================================================
+type                    base class                         dataset built by ``load_data``
+======================  =================================  =====================================================
+Classification          ``AbsTaskClassification``          split -> (``text``, ``label``); labels coded 0..k-1
+PairClassification      ``AbsTaskPairClassification``      split -> (``sentence1``, ``sentence2``, ``labels``)
+Clustering              ``AbsTaskClustering`` (fast)       split -> (``sentences``, ``labels``; a list per item
+                                                           for hierarchical labels), every item embedded
+Retrieval               ``AbsTaskRetrieval``               every distinct query (MTEB scores those with a
+                                                           relevant document) and document, the relevant pairs
+Reranking               ``AbsTaskRetrieval`` (type         as Retrieval, plus ``top_ranked``: each query's own
+                        "Reranking")                       rows' documents, then a TF-IDF first stage's top ones
+======================  =================================  =====================================================
+
+A source without a test split is divided by the entry's split rule (stratified, seeded). The data
+revision is the sha256 of the files read and of the settings that shape the data.
+
+While MTEB scores a split, each task captures what MTEB's evaluator computed per item (the predictions
+MTEB would save to a prediction folder, or, for retrieval, ``task_specific_scores``' per-query values)
+and writes it next to the result (:mod:`.item_scores`) when it runs inside ``mteb.evaluate`` with a
+result folder.
+
+``load_data`` reads no label into the text a calibrator is fitted on: the "target" corpus
+(:mod:`.corpus`) takes the text columns only, and a reranking task's candidates come from the text alone.
+
+>>> cls = task_class("FlowPluginTRECClassification")
+>>> cls.metadata.type, cls.metadata.main_score, cls.__mro__[1].__name__
+('Classification', 'accuracy', 'LabelledClassificationTask')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import weakref
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from datasets import Dataset, DatasetDict
+from mteb.abstasks.classification import AbsTaskClassification
+from mteb.abstasks.clustering import AbsTaskClustering
+from mteb.abstasks.pair_classification import AbsTaskPairClassification
+from mteb.abstasks.retrieval import AbsTaskRetrieval
+from mteb.abstasks.task_metadata import TaskMetadata
+
+from flow_plugin.catalog.labelled_tasks import TaskEntry, data_root, labelled_task, labelled_tasks, parse_task_entry
+from flow_plugin.data.labelled import (
+    LabelledSplits,
+    files_fingerprint,
+    read_source,
+    select_rows,
+    stratified_split,
+)
+from flow_plugin.errors import DataFolderError, RegistryError
+
+#: the prediction folder handed to MTEB's evaluator when the caller gave none: MTEB then passes its per-item
+#: predictions to ``_save_task_predictions``, which keeps them and writes nothing
+_CAPTURE_ONLY = Path("<flow-plugin: capture per-item predictions>")
+
+#: task name -> the most recently loaded instance (how a model finds the text of a task given its own data_dir)
+_LOADED: dict[str, weakref.ReferenceType[Any]] = {}
+
+
+def loaded_task(name: str) -> Any:
+    """The most recently loaded labelled task of this name in this process, or None."""
+    reference = _LOADED.get(name)
+    return reference() if reference is not None else None
+
+
+class ItemCapture:
+    """Writes what a task captured per item while MTEB scored it (:meth:`item_arrays`, per type) next to the
+    result (:mod:`.item_scores`)."""
+
+    _captured: Any = None
+
+    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:  # pragma: no cover
+        """(arrays, extra meta) of the captured per-item data; per type."""
+        raise NotImplementedError
+
+    def _keep_items(self, data_split: Any, hf_split: str, hf_subset: str, scores: dict[str, Any]) -> None:
+        """Write the captured per-item data next to the result MTEB is about to write (inside ``mteb.evaluate``
+        with a result folder); it is kept on the task as ``last_items`` either way."""
+        from flow_plugin.integrations.mteb.compat import result_destination
+        from flow_plugin.integrations.mteb.item_scores import write_items
+
+        arrays, extra = self.item_arrays(data_split, hf_split)
+        main = self.metadata.main_score  # type: ignore[attr-defined]
+        self.last_items = (arrays, extra)
+        destination = result_destination()
+        if destination is None or main not in scores:
+            return
+        cache, meta = destination
+        write_items(cache.get_task_result_path(self.metadata.name, meta), task=self.metadata.name,  # type: ignore[attr-defined]
+                    task_type=str(self.metadata.type), split=hf_split, hf_subset=str(hf_subset),  # type: ignore[attr-defined]
+                    dataset_revision=self.metadata.revision, main_score=main,  # type: ignore[attr-defined]
+                    main_score_value=float(scores[main]), arrays=arrays, extra=extra)
+
+
+class RetrievalItems(ItemCapture):
+    """Per-query capture for a retrieval or reranking task (``AbsTaskRetrieval``): pytrec_eval's per-query
+    values, which MTEB hands to ``task_specific_scores``."""
+
+    def task_specific_scores(self, scores: dict[str, dict[str, float]], qrels: Any, results: Any, hf_split: str,
+                             hf_subset: str) -> dict[str, float]:
+        self._captured = scores
+        return super().task_specific_scores(scores, qrels, results, hf_split=hf_split,  # type: ignore[misc]
+                                            hf_subset=hf_subset)
+
+    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str, **kwargs: Any) -> Any:
+        self._captured = None
+        # MTEB drops the queries without a relevant document from the split it is given, in place: a copy keeps
+        # the task's own data whole, so the "target" fit (which reads the task's data) never depends on relevance
+        scores = AbsTaskRetrieval._evaluate_subset(self, model, dict(data_split), hf_split=hf_split,  # type: ignore[arg-type]
+                                                   hf_subset=hf_subset, **kwargs)
+        if self._captured is not None:
+            self._keep_items(data_split, hf_split, hf_subset, scores)
+        return scores
+
+    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        per_query = self._captured
+        query_ids = sorted(per_query, key=lambda name: (len(name), name))
+        measures = sorted({measure for values in per_query.values() for measure in values})
+        arrays: dict[str, Any] = {"query_ids": np.asarray(query_ids)}
+        for measure in measures:
+            arrays[measure] = np.asarray([per_query[query].get(measure, 0.0) for query in query_ids], dtype=np.float64)
+        return arrays, {"n_queries": len(query_ids)}
+
+
+class LabelledTask(ItemCapture):
+    """What every labelled task shares: reading its entry's files, the data revision, capturing per-item data."""
+
+    entry: ClassVar[TaskEntry]
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[call-arg]
+        self.data_dir = Path(data_dir).expanduser() if data_dir is not None else None
+        self._captured: Any = None
+
+    # ------------------------------------------------------------------ data
+    def base_folder(self) -> Path:
+        """The folder the entry's relative file names are read from (``data_dir`` replaces the data root)."""
+        entry = self.entry
+        if self.data_dir is not None:
+            return self.data_dir / entry.data_dir if entry.data_dir else self.data_dir
+        return entry.base_folder(data_root())
+
+    def read_splits(self) -> tuple[LabelledSplits, str]:
+        """(the task's splits after its split rule, the data revision)."""
+        entry = self.entry
+        data = read_source(entry.source, self.base_folder())
+        splits = dict(data.splits)
+        if entry.split is not None:
+            whole = splits.pop(entry.split.divide)
+            train, test = stratified_split(whole["label"], test_fraction=entry.split.test_fraction,
+                                           seed=entry.split.seed)
+            splits["train"], splits["test"] = select_rows(whole, train), select_rows(whole, test)
+        settings = entry.model_dump(include={"type", "source", "split", "eval_split", "distinct", "candidates"},
+                                    mode="json")
+        data.splits = splits
+        return data, files_fingerprint(data.files, settings)
+
+    def data_revision(self) -> str:
+        """The ``dataset_revision`` a result computed now carries (reads the files)."""
+        if self.data_loaded and self.metadata.revision.startswith("sha256:"):  # type: ignore[attr-defined]
+            return self.metadata.revision  # type: ignore[attr-defined]
+        return self.read_splits()[1]
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        if self.data_loaded:  # type: ignore[attr-defined]
+            return
+        data, revision = self.read_splits()
+        self.dataset = self.build_dataset(data.splits)
+        dataset = dict(self.metadata.dataset)  # type: ignore[attr-defined]
+        dataset["revision"] = revision
+        self.metadata = self.metadata.model_copy(update={"dataset": dataset})  # type: ignore[attr-defined]
+        self.data_loaded = True
+        _LOADED[self.entry.name] = weakref.ref(self)
+
+    def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> Any:  # pragma: no cover -- per type
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ per-item data
+    def _save_task_predictions(self, predictions: Any, model: Any, prediction_folder: Path, hf_split: str,
+                               hf_subset: str) -> None:
+        self._captured = predictions
+        if prediction_folder != _CAPTURE_ONLY:
+            super()._save_task_predictions(predictions, model, prediction_folder, hf_split=hf_split,  # type: ignore[misc]
+                                           hf_subset=hf_subset)
+
+    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str,
+                         prediction_folder: Path | None = None, **kwargs: Any) -> Any:
+        self._captured = None
+        scores = super()._evaluate_subset(model, data_split, hf_split=hf_split, hf_subset=hf_subset,  # type: ignore[misc]
+                                          prediction_folder=prediction_folder or _CAPTURE_ONLY, **kwargs)
+        if self._captured is not None:
+            self._keep_items(data_split, hf_split, hf_subset, scores)
+        return scores
+
+
+# ----------------------------------------------------------------------------- one class per type
+def _codes(values: list[Any]) -> tuple[list[int], list[str]]:
+    """Label values -> (codes 0..k-1 in sorted order of the labels' text, the label names)."""
+    names = sorted({str(value) for value in values}, key=lambda name: (not name.lstrip("-").isdigit(),
+                                                                        int(name) if name.lstrip("-").isdigit() else 0,
+                                                                        name))
+    index = {name: code for code, name in enumerate(names)}
+    return [index[str(value)] for value in values], names
+
+
+class LabelledClassificationTask(LabelledTask, AbsTaskClassification):
+    """Classification: MTEB's protocol (a logistic regression on ``samples_per_label`` train items per label,
+    ``n_experiments`` times, scored on the eval split)."""
+
+    label_names: list[str]
+
+    def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> DatasetDict:
+        _, names = _codes([label for columns in splits.values() for label in columns["label"]])
+        index = {name: code for code, name in enumerate(names)}
+        self.label_names = names
+        return DatasetDict({split: Dataset.from_dict({"text": columns["text"],
+                                                      "label": [index[str(label)] for label in columns["label"]]})
+                            for split, columns in splits.items()})
+
+    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        gold = np.asarray(data_split[hf_split]["label"], dtype=np.int64)
+        predictions = np.asarray(self._captured, dtype=np.int64)
+        return ({"gold": gold, "predictions": predictions},
+                {"label_names": self.label_names, "n_experiments": int(self.n_experiments),
+                 "samples_per_label": int(self.samples_per_label)})
+
+
+class LabelledPairClassificationTask(LabelledTask, AbsTaskPairClassification):
+    """Pair classification: MTEB's evaluator (AP, F1, accuracy at the best threshold of each similarity)."""
+
+    def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> DatasetDict:
+        for split, columns in splits.items():
+            labels = set(columns["label"])
+            if not labels <= {0, 1}:
+                raise DataFolderError(f"task {self.entry.name}, split {split}: pair labels must be 0 or 1 (map them "
+                                      f"with the source's label_map), found {sorted(map(str, labels))[:6]}")
+        return DatasetDict({split: Dataset.from_dict({"sentence1": columns["text1"], "sentence2": columns["text2"],
+                                                      "labels": [int(label) for label in columns["label"]]})
+                            for split, columns in splits.items()})
+
+    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        scores = self._captured
+        arrays = {"gold": np.asarray(data_split["labels"], dtype=np.int64)}
+        for name, key in (("cosine", "cosine_scores"), ("dot", "dot_scores"), ("euclidean", "euclidean_distances"),
+                          ("manhattan", "manhattan_distances"), ("similarity", "similarity_scores")):
+            arrays[name] = np.asarray(scores[key])
+        return arrays, {}
+
+
+class _RecordingRandom(random.Random):
+    """A ``random.Random`` that keeps what ``choices`` returned (the items a clustering experiment draws);
+    it draws exactly what the generator it copies would."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__()
+        self.setstate(state)
+        self.drawn: list[list[int]] = []
+
+    def choices(self, population: Any, weights: Any = None, *, cum_weights: Any = None, k: int = 1) -> list[Any]:
+        chosen = super().choices(population, weights, cum_weights=cum_weights, k=k)
+        self.drawn.append(list(chosen))
+        return chosen
+
+
+class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
+    """Clustering: MTEB's fast clustering (MiniBatchKMeans per label level on ``n_clusters`` bootstrap draws),
+    every item embedded; a draw holds ``max_documents_per_cluster`` items (default: as many as the split has)."""
+
+    max_fraction_of_documents_to_embed = None
+    label_levels: list[list[str]]
+
+    def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> DatasetDict:
+        tables = {}
+        for split, columns in splits.items():
+            texts: list[str] = []
+            labels: list[Any] = []
+            seen: set[str] = set()
+            for text_value, label in zip(columns["text"], columns["label"]):
+                for text in text_value if isinstance(text_value, list) else [text_value]:
+                    label_value = [str(item) for item in label] if isinstance(label, list) else str(label)
+                    key = json.dumps([text, label_value])
+                    if self.entry.distinct and key in seen:
+                        continue
+                    seen.add(key)
+                    texts.append(text)
+                    labels.append(label_value)
+            tables[split] = Dataset.from_dict({"sentences": texts, "labels": labels})
+        evaluated = tables[self.entry.eval_split]
+        self.max_documents_per_cluster = min(self.entry.max_documents_per_cluster or len(evaluated), len(evaluated))
+        return DatasetDict(tables)
+
+    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str,
+                         prediction_folder: Path | None = None, **kwargs: Any) -> Any:
+        saved = self.rng_state
+        self.rng_state = _RecordingRandom(saved.getstate())
+        try:
+            return super()._evaluate_subset(model, data_split, hf_split=hf_split, hf_subset=hf_subset,
+                                            prediction_folder=prediction_folder, **kwargs)
+        finally:
+            saved.setstate(self.rng_state.getstate())
+            self.rng_state = saved
+
+    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        raw = [label if isinstance(label, list) else [label] for label in data_split["labels"]]
+        levels = sorted(self._captured, key=lambda name: int(name.split()[-1]))  # "Level 0", "Level 1" ...
+        if any(len(label) < len(levels) for label in raw):
+            raise DataFolderError(f"task {self.entry.name}: every item needs a label at each of {len(levels)} levels")
+        gold, names = [], []
+        for level in range(len(levels)):
+            codes, level_names = _codes([label[level] for label in raw])
+            gold.append(codes)
+            names.append(level_names)
+        assignments = np.asarray([self._captured[level] for level in levels], dtype=np.int64)
+        draws = np.asarray(self.rng_state.drawn, dtype=np.int64).reshape(assignments.shape)
+        return ({"gold": np.asarray(gold, dtype=np.int64), "draws": draws, "assignments": assignments},
+                {"label_names": names, "n_experiments": int(self.n_clusters)})
+
+
+def _retrieval_data(columns: dict[str, list[Any]], candidates: int | None) -> dict[str, Any]:
+    """MTEB 2 retrieval data of (query, document, label) rows: every distinct query (MTEB scores those with a
+    relevant document), every distinct document, the relevant (label 1) pairs; with ``candidates``, each
+    query's top_ranked list (its own rows' documents, then a TF-IDF first stage's best other documents, up to
+    ``candidates``). Queries and documents do not depend on the labels, so neither does the text a calibrator
+    is fitted on."""
+    query_ids: dict[str, str] = {}
+    document_ids: dict[str, str] = {}
+    relevant: dict[str, dict[str, int]] = {}
+    own: dict[str, list[str]] = {}
+    for query, document, label in zip(columns["query"], columns["document"], columns["label"]):
+        if label not in (0, 1):
+            raise DataFolderError(f"retrieval labels must be 0 or 1 (map them with the source's label_map), got {label!r}")
+        query_id = query_ids.setdefault(query, f"q{len(query_ids)}")
+        document_id = document_ids.setdefault(document, f"d{len(document_ids)}")
+        if document_id not in own.setdefault(query, []):
+            own[query].append(document_id)
+        if label == 1:
+            relevant.setdefault(query_id, {})[document_id] = 1
+    queries = Dataset.from_dict({"id": list(query_ids.values()), "text": list(query_ids)})
+    corpus = Dataset.from_dict({"id": list(document_ids.values()), "text": list(document_ids),
+                                "title": [""] * len(document_ids)})
+    top_ranked = None
+    if candidates is not None:
+        ranked = _first_stage(list(query_ids), own, list(document_ids), candidates)
+        top_ranked = {query_ids[query]: ids for query, ids in ranked.items()}
+    return {"queries": queries, "corpus": corpus, "relevant_docs": relevant, "top_ranked": top_ranked}
+
+
+def _first_stage(queries: list[str], own: dict[str, list[str]], documents: list[str], candidates: int
+                 ) -> dict[str, list[str]]:
+    """Each query's candidate document ids: its own rows' documents, then the documents a TF-IDF model
+    (scikit-learn, fitted on the documents; cosine) ranks highest, ties by document order, up to ``candidates``."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vectorizer = TfidfVectorizer().fit(documents)
+    document_matrix = vectorizer.transform(documents)
+    query_matrix = vectorizer.transform(queries)
+    ranked: dict[str, list[str]] = {}
+    for start in range(0, len(queries), 512):
+        similarities = (query_matrix[start:start + 512] @ document_matrix.T).toarray()
+        for row, query in enumerate(queries[start:start + 512]):
+            chosen = list(own[query][:candidates])
+            order = np.argsort(-similarities[row], kind="stable")
+            for index in order:
+                if len(chosen) >= candidates:
+                    break
+                document_id = f"d{index}"
+                if document_id not in chosen:
+                    chosen.append(document_id)
+            ranked[query] = chosen
+    return ranked
+
+
+class LabelledRetrievalTask(RetrievalItems, LabelledTask, AbsTaskRetrieval):
+    """Retrieval from (query, document, label) rows: each query with a relevant document searches every distinct
+    document; MTEB's retrieval evaluator (pytrec_eval)."""
+
+    reranking: ClassVar[bool] = False
+
+    def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> dict[str, Any]:
+        candidates = self.entry.candidates if self.reranking else None
+        return {"default": {split: _retrieval_data(columns, candidates) for split, columns in splits.items()}}
+
+
+class LabelledRerankingTask(LabelledRetrievalTask):
+    """Reranking: each query ranks only its ``top_ranked`` candidates (MTEB 2's reranking = retrieval with
+    ``top_ranked``)."""
+
+    reranking = True
+
+
+BASE_CLASSES: dict[str, type[LabelledTask]] = {
+    "Classification": LabelledClassificationTask,
+    "PairClassification": LabelledPairClassificationTask,
+    "Clustering": LabelledClusteringTask,
+    "Retrieval": LabelledRetrievalTask,
+    "Reranking": LabelledRerankingTask,
+}
+
+
+# ----------------------------------------------------------------------------- entries -> classes
+def task_metadata(entry: TaskEntry) -> TaskMetadata:
+    """MTEB's metadata of an entry (MTEB validates the fields; an invalid one is an error naming the task)."""
+    category = "t2c" if entry.type in ("Classification", "Clustering") else "t2t"
+    try:
+        return TaskMetadata(
+            name=entry.name, description=entry.description, reference=entry.reference,
+            dataset={"path": f"flow-plugin/{entry.name}", "revision": "local-files"},
+            type=entry.type, category=category, modalities=["text"], eval_splits=[entry.eval_split],
+            eval_langs=["eng-Latn"], main_score=entry.main_score, date=entry.date, domains=entry.domains,
+            task_subtypes=entry.task_subtypes, license=entry.license,
+            annotations_creators=entry.annotations_creators, dialect=[], sample_creation=entry.sample_creation,
+            bibtex_citation=entry.bibtex_citation,
+        )
+    except Exception as error:  # pydantic's ValidationError: name the task and its file
+        raise RegistryError(f"task {entry.name} ({entry.origin}): MTEB refuses its metadata: {error}") from None
+
+
+def make_task_class(entry: TaskEntry) -> type[LabelledTask]:
+    """The MTEB task class of ``entry``."""
+    attributes: dict[str, Any] = {"__doc__": entry.description, "__module__": __name__, "entry": entry,
+                                  "metadata": task_metadata(entry)}
+    if entry.type == "Classification":
+        if entry.samples_per_label is not None:
+            attributes["samples_per_label"] = entry.samples_per_label
+        if entry.n_experiments is not None:
+            attributes["n_experiments"] = entry.n_experiments
+    return type(entry.name, (BASE_CLASSES[entry.type],), attributes)
+
+
+_CLASSES: dict[str, type[LabelledTask]] = {}
+
+
+def task_class(entry: str | TaskEntry | dict[str, Any]) -> type[LabelledTask]:
+    """The task class of an entry: a task name (built-in or ``$FLOW_PLUGIN_TASKS``), an entry, or an entry's
+    table as a dict (the few lines of Python that define a task without a TOML file)."""
+    if isinstance(entry, dict):
+        entry = parse_task_entry(entry, origin=Path.cwd() / "tasks.toml")
+    if isinstance(entry, str):
+        entry = labelled_task(entry)
+    known = _CLASSES.get(entry.name)
+    if known is not None and known.entry == entry:
+        return known
+    _CLASSES[entry.name] = make_task_class(entry)
+    return _CLASSES[entry.name]
+
+
+def labelled_task_classes() -> tuple[type[LabelledTask], ...]:
+    """Every labelled task's class: built-in entries, then ``$FLOW_PLUGIN_TASKS``' (what the MTEB hook registers)."""
+    return tuple(task_class(entry) for entry in labelled_tasks().values())
+
+
+def listed_labelled_task_classes() -> tuple[type[LabelledTask], ...]:
+    """The labelled task classes whose data is configured now (a user's always; the built-ins when the data
+    root is found): what MTEB's full task list shows, next to the registry that holds them all."""
+    root = data_root()
+    return tuple(cls for cls in labelled_task_classes() if not cls.entry.built_in or root is not None)
+
+
+__all__ = [
+    "BASE_CLASSES",
+    "ItemCapture",
+    "LabelledClassificationTask",
+    "LabelledClusteringTask",
+    "LabelledPairClassificationTask",
+    "LabelledRerankingTask",
+    "LabelledRetrievalTask",
+    "LabelledTask",
+    "RetrievalItems",
+    "labelled_task_classes",
+    "loaded_task",
+    "listed_labelled_task_classes",
+    "make_task_class",
+    "task_class",
+    "task_metadata",
+]

@@ -1,0 +1,337 @@
+"""The compare stage of the task-types board: every number it derives, computed once.
+
+From a backbone's results on the labelled tasks (:mod:`.ingest.task_items`), :func:`compare_task_types`
+builds the :class:`~.models.TaskTypesBoard`: per calibrator (a seeded one's seeds as one row) its score on
+each task, the mean of each task type's tasks and the mean of the type means ("average"), with the spread
+over seeds; and every Δ against raw with its 95% interval.
+
+The interval is a paired percentile bootstrap over each task's test items (the same resampled items for every
+row: items of a classification task, pairs, clustered texts, queries), combined for a seeded row with a
+resampling of its seeds (drawn with replacement once per resample, shared by the tasks), so a type's or the
+board's average gets its interval from the same resamples as its tasks. Each resample recomputes the task's
+main score as MTEB computes it from the per-item data (:func:`resampled_scores`): accuracy (the mean over
+MTEB's experiments of each item's correctness), max AP (the best average precision over MTEB's five pair
+scores, ties as one threshold), V-measure (per MTEB clustering experiment, on the items it drew, then the
+mean), and retrieval / reranking measures (the mean over queries). A resample is a vector of item weights
+(how often each item was drawn), so every statistic is computed on it directly.
+
+Accuracy and the retrieval measures are means over items, so their resamples are centred on the delta. V-measure
+and average precision are not: on a resample with repeated items their plug-in entropies and precisions are biased,
+and by more for a row that clusters worse (on minilm-l6's Banking77 clustering the resampled deltas of NATSV
+averaged 0.42 points above the delta). The interval is therefore the percentile interval of the resampled
+deltas shifted by the bootstrap's estimate of that bias (their mean minus the delta), the additive bias correction
+of Efron and Tibshirani (An Introduction to the Bootstrap, 1993, section 10.6); for the means it changes
+nothing beyond Monte Carlo noise. MTEB's clustering experiments may draw different items for two rows; the weights are of the task's items, the same in every row, so the rows stay paired.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from flow_plugin.calibration.names import CALIBRATOR_NAMES
+from flow_plugin.errors import LeaderboardError
+from flow_plugin.leaderboard.models import (
+    AVERAGE,
+    TASK_TYPES_FORMAT,
+    TASK_TYPES_FORMAT_VERSION,
+    BoardTask,
+    IntervalMethod,
+    SeedSpread,
+    TaskTypesBoard,
+    TypeDelta,
+    TypeRow,
+    round_points,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from flow_plugin.integrations.mteb.item_scores import ItemScores
+    from flow_plugin.leaderboard.ingest.task_items import TaskResult
+
+#: MTEB's task types in the board's column order
+TYPE_ORDER = ("Classification", "PairClassification", "Clustering", "Reranking", "Retrieval")
+METHOD = ("paired percentile bootstrap over each task's test items (the same resampled items for every row), "
+          "seeds of a seeded row resampled with replacement, shared by its tasks; the resampled deltas re-centred "
+          "on the delta (bias-corrected: the bootstrap's mean minus the delta is subtracted)")
+DEFAULT_RESAMPLES = 1000
+DEFAULT_CONFIDENCE = 0.95
+#: resamples scored at once (bounds the memory of a (resamples, items) weight matrix)
+_CHUNK = 200
+#: how far a row's published Δ may lie outside its interval (points): the 4-decimal rounding of both
+_ROUNDING = 1e-4 + 1e-9
+
+
+# ============================================================================ one task's score on resampled items
+def n_items(items: ItemScores) -> int:
+    """How many test items the bootstrap of a task resamples."""
+    arrays = items.arrays
+    if items.task_type in ("Retrieval", "Reranking"):
+        return int(arrays["query_ids"].shape[0])
+    gold = arrays["gold"]
+    return int(gold.shape[-1])
+
+
+def _aligned(items: ItemScores) -> dict[str, np.ndarray]:
+    """The arrays of a task in a fixed item order (retrieval and reranking: sorted by query id)."""
+    import numpy as np  # numpy loads when a board is computed, not to render one
+
+    arrays = dict(items.arrays)
+    if items.task_type in ("Retrieval", "Reranking"):
+        order = np.argsort(arrays["query_ids"].astype(str), kind="stable")
+        arrays = {name: value[order] for name, value in arrays.items()}
+    return arrays
+
+
+def resampled_scores(items: ItemScores, weights: np.ndarray) -> np.ndarray:
+    """The task's main score (0-1) under each row of ``weights`` ((resamples, items): how often each test item
+    was drawn); a row of ones gives MTEB's own score."""
+    import numpy as np
+
+    from flow_plugin.integrations.mteb.item_scores import retrieval_measure
+
+    arrays, kind, name = _aligned(items), items.task_type, str(items.meta["main_score"])
+    weights = np.asarray(weights, dtype=np.float64)
+    if kind == "Classification":
+        correct = np.mean(arrays["predictions"] == arrays["gold"][None, :], axis=0)
+        return weights @ correct / weights.sum(axis=1)
+    if kind in ("Retrieval", "Reranking"):
+        values = np.asarray(arrays[retrieval_measure(name)], dtype=np.float64)
+        return weights @ values / weights.sum(axis=1)
+    if kind == "PairClassification":
+        gold = np.asarray(arrays["gold"], dtype=np.float64)
+        best = np.full(weights.shape[0], -np.inf)
+        for score, larger_is_closer in (("similarity", True), ("cosine", True), ("manhattan", False),
+                                        ("euclidean", False), ("dot", True)):
+            values = np.asarray(arrays[score], dtype=np.float64)
+            best = np.maximum(best, _average_precision(values if larger_is_closer else -values, gold, weights))
+        return best
+    if kind == "Clustering":
+        if name != "v_measure":
+            raise LeaderboardError(f"{items.meta['task']}: a bootstrap of {name} is not supported (v_measure is)")
+        gold, draws, assignments = arrays["gold"], arrays["draws"], arrays["assignments"]
+        values = [_v_measure(gold[level][draws[level, run]], assignments[level, run], weights[:, draws[level, run]])
+                  for level in range(draws.shape[0]) for run in range(draws.shape[1])]
+        return np.mean(values, axis=0)
+    raise LeaderboardError(f"{items.meta['task']}: unknown task type {kind!r}")
+
+
+def _average_precision(scores: np.ndarray, gold: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Average precision (scikit-learn's: tied scores are one threshold) of each weighted resample."""
+    import numpy as np
+
+    order = np.argsort(-scores, kind="mergesort")
+    ordered = scores[order]
+    ends = np.r_[np.flatnonzero(np.diff(ordered) != 0), ordered.size - 1]  # last item of each tie block
+    w = weights[:, order]
+    positives = np.cumsum(w * gold[order], axis=1)[:, ends]
+    drawn = np.cumsum(w, axis=1)[:, ends]
+    precision = np.divide(positives, drawn, out=np.zeros_like(positives), where=drawn > 0)
+    gained = np.diff(positives, axis=1, prepend=0.0)
+    total = positives[:, -1]
+    return np.divide((gained * precision).sum(axis=1), total, out=np.zeros_like(total), where=total > 0)
+
+
+def _v_measure(gold: np.ndarray, assigned: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """scikit-learn's V-measure (beta 1) of each weighted resample of one clustering experiment."""
+    import numpy as np
+    from scipy import sparse  # scipy loads with the bootstrap, like numpy
+
+    _, classes = np.unique(gold, return_inverse=True)
+    _, clusters = np.unique(assigned, return_inverse=True)
+    joint, cells = np.unique(classes * (clusters.max() + 1) + clusters, return_inverse=True)
+    n, k, c = weights.shape[1], classes.max() + 1, clusters.max() + 1
+    counts = np.asarray(weights @ sparse.csr_matrix((np.ones(n), (np.arange(n), cells)), shape=(n, joint.size)))
+    cell_class, cell_cluster = joint // c, joint % c
+    by_class = np.asarray(counts @ sparse.csr_matrix((np.ones(joint.size), (np.arange(joint.size), cell_class)),
+                                                     shape=(joint.size, k)))
+    by_cluster = np.asarray(counts @ sparse.csr_matrix((np.ones(joint.size), (np.arange(joint.size), cell_cluster)),
+                                                       shape=(joint.size, c)))
+    total = counts.sum(axis=1, keepdims=True)
+
+    def entropy(table: np.ndarray) -> np.ndarray:
+        p = np.divide(table, total, out=np.zeros_like(table), where=total > 0)
+        return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=1)
+
+    h_class, h_cluster, h_joint = entropy(by_class), entropy(by_cluster), entropy(counts)
+    homogeneity = np.where(h_class > 0, 1.0 - (h_joint - h_cluster) / np.where(h_class > 0, h_class, 1.0), 1.0)
+    completeness = np.where(h_cluster > 0, 1.0 - (h_joint - h_class) / np.where(h_cluster > 0, h_cluster, 1.0), 1.0)
+    both = homogeneity + completeness
+    return np.divide(2.0 * homogeneity * completeness, both, out=np.zeros_like(both), where=both > 0)
+
+
+def _same_items(task: str, first: ItemScores, other: ItemScores) -> None:
+    """Refuse to pair two rows' items of a task unless they are the same test items."""
+    import numpy as np
+
+    a, b = _aligned(first), _aligned(other)
+    keys = {"Retrieval": ("query_ids",), "Reranking": ("query_ids",), "Clustering": ("gold",)}.get(
+        first.task_type, ("gold",))
+    for key in keys:
+        if a[key].shape != b[key].shape or not np.array_equal(a[key], b[key]):
+            raise LeaderboardError(f"{task}: two rows were scored on different test items ({key} differs); rerun "
+                                   "the study so that every row scores the same split")
+
+
+# ============================================================================ the board
+def _task_seed(seed: int, task: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{task}".encode()).digest()[:8], "little")
+
+
+def _spread(values: list[float]) -> SeedSpread:
+    mean = statistics.fmean(values)
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return SeedSpread(mean=round_points(mean), std=round_points(std), n=len(values),
+                      values=[round_points(v) for v in values])
+
+
+def compare_task_types(results: Sequence[TaskResult], *, name: str, backbone: str, updated: str, generated_by: str,
+                       run: dict[str, Any] | None = None, n_resamples: int = DEFAULT_RESAMPLES,
+                       confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> TaskTypesBoard:
+    """The task-types board of one backbone's ``results``: raw and each calibrator (its seeds as one row) on the
+    tasks every row has, grouped by type, with each Δ against raw and its paired bootstrap interval."""
+    import numpy as np
+
+    if not results:
+        raise LeaderboardError(f"{backbone}: no results of the labelled tasks to compare")
+    by_row: dict[str, dict[int | None, dict[str, TaskResult]]] = {}
+    for result in results:
+        seeds = by_row.setdefault(result.calibrator, {})
+        if result.task in seeds.setdefault(result.seed, {}):
+            raise LeaderboardError(f"{result.path}: a second result of {result.model} (seed {result.seed}) on "
+                                   f"{result.task}; keep one result folder per study")
+        seeds[result.seed][result.task] = result
+    if "raw" not in by_row:
+        raise LeaderboardError(f"{backbone}: no raw results: every Δ is against raw; run the study with raw")
+    order = {method: index for index, method in enumerate(CALIBRATOR_NAMES)}
+    calibrators = sorted(by_row, key=lambda cal: (order.get(cal, len(order)), cal))
+    every = [runs for cal in calibrators for runs in by_row[cal].values()]
+    common = set.intersection(*(set(runs) for runs in every))
+    missing = sorted({task for runs in every for task in runs} - common)
+    if missing:
+        raise LeaderboardError(f"{backbone}: not every row has a result of {', '.join(missing)}; finish the study "
+                               "(flow-plugin task-types reuses the results it has) or leave those tasks out")
+    raw_runs = by_row["raw"]
+    (raw,) = raw_runs.values() if len(raw_runs) == 1 else (None,)
+    if raw is None:
+        raise LeaderboardError(f"{backbone}: raw results of several seeds")
+    first = {task: raw[task] for task in common}
+    types: dict[str, list[str]] = {}
+    for task in sorted(common, key=lambda t: (TYPE_ORDER.index(first[t].task_type) if first[t].task_type in TYPE_ORDER
+                                              else len(TYPE_ORDER), first[t].task_type, t)):
+        types.setdefault(first[task].task_type, []).append(task)
+    tasks = [task for members in types.values() for task in members]
+    board_tasks = [BoardTask(name=task, type=first[task].task_type, main_score=first[task].main_score,
+                             n_items=n_items(first[task].items), dataset_revision=first[task].dataset_revision)
+                   for task in tasks]
+
+    # resampled scores: row -> seed -> task -> (resamples,) 0-1 scale; the items are shared by every row of a task
+    resampled: dict[str, dict[int | None, dict[str, np.ndarray]]] = {cal: {s: {} for s in by_row[cal]}
+                                                                    for cal in calibrators}
+    for task in tasks:
+        reference = first[task].items
+        size = n_items(reference)
+        generator = np.random.default_rng(_task_seed(seed, task))
+        chunks = [generator.multinomial(size, np.full(size, 1.0 / size), size=min(_CHUNK, n_resamples - start))
+                  for start in range(0, n_resamples, _CHUNK)]
+        for cal in calibrators:
+            for run_seed, runs in by_row[cal].items():
+                items = runs[task].items
+                _same_items(task, reference, items)
+                resampled[cal][run_seed][task] = np.concatenate([resampled_scores(items, chunk) for chunk in chunks])
+    alpha = (1.0 - confidence) / 2.0
+    raw_seed = next(iter(raw_runs))
+    raw_boot = {task: resampled["raw"][raw_seed][task] for task in tasks}
+    rows = []
+    for cal in calibrators:
+        run_seeds = sorted(by_row[cal], key=lambda s: (s is None, s or 0))
+        per_seed = [{task: by_row[cal][s][task].score * 100.0 for task in tasks} for s in run_seeds]
+        columns = _columns(per_seed, types)
+        scores = {column: _spread([values[column] for values in columns]) for column in columns[0]}
+        delta = None
+        if cal != "raw":
+            raw_scores = {task: raw[task].score * 100.0 for task in tasks}
+            # one draw of seeds per resample, shared by the row's tasks; its own generator, so that a row's interval
+            # does not depend on which other rows the board has
+            draws = np.random.default_rng(_task_seed(seed, f"seeds of {cal}")).integers(
+                0, len(run_seeds), size=(n_resamples, len(run_seeds)))
+            boot_tasks = {}
+            for task in tasks:
+                stacked = np.stack([resampled[cal][s][task] for s in run_seeds])  # (seeds, resamples)
+                mean_over_drawn = stacked[draws, np.arange(n_resamples)[:, None]].mean(axis=1)
+                boot_tasks[task] = (mean_over_drawn - raw_boot[task]) * 100.0
+            boot = _columns_boot(boot_tasks, types)
+            points = _columns([{task: statistics.fmean(values[task] for values in per_seed) - raw_scores[task]
+                                for task in tasks}], types)[0]
+            delta = {}
+            for column, value in points.items():
+                # the resamples' deltas re-centred on the delta: V-measure and AP are biased on resamples with
+                # repeated items (plug-in entropies and precisions), the more so the worse the row clusters
+                centred = boot[column] - (boot[column].mean() - value)
+                low, high = (round_points(bound) for bound in np.quantile(centred, [alpha, 1.0 - alpha]))
+                delta[column] = TypeDelta(delta=round_points(value), ci95=(low, high), significant=low > 0 or high < 0)
+        model = by_row[cal][run_seeds[0]][tasks[0]].model
+        seeded = run_seeds[0] is not None
+        rows.append(TypeRow(id=model + (f" (seeds {run_seeds[0]}-{run_seeds[-1]})" if len(run_seeds) > 1 else ""),
+                            model=model, calibrator=cal, seeds=[int(s) for s in run_seeds] if seeded else None,
+                            scores=scores, delta=delta))
+    return TaskTypesBoard(format=TASK_TYPES_FORMAT, format_version=TASK_TYPES_FORMAT_VERSION, name=name,
+                          backbone=backbone, updated=updated, generated_by=generated_by, scale="points",
+                          tasks=board_tasks, types=types, rows=rows,
+                          interval_method=IntervalMethod(method=METHOD, confidence=confidence,
+                                                         n_resamples=n_resamples, seed=seed), run=run)
+
+
+def _columns(per_seed: list[dict[str, float]], types: dict[str, list[str]]) -> list[dict[str, float]]:
+    """Per seed: each task's value, each type's mean of its tasks, and the mean of the type means."""
+    out = []
+    for values in per_seed:
+        row = dict(values)
+        for kind, members in types.items():
+            row[kind] = statistics.fmean(values[task] for task in members)
+        row[AVERAGE] = statistics.fmean(row[kind] for kind in types)
+        out.append(row)
+    return out
+
+
+def _columns_boot(values: dict[str, np.ndarray], types: dict[str, list[str]]) -> dict[str, np.ndarray]:
+    """:func:`_columns` of resampled values: the same means, per resample."""
+    import numpy as np
+
+    out = dict(values)
+    for kind, members in types.items():
+        out[kind] = np.mean([values[task] for task in members], axis=0)
+    out[AVERAGE] = np.mean([out[kind] for kind in types], axis=0)
+    return out
+
+
+def board_problems(board: TaskTypesBoard) -> list[str]:
+    """Why a task-types board does not describe itself (one line each; [] when it does): a Δ that is not the
+    difference of the row's and raw's scores, a Δ outside its interval, or a significance its interval does not
+    say."""
+    raw = next((row for row in board.rows if row.calibrator == "raw"), None)
+    if raw is None:
+        return ["the board has no raw row"]
+    problems = []
+    for row in board.rows:
+        for column, found in (row.delta or {}).items():
+            low, high = found.ci95
+            where = f"{row.id}, {column}"
+            if column not in row.scores or column not in raw.scores:
+                problems.append(f"{where}: a Δ without both scores")
+                continue
+            if abs(row.scores[column].mean - raw.scores[column].mean - found.delta) > 1e-3:
+                problems.append(f"{where}: Δ {found.delta:+.4f}, but the scores differ by "
+                                f"{row.scores[column].mean - raw.scores[column].mean:+.4f}")
+            if not low - _ROUNDING <= found.delta <= high + _ROUNDING:
+                problems.append(f"{where}: Δ {found.delta:+.4f} lies outside its interval [{low:+.4f}, {high:+.4f}]")
+            if found.significant != (low > 0 or high < 0):
+                problems.append(f"{where}: its significance does not match its interval")
+    return problems
+
+
+__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RESAMPLES", "METHOD", "TYPE_ORDER", "board_problems", "compare_task_types",
+           "n_items", "resampled_scores"]

@@ -1,0 +1,116 @@
+"""Ingest for the task-types board: a study's MTEB results of the labelled tasks, each with its per-item data.
+
+:func:`read_task_results` lists the result files of one backbone's models in a result folder (through mteb's
+own ``ResultCache``, as the STS boards do), keeps those of the labelled tasks
+(:mod:`flow_plugin.catalog.labelled_tasks`), reads each main score and the per-item file kept next to it
+(``flow-plugin-items/<Task>.items.npz``), checked to reproduce that score
+(:func:`~flow_plugin.integrations.mteb.item_scores.items_of_result`). A result without usable per-item data is
+an error naming the file: the board never shows a Δ without its interval.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flow_plugin.calibration import default_seed
+from flow_plugin.calibration.names import CALIBRATOR_NAMES
+from flow_plugin.catalog.labelled_tasks import labelled_task_names
+from flow_plugin.catalog.registry import MODEL_PREFIX, get_backbone
+from flow_plugin.errors import LeaderboardError
+from flow_plugin.integrations.mteb.item_scores import ItemScores, items_of_result
+from flow_plugin.integrations.mteb.results import (
+    load_task_result,
+    open_result_cache,
+    read_run_records,
+    result_identity,
+    runs_file_for,
+    task_result_paths,
+)
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """One (calibrator, seed, task) result of a study: its main score (0-1) and its per-item data."""
+
+    model: str
+    calibrator: str
+    seed: int | None
+    task: str
+    task_type: str
+    main_score: str
+    score: float
+    dataset_revision: str
+    items: ItemScores
+    path: Path
+
+
+def _calibrator_of(model: str, backbone_prefix: str) -> str | None:
+    """The calibrator name of one of the backbone's model names (None for another backbone's model)."""
+    if model == backbone_prefix:
+        return "raw"
+    if not model.startswith(backbone_prefix + "-"):
+        return None
+    name = model[len(backbone_prefix) + 1:]
+    return name if name in CALIBRATOR_NAMES else None
+
+
+def read_task_results(folder: str | os.PathLike[str], backbone: str, tasks: list[str] | None = None, *,
+                      calibrators: list[str] | None = None) -> list[TaskResult]:
+    """Every result of ``backbone``'s models (or those of ``calibrators``; raw is always read, every Δ is against it)
+    on the labelled tasks (or those of ``tasks``) in the MTEB output
+    folder ``folder``, with its per-item data. A result whose per-item data is missing or does not reproduce its
+    score is a :class:`~flow_plugin.errors.LeaderboardError` naming the file and the remedy."""
+    spec = get_backbone(backbone)
+    prefix = f"{MODEL_PREFIX}{spec.name}"
+    wanted = set(tasks or labelled_task_names())
+    cache = open_result_cache(folder)
+    found: list[TaskResult] = []
+    for path in task_result_paths(cache):
+        if path.stem not in wanted:
+            continue
+        identity = result_identity(path)
+        calibrator = _calibrator_of(identity.model, prefix)
+        if calibrator is None or (calibrators is not None and calibrator != "raw" and calibrator not in calibrators):
+            continue
+        result = load_task_result(path)
+        splits = list(result.scores)
+        if len(splits) != 1 or len(result.scores[splits[0]]) != 1:
+            raise LeaderboardError(f"{path}: a labelled task has one split and one subset; this result has "
+                                   f"{len(splits)} split(s)")
+        subset = result.scores[splits[0]][0]
+        score = float(subset["main_score"])
+        items, why = items_of_result(path, main_score=score, dataset_revision=result.dataset_revision)
+        if items is None:
+            raise LeaderboardError(f"{path}: no usable per-item data ({why}); rerun the study for this result "
+                                   "(flow-plugin task-types ... --overwrite) to get its interval")
+        params = identity.experiment_kwargs.get("calibrator_params") or {}
+        seed = params.get("seed", default_seed(calibrator))
+        found.append(TaskResult(identity.model, calibrator, seed, path.stem, items.task_type,
+                                str(items.meta["main_score"]), score, result.dataset_revision, items, path))
+    return found
+
+
+#: what the board says about where its results were computed (the run records hold more: flags, probe times)
+_PROVENANCE_KEYS = ("cpu", "cpu_cores", "device", "gpu", "precision", "bf16_kernels", "torch", "python")
+
+
+def run_provenance(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """Where a study's results were computed, from the run records of the folder: the distinct hardware
+    descriptions (CPU, cores, device, precision, torch), or None when the folder has no run records."""
+    path = runs_file_for(folder)
+    if not Path(path).is_file():
+        return None
+    seen: list[dict[str, Any]] = []
+    for record in read_run_records(Path(path)):
+        hardware = record.get("hardware")
+        if isinstance(hardware, dict):
+            summary = {key: hardware.get(key) for key in _PROVENANCE_KEYS if hardware.get(key) is not None}
+            if summary not in seen:
+                seen.append(summary)
+    return {"hardware": seen} if seen else None
+
+
+__all__ = ["TaskResult", "read_task_results", "run_provenance"]

@@ -1,0 +1,269 @@
+"""Does calibration help beyond STS? One backbone × calibrators × the offline tasks of every MTEB type.
+
+:func:`run_task_types` evaluates, through ``mteb.evaluate``, each calibrator of a backbone (raw, SN, NATSV,
+SN+NATSV, whitening, the flow and its variants, the flow ensemble; a seeded one over several seeds) on the
+labelled tasks (:mod:`flow_plugin.catalog.labelled_tasks`: classification, pair classification, clustering,
+reranking, retrieval), and writes:
+
+* MTEB's result files, ``<output>/results/<model>/<revision>/[experiments/<kwargs>/]<Task>.json``;
+* next to each, the fit records (``flow-plugin-fits/``) and the per-item data a paired bootstrap resamples
+  (``flow-plugin-items/<Task>.items.npz``, :mod:`flow_plugin.integrations.mteb.item_scores`);
+* ``<output>/task-types-study.json``: every step's score, time and fit, and the totals.
+
+Tasks run one after the other, every calibrator on a task before the next task, so the backbone encodes a
+task's sentences once (the first run) and every later run reads them from the embedding cache (in memory
+and, with a cache folder, on disk); each calibrator is fitted once per task (the "target" fit on the task's
+unlabeled text). A study fits on at most ``max_fit_sentences`` distinct sentences per task
+(:data:`STUDY_MAX_FIT_SENTENCES`, a seeded sample above it): only SST-2 (70,042 sentences) is above it; the
+fit records say so.
+
+Example::
+
+    from flow_plugin.studies.task_types import run_task_types
+
+    report = run_task_types("minilm-l6", "../shared/data", calibrators=["raw", "whiten", "flow"], seeds=3,
+                            output_folder="results/task-types")
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flow_plugin.calibration.names import STUDY_CALIBRATORS
+from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
+
+logger = logging.getLogger(__name__)
+
+#: most distinct sentences a study's calibrator is fitted on per task; larger corpora (SST-2's 70,042) are sampled
+#: (seeded). 20,000 is above every other task's text (the largest: STS-B sources, 15,439) and keeps the
+#: backbone's pass over SST-2 at 20,000 + 2,000 scored sentences instead of 70,042
+STUDY_MAX_FIT_SENTENCES = 20_000
+STUDY_FILE = "task-types-study.json"
+
+
+@dataclass
+class StudyStep:
+    """One (run, task): its main score (0-1), seconds, and the fit that served it."""
+
+    model: str
+    label: str
+    seed: int | None
+    task: str
+    task_type: str
+    main_score: str
+    score: float | None
+    status: str  # "computed" | "reused" | "failed"
+    seconds: float
+    #: CPU seconds this process spent on the step (all its threads): on a shared machine, wall time also counts
+    #: the other processes' turns
+    cpu_seconds: float = 0.0
+    error: str | None = None
+    fit: dict[str, Any] | None = None
+    #: the MTEB result file (its per-item data: ``flow-plugin-items/<Task>.items.npz`` beside it)
+    result_path: str | None = None
+
+
+@dataclass
+class StudyReport:
+    backbone: str
+    output_folder: Path
+    tasks: list[str]
+    runs: list[str]
+    max_fit_sentences: int
+    steps: list[StudyStep] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    interrupted: bool = False
+    senteval: Any = None
+
+    def scores(self) -> dict[str, dict[str, float | None]]:
+        """task -> run label -> main score (0-1)."""
+        table: dict[str, dict[str, float | None]] = {}
+        for step in self.steps:
+            table.setdefault(step.task, {})[step.label] = step.score
+        return table
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {"format": "flow-plugin-task-types-study", "format_version": 1, "backbone": self.backbone,
+                "tasks": self.tasks, "runs": self.runs, "max_fit_sentences": self.max_fit_sentences,
+                "wall_seconds": round(self.wall_seconds, 1), "cpu_seconds": round(self.cpu_seconds, 1),
+                "machine": _machine_note(), "interrupted": self.interrupted,
+                "steps": [asdict(step) for step in self.steps]}
+        if self.senteval is not None:
+            data["senteval"] = self.senteval.as_dict()
+        return data
+
+
+def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str] | None = None) -> list[Any]:
+    """The study's MTEB task objects (every labelled task, or those of ``names``), each reading the data root
+    ``data`` (default: :func:`flow_plugin.catalog.labelled_tasks.data_root`)."""
+    import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
+
+    from flow_plugin.catalog.labelled_tasks import data_root, labelled_task_names
+    from flow_plugin.errors import DataFolderError
+    from flow_plugin.integrations.mteb.labelled_tasks import task_class
+
+    root = data_root(data)
+    if root is None:
+        raise DataFolderError("the task-types study reads the shared data folder (senteval/, glue/, mteb/): give "
+                              "data=<that folder> or set FLOW_PLUGIN_SHARED_DATA")
+    known = list(labelled_task_names())
+    chosen = list(names) if names else known
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; the study's tasks: {', '.join(known)}")
+    return [task_class(name)(data_dir=root) for name in dict.fromkeys(chosen)]
+
+
+def run_task_types(
+    backbone: str,
+    data: str | os.PathLike[str] | None = None,
+    *,
+    output_folder: str | os.PathLike[str] = "results/task-types",
+    calibrators: Sequence[str] = STUDY_CALIBRATORS,
+    seeds: int = 1,
+    tasks: Sequence[str] | None = None,
+    max_fit_sentences: int = STUDY_MAX_FIT_SENTENCES,
+    options: Any = None,
+    overwrite: bool = False,
+    senteval: dict[str, Any] | None = None,
+    progress: Callable[[str], None] = logger.info,
+    show_progress_bar: bool = True,
+) -> StudyReport:
+    """Run ``calibrators`` of ``backbone`` (a seeded one with ``seeds`` seeds) over the study's tasks
+    (:func:`study_tasks`), writing MTEB results, fit records and per-item data under ``output_folder``.
+
+    Finished results are reused unless ``overwrite``. A failing step is reported and the others go on.
+    With ``senteval`` (keyword arguments of :func:`flow_plugin.studies.senteval_transfer.run_transfer`, at least
+    ``task_path``), SentEval's transfer tasks run too, written to ``senteval-transfer.json``.
+    """
+    from tqdm.auto import tqdm
+
+    from flow_plugin._io import atomic_write_json, make_output_folder
+    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_backbone
+    from flow_plugin.data.sampling import check_cap
+    from flow_plugin.encoding.options import EncoderOptions
+    from flow_plugin.studies.bench import bench_cache_dir
+    from flow_plugin.studies.runs import expand_runs
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    spec = get_backbone(backbone)
+    unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
+    if unknown:
+        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
+    check_cap(max_fit_sentences, 0)
+    task_objects = study_tasks(data, tasks)
+    output = make_output_folder(output_folder)
+    options = options or EncoderOptions()
+    options = options.replace(cache_dir=bench_cache_dir(output, options.cache_dir))
+    runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
+    report = StudyReport(spec.name, output, [task.metadata.name for task in task_objects], [run.label for run in runs],
+                         max_fit_sentences)
+    total = len(runs) * len(task_objects)
+    progress(f"task types: {spec.name}: {len(runs)} runs × {len(task_objects)} tasks = {total} results in "
+             f"{output / 'results'}; embedding cache {options.cache_dir}")
+    bar = tqdm(total=total, desc=f"task types ({spec.name})", unit="result", disable=not show_progress_bar)
+    try:
+        for task in task_objects:
+            for run in runs:
+                bar.set_postfix_str(f"{task.metadata.name} × {run.label.removeprefix('flow_plugin/')}")
+                step = _run_step(run, task, output, options, max_fit_sentences, overwrite,
+                                 fits=run.model != spec.model_name("raw"))
+                report.steps.append(step)
+                bar.update(1)
+                shown = f"{step.main_score} {step.score:.4f}" if step.score is not None else f"FAILED: {step.error}"
+                progress(f"task types [{len(report.steps)}/{total}] {run.label} × {task.metadata.name}: {shown} "
+                         f"({step.status}, {step.seconds:.1f} s)")
+                report.wall_seconds = time.perf_counter() - started
+                report.cpu_seconds = time.process_time() - cpu_started
+                atomic_write_json(output / STUDY_FILE, report.as_dict())
+                if step.status == "failed" and step.error and step.error.split(":")[0] in (
+                        OutputError.__name__, WeightsUnavailableError.__name__):
+                    raise RuntimeError(f"task types: stopped: {step.error}")
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        bar.close()
+    if senteval is not None and not report.interrupted:
+        from flow_plugin.studies.senteval_transfer import run_transfer
+
+        arguments = {"calibrators": calibrators, "seeds": seeds, "output": output / "senteval-transfer.json",
+                     "progress": progress, **senteval}
+        report.senteval = run_transfer(spec.name, arguments.pop("task_path"), **arguments)
+    report.wall_seconds = time.perf_counter() - started
+    report.cpu_seconds = time.process_time() - cpu_started
+    atomic_write_json(output / STUDY_FILE, report.as_dict())
+    return report
+
+
+def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str | os.PathLike[str], *,
+                tasks: Sequence[str] | None = None, calibrators: Sequence[str] | None = None,
+                study: dict[str, float] | None = None) -> tuple[Any, tuple[Path, ...]]:
+    """The backbone's task-types board (:func:`flow_plugin.leaderboard.pipeline.update_task_types_board`) from a
+    study's output folder, written to ``board`` (``leaderboards/task-types-<backbone>.json``) with its Markdown and
+    HTML; ``calibrators``: the rows (default: every calibrator with results); ``study``: the study's ``wall_seconds`` and ``cpu_seconds`` (default: its ``task-types-study.json``)."""
+    import json
+
+    from flow_plugin.leaderboard.pipeline import update_task_types_board
+
+    if study is None:
+        path = Path(output_folder) / STUDY_FILE
+        if path.is_file():
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+            study = {key: recorded[key] for key in ("wall_seconds", "cpu_seconds") if key in recorded}
+    return update_task_types_board(output_folder, backbone, board, tasks=tasks, calibrators=calibrators, study=study)
+
+
+def _machine_note() -> dict[str, Any]:
+    """What a runtime depends on here: CPUs, the load average (other processes' share), torch's threads."""
+    note: dict[str, Any] = {"cpus": os.cpu_count()}
+    if hasattr(os, "getloadavg"):
+        note["load_average_1_5_15"] = [round(value, 2) for value in os.getloadavg()]
+    note["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS")
+    return note
+
+
+def _run_step(run: Any, task: Any, output: Path, options: Any, max_fit_sentences: int, overwrite: bool, *,
+              fits: bool) -> StudyStep:
+    """One run on one task through :func:`flow_plugin.integrations.mteb.evaluate.evaluate_models` (``fits``: the
+    run fits a calibrator, so the fit cap is one of its arguments; raw fits nothing)."""
+    from flow_plugin.data.sampling import DEFAULT_MAX_FIT_SENTENCES
+    from flow_plugin.evaluation.blas_threads import evaluator_threads
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
+    from flow_plugin.integrations.mteb.fit_records import fits_path, read_fits
+
+    kwargs = dict(run.kwargs)
+    if fits and max_fit_sentences != DEFAULT_MAX_FIT_SENTENCES:
+        kwargs["max_fit_sentences"] = max_fit_sentences
+    metadata = task.metadata
+    begin, cpu_begin = time.perf_counter(), time.process_time()
+    try:
+        with evaluator_threads():  # MTEB's logistic regressions and k-means: the faster BLAS thread count here
+            (evaluation,) = evaluate_models([run.model], None, [task], output, options=options, model_kwargs=kwargs,
+                                            overwrite=overwrite, command="flow-plugin task-types")
+        (result,) = evaluation.runs
+    except Exception as error:  # noqa: BLE001 -- report it, go on with the other steps
+        logger.debug("task types: %s on %s failed", run.label, metadata.name, exc_info=True)
+        return StudyStep(run.model, run.label, run.seed, metadata.name, str(metadata.type), metadata.main_score, None,
+                         "failed", time.perf_counter() - begin, time.process_time() - cpu_begin,
+                         error=f"{type(error).__name__}: {error}")
+    fit = None
+    if result.path is not None and fits_path(result.path).is_file():
+        records = read_fits(fits_path(result.path)).get("fits", [])
+        if records:
+            record = records[-1]
+            fit = {key: record.get(key) for key in ("calibrator", "n_sentences", "n_unique_sentences", "encode_seconds",
+                                                    "fit_seconds", "adapted")}
+            fit["sampled"] = (record.get("sampling") or {}).get("sampled")
+    return StudyStep(run.model, run.label, run.seed, metadata.name, str(metadata.type), metadata.main_score,
+                     result.score, result.status, time.perf_counter() - begin, time.process_time() - cpu_begin, fit=fit,
+                     result_path=str(result.path) if result.path is not None else None)
+
+
+__all__ = ["STUDY_MAX_FIT_SENTENCES", "StudyReport", "StudyStep", "build_board", "run_task_types", "study_tasks"]

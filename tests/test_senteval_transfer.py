@@ -1,0 +1,122 @@
+"""SentEval's transfer tasks through SentEval's own engine. SentEval is not on PyPI: these tests run where
+``$FLOW_PLUGIN_SENTEVAL_PATH`` names a checkout (or ``senteval`` imports) and skip, saying so, elsewhere."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from flow_plugin.errors import InputError, MissingExtraError
+from flow_plugin.integrations.senteval_transfer import (
+    CLASSIFIERS,
+    SENTEVAL_PATH_ENV,
+    evaluate_transfer,
+    import_senteval,
+    resolve_classifier,
+    senteval_available,
+)
+
+#: rows kept of each transfer file (every k-th line: real data, small)
+SUBSET_LINES = 120
+
+
+def _needs_senteval() -> None:
+    why = senteval_available()
+    if why is not None:
+        pytest.skip(f"SentEval not available: {why}")
+
+
+@pytest.fixture(scope="module")
+def transfer_subset(senteval_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SentEval's TREC and MRPC files, every k-th line (headers kept), in SentEval's layout."""
+    root = tmp_path_factory.mktemp("senteval-subset")
+    for name, header in (("TREC/train_5500.label", False), ("TREC/TREC_10.label", False),
+                         ("MRPC/msr_paraphrase_train.txt", True), ("MRPC/msr_paraphrase_test.txt", True)):
+        source = senteval_dir / "downstream" / name
+        lines = source.read_bytes().split(b"\n")[:-1]
+        step = max(1, len(lines) // SUBSET_LINES)
+        kept = (lines[:1] if header else []) + lines[1 if header else 0::step]
+        target = root / "downstream" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"\n".join(kept) + b"\n")
+    return root
+
+
+@pytest.fixture()
+def tiny_minilm_backbone(tiny_minilm_vocab_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The registry backbone ``tiny``: a tiny random BERT with all-MiniLM-L6-v2's tokenizer (distinct embeddings)."""
+    from flow_plugin.catalog.registry import default_registry
+    from flow_plugin.encoding.cache import clear_shared_encoders
+
+    from conftest import tiny_registry
+
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(tiny_registry(registry, tiny_minilm_vocab_bert)))
+    monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
+    default_registry(refresh=True)
+    clear_shared_encoders()
+    yield "tiny"
+    default_registry(refresh=True)
+
+
+def test_without_senteval_the_error_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(MissingExtraError, match=f"no senteval/engine.py.*{SENTEVAL_PATH_ENV}"):
+        import_senteval(tmp_path)
+    monkeypatch.delenv(SENTEVAL_PATH_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "senteval", None)  # as where it is not installed
+    with pytest.raises(MissingExtraError, match="not on PyPI"):
+        import_senteval()
+
+
+def test_the_pytorch_classifier_needs_cuda_and_auto_says_what_ran() -> None:
+    from flow_plugin._machine import cuda_available
+
+    if cuda_available():
+        assert resolve_classifier("auto") == "pytorch"
+    else:
+        assert resolve_classifier("auto") == "sklearn"
+        with pytest.raises(InputError, match=r"\.cuda\(\)"):
+            resolve_classifier("pytorch")
+    assert CLASSIFIERS["pytorch"]["classifier"] == {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5,
+                                                    "epoch_size": 4}
+    assert CLASSIFIERS["sklearn"]["usepytorch"] is False and CLASSIFIERS["sklearn"]["kfold"] == 10
+
+
+@pytest.mark.slow
+def test_senteval_engine_scores_each_calibrator(transfer_subset: Path, tiny_minilm_backbone: str) -> None:
+    _needs_senteval()
+    from flow_plugin.integrations.senteval import SentEvalAdapter
+
+    results = {}
+    for calibrator in ("raw", "whiten"):
+        adapter = SentEvalAdapter(backbone=tiny_minilm_backbone, calibrator=calibrator, show_progress_bar=False)
+        seen: list[str] = []
+        results[calibrator] = evaluate_transfer(adapter, transfer_subset, ["TREC", "MRPC"], classifier="sklearn",
+                                                on_task=lambda task, result, seconds: seen.append(task))
+        assert seen == ["TREC", "MRPC"]
+        # prepare fitted the calibrator on the task's sentences (SentEval passes train and test of the task)
+        assert [record["task"] for record in adapter.fit_log] == ["TREC", "MRPC"]
+    for calibrator, by_task in results.items():
+        assert 0 <= by_task["TREC"]["acc"] <= 100 and by_task["TREC"]["ntest"] == 125  # every 4th of TREC_10's 500
+        assert "f1" in by_task["MRPC"]
+
+
+@pytest.mark.slow
+def test_the_senteval_verb_writes_its_report(transfer_subset: Path, tiny_minilm_backbone: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    _needs_senteval()
+    from flow_plugin.cli import main
+
+    output = tmp_path / "senteval.json"
+    code = main(["senteval", "-b", tiny_minilm_backbone, "--data", str(transfer_subset), "--calibrators", "raw", "flow",
+                 "--seeds", "2", "--tasks", "TREC", "--classifier", "sklearn", "--output", str(output)])
+    assert code == 0
+    report = json.loads(output.read_text())
+    assert report["classifier"] == "sklearn" and report["params"]["usepytorch"] is False
+    assert [(row["calibrator"], row["seed"]) for row in report["results"]] == [("raw", None), ("flow", 1234),
+                                                                               ("flow", 1235)]
+    assert "flow_plugin/tiny-flow\t1235\tTREC" in capsys.readouterr().out

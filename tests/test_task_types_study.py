@@ -1,0 +1,104 @@
+"""The task-types study: a backbone's calibrators × labelled tasks through mteb.evaluate, with per-item data,
+fit records and a study file; a second run reuses what finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from flow_plugin.errors import RegistryError
+from flow_plugin.integrations.mteb.item_scores import items_path, read_items
+
+from conftest import tiny_registry
+
+TASKS = ["FlowPluginTRECClassification", "FlowPluginMRPCPairClassification"]
+
+
+@pytest.fixture()
+def tiny_minilm_backbone(tiny_minilm_vocab_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    from flow_plugin.catalog.registry import default_registry
+    from flow_plugin.encoding.cache import clear_shared_encoders
+
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(tiny_registry(registry, tiny_minilm_vocab_bert)))
+    monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
+    default_registry(refresh=True)
+    clear_shared_encoders()
+    yield "tiny"
+    default_registry(refresh=True)
+
+
+@pytest.fixture()
+def small_root(shared_data_dir: Path, tmp_path: Path) -> Path:
+    """TREC and MRPC, every 20th line (real data, small)."""
+    root = tmp_path / "data"
+    for name, header in (("senteval/downstream/TREC/train_5500.label", False), ("senteval/downstream/TREC/TREC_10.label", False),
+                         ("senteval/downstream/MRPC/msr_paraphrase_train.txt", True),
+                         ("senteval/downstream/MRPC/msr_paraphrase_test.txt", True)):
+        source = shared_data_dir / name
+        if not source.is_file():
+            pytest.skip(f"shared data file not found: {source}")
+        lines = source.read_bytes().split(b"\n")[:-1]
+        kept = (lines[:1] if header else []) + lines[1 if header else 0::20]
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"\n".join(kept) + b"\n")
+    return root
+
+
+@pytest.mark.slow
+def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbone: str, small_root: Path,
+                                                             tmp_path: Path) -> None:
+    from flow_plugin.studies.task_types import STUDY_FILE, run_task_types
+
+    output = tmp_path / "study"
+    report = run_task_types(tiny_minilm_backbone, small_root, output_folder=output, calibrators=["raw", "whiten", "flow"],
+                            seeds=2, tasks=TASKS, show_progress_bar=False)
+    assert report.runs == ["flow_plugin/tiny", "flow_plugin/tiny-whiten", "flow_plugin/tiny-flow [seed=1234]",
+                           "flow_plugin/tiny-flow [seed=1235]"]
+    assert len(report.steps) == 8 and {step.status for step in report.steps} == {"computed"}
+    study = json.loads((output / STUDY_FILE).read_text())
+    assert len(study["steps"]) == 8 and study["max_fit_sentences"] == 20_000
+    for step in report.steps:
+        path = Path(step.result_path)
+        assert path.name == f"{step.task}.json" and output in path.parents
+        assert json.loads(path.read_text())["scores"]["test"][0]["main_score"] == pytest.approx(step.score, abs=1e-6)
+        assert read_items(items_path(path)).meta["task"] == step.task
+        if step.label != "flow_plugin/tiny":  # raw fits nothing
+            assert step.fit is not None and step.fit["n_sentences"] > 0 and step.fit["sampled"] is False
+    seeds = [step.score for step in report.steps if step.seed is not None and step.task == TASKS[0]]
+    assert len(seeds) == 2
+    again = run_task_types(tiny_minilm_backbone, small_root, output_folder=output, calibrators=["raw", "whiten", "flow"],
+                           seeds=2, tasks=TASKS, show_progress_bar=False)
+    assert {step.status for step in again.steps} == {"reused"}
+    assert [step.score for step in again.steps] == pytest.approx([step.score for step in report.steps], abs=1e-6)
+
+    # the board of that study, through the leaderboard pipeline: scores as the study's, Δ inside their intervals
+    from flow_plugin.leaderboard.compare_types import board_problems
+    from flow_plugin.studies.task_types import build_board
+
+    board, paths = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "task-types-tiny.json")
+    assert [path.name for path in paths] == ["task-types-tiny.json", "task-types-tiny.md", "task-types-tiny.html"]
+    assert [row.calibrator for row in board.rows] == ["raw", "whiten", "flow"] and board.rows[2].seeds == [1234, 1235]
+    assert board.types == {"Classification": [TASKS[0]], "PairClassification": [TASKS[1]]}
+    assert board.run["wall_seconds"] == json.loads((output / STUDY_FILE).read_text())["wall_seconds"] and board.run["hardware"][0]["device"] == "cpu"
+    by_label = {(step.label, step.task): step.score for step in report.steps}
+    assert board.rows[1].scores[TASKS[0]].mean == pytest.approx(100 * by_label["flow_plugin/tiny-whiten", TASKS[0]],
+                                                                abs=1e-4)
+    assert board_problems(board) == []
+    only, _ = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "flow-only.json", calibrators=["flow"])
+    assert [row.calibrator for row in only.rows] == ["raw", "flow"]  # raw always: every Δ is against it
+    assert only.rows[1].delta == board.rows[2].delta  # the same resamples: a row's Δ does not depend on the others
+
+
+def test_study_refuses_unknown_names_before_running(tmp_path: Path) -> None:
+    from flow_plugin.studies.task_types import run_task_types
+
+    with pytest.raises(RegistryError, match="unknown calibrator"):
+        run_task_types("minilm-l6", tmp_path, calibrators=["flowz"])
+    with pytest.raises(RegistryError, match="unknown task"):
+        run_task_types("minilm-l6", tmp_path, tasks=["NoSuchTask"])

@@ -272,25 +272,8 @@ def reference_flow_fit(X: Any, *, seed: int = 1234, device: str = "cpu") -> dict
     from nflows.transforms.coupling import AdditiveCouplingTransform
     from nflows.transforms.normalization import ActNorm
     from nflows.transforms.permutations import ReversePermutation
-    from torch import nn
 
-    class ShiftNetwork(nn.Module):
-        def __init__(self, in_features: int, out_features: int, hidden: int) -> None:
-            super().__init__()
-            self.hidden1 = nn.Linear(in_features, hidden, bias=False)
-            self.norm1 = ActNorm(hidden)
-            self.hidden2 = nn.Linear(hidden, hidden, bias=False)
-            self.norm2 = ActNorm(hidden)
-            self.output = nn.Linear(hidden, out_features)
-            nn.init.normal_(self.hidden1.weight, std=0.05)
-            nn.init.normal_(self.hidden2.weight, std=0.05)
-            nn.init.zeros_(self.output.weight)
-            nn.init.zeros_(self.output.bias)
-
-        def forward(self, inputs: torch.Tensor, context: Any = None) -> torch.Tensor:
-            hidden = torch.relu(self.norm1(self.hidden1(inputs))[0])
-            hidden = torch.relu(self.norm2(self.hidden2(hidden))[0])
-            return self.output(hidden)
+    from flow_plugin.calibration.flow.glow import ShiftNetwork  # the coupling network the flow ships
 
     n_levels, depth, width, epochs, batch_size = 3, 3, 32, 1.0, 64
     X = np.asarray(X, dtype=np.float32)

@@ -164,6 +164,15 @@ def tiny_minilm_vocab_bert(tmp_path_factory: pytest.TempPathFactory, minilm_path
     return folder
 
 
+@pytest.fixture(scope="session")
+def tiny_spec(tiny_minilm_vocab_bert: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The registry entry ``tiny`` of :func:`tiny_minilm_vocab_bert` (a ``BackboneSpec``), loaded from a
+    registry folder of its own: build ``RegistryModel(tiny_spec, method)`` from it, in process."""
+    from flow_plugin.catalog.registry import load_registry
+
+    return load_registry([tiny_registry(tmp_path_factory.mktemp("tiny-registry"), tiny_minilm_vocab_bert)])["tiny"]
+
+
 # --------------------------------------------------------------------------- optional extras
 @pytest.fixture
 def without_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,7 +24,7 @@ from flow_plugin.catalog.labelled_tasks import (
     parse_task_entry,
     parse_task_file,
 )
-from flow_plugin.catalog.registry import RegistryModel, load_registry
+from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.data.labelled import parse_source, read_source, stratified_split
 from flow_plugin.errors import DataFolderError, InputError, RegistryError
 from flow_plugin.integrations.mteb.corpus import target_corpus
@@ -32,7 +32,6 @@ from flow_plugin.integrations.mteb.item_scores import items_of_result, items_pat
 from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, task_class
 from flow_plugin.integrations.mteb.model import FlowPluginModel
 
-from conftest import tiny_registry
 
 #: one built-in task per MTEB type (the per-type test runs each through mteb.evaluate)
 ONE_PER_TYPE = {
@@ -90,11 +89,6 @@ def subset_root(shared_data_dir: Path, tmp_path_factory: pytest.TempPathFactory)
                 step = max(1, 9324 // SUBSET_ROWS)
             _subset_file(path, root / name, header=header, csv_records=name.endswith(".csv") and header, step=step)
     return root
-
-
-@pytest.fixture(scope="module")
-def tiny_spec(tiny_minilm_vocab_bert: Path, tmp_path_factory: pytest.TempPathFactory):
-    return load_registry([tiny_registry(tmp_path_factory.mktemp("tiny-registry"), tiny_minilm_vocab_bert)])["tiny"]
 
 
 # ----------------------------------------------------------------------------- entries and sources

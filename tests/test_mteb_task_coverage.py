@@ -24,24 +24,18 @@ from mteb.cache import ResultCache
 from mteb.mocks import MOCK_TASK_TEST_GRID, MOCK_TASK_TEST_GRID_MONOLINGUAL
 from mteb.mocks.mock_tasks import MockRetrievalTask
 
-from flow_plugin.catalog.registry import RegistryModel, load_registry
+from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.data.sampling import CorpusPart, sample_corpus
 from flow_plugin.errors import InputError
 from flow_plugin.integrations.mteb.fit_records import fits_path, read_fits
 from flow_plugin.integrations.mteb.model import FlowPluginModel
 
-from conftest import tiny_registry
 
 #: the six calibrator methods of the paper's table (flow variants are tested elsewhere)
 CALIBRATOR_METHODS = ("raw", "sn", "natsv", "sn-natsv", "whiten", "flow")
 #: the text tasks of MTEB's mock grid, once each (the grid lists MockMultilingualSTSTask twice)
 TEXT_GRID = list({task.metadata.name: task for task in MOCK_TASK_TEST_GRID if list(task.metadata.modalities) == ["text"]}.values())
 TASK_TYPES = sorted({task.metadata.type for task in TEXT_GRID})
-
-
-@pytest.fixture(scope="session")
-def tiny_spec(tiny_minilm_vocab_bert: Path, tmp_path_factory: pytest.TempPathFactory):
-    return load_registry([tiny_registry(tmp_path_factory.mktemp("tiny-registry"), tiny_minilm_vocab_bert)])["tiny"]
 
 
 def run_grid(models: list[FlowPluginModel], tasks: list) -> dict[tuple[str, str], float]:

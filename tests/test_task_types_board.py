@@ -205,3 +205,29 @@ def test_the_board_verb_says_in_one_line_what_is_missing(tmp_path: Path, capsys:
     assert capsys.readouterr().err.strip().splitlines() == [
         "flow-plugin task-types: error: minilm-l6: no results of the labelled tasks to compare"]
     assert not board.exists()
+
+
+def _table(lines: list[str]) -> dict[tuple[str, str], dict[str, str]]:
+    """(task type, backbone) -> column label -> cell, of a Markdown table as across_backbones writes it."""
+    head = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return {(cells[0], cells[1]): dict(zip(head[2:], cells[2:]))
+            for cells in ([cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[2:])}
+
+
+@pytest.mark.skipif(not PUBLISHED, reason="no task-types board published in leaderboards/ yet")
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_the_pages_show_the_published_boards_numbers(page: str) -> None:
+    """README's and Results' 'beyond STS' tables are the boards' numbers as across_backbones prints them (the
+    boards are the one home of every number; a table copied before a board was rebuilt fails here)."""
+    from flow_plugin.leaderboard.render.task_types import across_backbones
+
+    lines = (REPO / page).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| Task type | Backbone | raw |"))
+    end = next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i].startswith("|"))
+    shown = _table(lines[start:end])
+    boards = [TaskTypesBoard.model_validate(json.loads(path.read_text(encoding="utf-8"))) for path in PUBLISHED]
+    truth = _table(across_backbones(boards))
+    assert {backbone for _, backbone in shown} == {board.backbone for board in boards}, "a published board is missing"
+    assert set(shown) == set(truth)
+    for key, cells in shown.items():
+        assert cells == {label: truth[key][label] for label in cells}, key

@@ -39,6 +39,7 @@ from flow_plugin.calibration import Calibrator, Identity
 from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, FIT_ARGUMENTS, PER_CALL, TARGET
 from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
+from flow_plugin.catalog.task_type_effects import caution
 from flow_plugin.data.fit_corpus import FitCorpus, read_sentence_file
 from flow_plugin.data.sampling import (
     DEFAULT_FIT_SEED,
@@ -145,6 +146,7 @@ class FlowPluginModel(AbsEncoder):
         self._unsaved: dict[str, Any] = {}
         self._calls_since_save: Counter[str] = Counter()
         self._tasks: dict[str, Any] = {}  # task name -> task object given to prepare_task
+        self._cautioned: set[str] = set()  # the task types this model has warned about
         self._lock = threading.RLock()
         if self.fit_corpus.kind == PER_CALL and not self._is_raw:
             message = (f"{self.name}: fit_corpus='per-call' fits a new calibrator for every encode() call, so the two "
@@ -337,6 +339,19 @@ class FlowPluginModel(AbsEncoder):
             del self._unsaved[task_name]
             self._write_records(cache, meta, task_name)
 
+    def _caution(self, task_metadata: Any) -> None:
+        """Warn, once per task type, where this model's calibrator lowered that type on every
+        published task-types board (:func:`flow_plugin.catalog.task_type_effects.caution`)."""
+        task_type = getattr(task_metadata, "type", None)
+        with self._lock:
+            if task_type is None or task_type in self._cautioned:
+                return
+            self._cautioned.add(task_type)
+        message = caution(self.name, self.registry_model.calibrator, task_type)
+        if message is not None:
+            warnings.warn(message, UserWarning, stacklevel=3)
+            logger.warning("%s", message)
+
     # ----------------------------------------------------------------- MTEB protocol
     def encode(
         self,
@@ -349,6 +364,7 @@ class FlowPluginModel(AbsEncoder):
         **kwargs: Any,
     ) -> np.ndarray:
         sentences = _texts_of(inputs)
+        self._caution(task_metadata)
         fit, _ = self._fit_for(task_metadata.name, hf_subset, sentences, task_metadata)
         side = getattr(prompt_type, "value", prompt_type)
         with self._lock:

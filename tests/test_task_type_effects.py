@@ -1,0 +1,77 @@
+"""The task-type cautions: their claims agree with every published task-types board, and a model
+says so, once per task type, when MTEB gives it a task of a type its calibrator lowered.
+
+The claims (flow_plugin/catalog/task_type_effects.toml) are recomputed here from
+leaderboards/task-types-*.json: a calibrator "hurts" a type where the paired bootstrap 95%
+interval of its delta against raw lies wholly below zero on every board.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import mteb
+import pytest
+from mteb.mocks import MOCK_TASK_TEST_GRID_MONOLINGUAL
+from mteb.mocks.mock_tasks import MockClassificationTask, MockSTSTask
+
+from flow_plugin.catalog.registry import RegistryModel
+from flow_plugin.catalog.task_type_effects import caution, task_type_effects
+from flow_plugin.integrations.mteb.model import FlowPluginModel
+
+LEADERBOARDS = Path(__file__).resolve().parents[1] / "leaderboards"
+#: a text clustering task of MTEB's mock grid (its class name differs across mteb releases)
+CLUSTERING = next(type(task) for task in MOCK_TASK_TEST_GRID_MONOLINGUAL
+                  if task.metadata.type == "Clustering" and list(task.metadata.modalities) == ["text"])
+
+
+def _boards() -> dict[str, dict]:
+    return {board["backbone"]: board for board in
+            (json.loads(path.read_text(encoding="utf-8")) for path in sorted(LEADERBOARDS.glob("task-types-*.json")))}
+
+
+def test_claims_are_what_every_published_board_measured() -> None:
+    boards = _boards()
+    effects = task_type_effects()
+    assert set(effects.boards) == set(boards), "the claims must cover exactly the published task-types boards"
+    types = {task_type for board in boards.values() for task_type in board["types"]}
+    for task_type in sorted(types):
+        hurt_on = []
+        for board in boards.values():
+            hurt_on.append({row["calibrator"] for row in board["rows"] if row["calibrator"] != "raw"
+                            and task_type in row["delta"] and row["delta"][task_type]["ci95"][1] < 0})
+        assert set(effects.hurts.get(task_type, ())) == set.intersection(*hurt_on), task_type
+
+
+def test_caution_names_the_measured_calibrator_for_an_unmeasured_variant() -> None:
+    message = caution("flow_plugin/minilm-l6-flow-lu", "flow-lu", "Clustering")
+    assert message is not None and "flow (flow-lu is a variant of it, not measured itself)" in message
+    assert caution("flow_plugin/minilm-l6", "raw", "Clustering") is None
+
+
+def _cautions(model: FlowPluginModel, task) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mteb.evaluate(model, task, cache=None, co2_tracker=False, show_progress_bar=False)
+    return [str(warning.message) for warning in caught if "task-types board" in str(warning.message)]
+
+
+def test_a_model_cautions_once_per_hurt_task_type(tiny_spec) -> None:
+    flow = FlowPluginModel(RegistryModel(tiny_spec, "flow"))
+    first = _cautions(flow, MockClassificationTask())
+    assert len(first) == 1 and "flow lowered MTEB Classification scores" in first[0], first
+    assert "docs/results.md" in first[0]
+    assert _cautions(flow, MockClassificationTask()) == []  # once per type and model
+    assert [message.split(" lowered ")[1].split(" scores")[0]
+            for message in _cautions(flow, CLUSTERING())] == ["MTEB Clustering"]
+    assert _cautions(flow, MockSTSTask()) == []  # STS: what calibration is for
+    sn = FlowPluginModel(RegistryModel(tiny_spec, "sn"))
+    assert _cautions(sn, MockClassificationTask()) == []  # SN lowered no type on every board
+
+
+@pytest.mark.parametrize("task_type", ["Reranking", "Retrieval"])
+def test_no_caution_where_calibration_helped_somewhere(task_type: str) -> None:
+    assert all(caution("flow_plugin/x-" + name, name, task_type) is None
+               for name in ("sn", "natsv", "sn-natsv", "whiten", "flow", "flow-ens"))

@@ -195,6 +195,29 @@ def test_bad_entries_are_one_line_errors_naming_the_problem(tmp_path: Path) -> N
         read_source(mapped, tmp_path)
 
 
+def test_jsonl_and_regex_sources_read_every_non_blank_line_and_name_a_bad_one(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text('{"q": "why?", "y": 1}\n\n{"q": "how?", "y": 0}\n', encoding="utf-8")
+    (tmp_path / "b.jsonl").write_text('{"q": "who?", "y": 1}\n', encoding="utf-8")
+    jsonl = parse_source({"format": "jsonl", "splits": {"train": ["a.jsonl", "b.jsonl"]},
+                          "columns": {"text": "q", "label": "y"}})
+    read = read_source(jsonl, tmp_path)
+    assert read.splits == {"train": {"text": ["why?", "how?", "who?"], "label": [1, 0, 1]}}
+    assert read.files == [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    (tmp_path / "b.jsonl").write_text('{"q": "who?"}\n{"q": \n', encoding="utf-8")
+    with pytest.raises(DataFolderError, match=r"b\.jsonl, line 1: no key\(s\) \['y'\]"):
+        read_source(jsonl, tmp_path)
+    (tmp_path / "b.jsonl").write_text('{"q": "who?", "y": 1}\n\n{"q": \n', encoding="utf-8")
+    with pytest.raises(DataFolderError, match=r"b\.jsonl, line 3: not valid JSON"):
+        read_source(jsonl, tmp_path)
+    (tmp_path / "c.txt").write_text("DESC:def what is it\n\nHUM:ind who was he\n", encoding="utf-8")
+    regex = parse_source({"format": "regex-lines", "splits": {"train": "c.txt"},
+                          "pattern": "(?P<label>[A-Z]+):\\S+ (?P<text>.+)"})
+    assert read_source(regex, tmp_path).splits == {"train": {"label": ["DESC", "HUM"], "text": ["what is it", "who was he"]}}
+    (tmp_path / "c.txt").write_text("DESC:def what is it\nno label here\n", encoding="utf-8")
+    with pytest.raises(DataFolderError, match=r"c\.txt, line 2: does not match the source's pattern"):
+        read_source(regex, tmp_path)
+
+
 # ----------------------------------------------------------------------------- through MTEB
 @pytest.mark.parametrize("task_type", sorted(ONE_PER_TYPE))
 def test_each_type_runs_through_mteb_and_keeps_items_that_reproduce_its_score(

@@ -54,7 +54,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -270,6 +270,17 @@ def _file_list(files: FileList) -> list[str]:
     return [files] if isinstance(files, str) else list(files)
 
 
+def _text_lines(names: FileList, base: Path, encoding: str, files: list[Path]) -> Iterator[tuple[Path, int, str]]:
+    """``(path, line number, line)`` of each non-blank line of the files ``names`` (relative to ``base``), in order;
+    each file's path is appended to ``files`` as it is opened."""
+    for name in _file_list(names):
+        path = resolve_file(name, base)
+        files.append(path)
+        for number, line in enumerate(read_lines(path, encoding), start=1):
+            if line.strip():
+                yield path, number, line
+
+
 def _delimited_rows(source: DelimitedSource, path: Path) -> list[tuple[int, dict[str, Any]]]:
     lines = read_lines(path, source.encoding)
     quoting = csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL
@@ -328,11 +339,8 @@ def read_source(source: Source, base: Path) -> LabelledSplits:
     elif isinstance(source, LinesPerLabelSource):
         count = [0]
         for name, label in source.files.items():
-            path = resolve_file(name, base)
-            files.append(path)
-            for number, line in enumerate(read_lines(path, source.encoding), start=1):
-                if line.strip():
-                    _add_row(table(WHOLE_SET), {"text": line, "label": label}, source, f"{path}, line {number}", count)
+            for path, number, line in _text_lines(name, base, source.encoding, files):
+                _add_row(table(WHOLE_SET), {"text": line, "label": label}, source, f"{path}, line {number}", count)
         dropped[WHOLE_SET] = count[0]
     elif isinstance(source, AlignedLinesSource):
         for split, by_role in source.splits.items():
@@ -356,40 +364,30 @@ def read_source(source: Source, base: Path) -> LabelledSplits:
         pattern = re.compile(source.pattern)
         for split, names in source.splits.items():
             count = [0]
-            for name in _file_list(names):
-                path = resolve_file(name, base)
-                files.append(path)
-                for number, line in enumerate(read_lines(path, source.encoding), start=1):
-                    if not line.strip():
-                        continue
-                    match = pattern.fullmatch(line.strip())
-                    if match is None:
-                        raise DataFolderError(f"{path}, line {number}: does not match the source's pattern "
-                                              f"{source.pattern!r}: {line.strip()!r:.80}")
-                    _add_row(table(split), match.groupdict(), source, f"{path}, line {number}", count)
+            for path, number, line in _text_lines(names, base, source.encoding, files):
+                match = pattern.fullmatch(line.strip())
+                if match is None:
+                    raise DataFolderError(f"{path}, line {number}: does not match the source's pattern "
+                                          f"{source.pattern!r}: {line.strip()!r:.80}")
+                _add_row(table(split), match.groupdict(), source, f"{path}, line {number}", count)
             dropped[split] = count[0]
     elif isinstance(source, JsonlSource):
         _check_roles(list(source.columns), "source columns")
         for split, names in source.splits.items():
             count = [0]
-            for name in _file_list(names):
-                path = resolve_file(name, base)
-                files.append(path)
-                for number, line in enumerate(read_lines(path, source.encoding), start=1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise DataFolderError(f"{path}, line {number}: not valid JSON ({error})") from None
-                    row = {}
-                    for role, key in source.columns.items():
-                        keys = key if isinstance(key, list) else [key]
-                        missing = [item for item in keys if item not in record]
-                        if missing:
-                            raise DataFolderError(f"{path}, line {number}: no key(s) {missing}")
-                        row[role] = [record[item] for item in keys] if isinstance(key, list) else record[key]
-                    _add_row(table(split), row, source, f"{path}, line {number}", count)
+            for path, number, line in _text_lines(names, base, source.encoding, files):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise DataFolderError(f"{path}, line {number}: not valid JSON ({error})") from None
+                row = {}
+                for role, key in source.columns.items():
+                    keys = key if isinstance(key, list) else [key]
+                    missing = [item for item in keys if item not in record]
+                    if missing:
+                        raise DataFolderError(f"{path}, line {number}: no key(s) {missing}")
+                    row[role] = [record[item] for item in keys] if isinstance(key, list) else record[key]
+                _add_row(table(split), row, source, f"{path}, line {number}", count)
             dropped[split] = count[0]
     else:  # pragma: no cover -- the union is closed
         raise InputError(f"unknown source {type(source).__name__}")

@@ -173,6 +173,24 @@ def tiny_spec(tiny_minilm_vocab_bert: Path, tmp_path_factory: pytest.TempPathFac
     return load_registry([tiny_registry(tmp_path_factory.mktemp("tiny-registry"), tiny_minilm_vocab_bert)])["tiny"]
 
 
+@pytest.fixture()
+def tiny_minilm_backbone(tiny_minilm_vocab_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The registry backbone ``tiny`` of :func:`tiny_minilm_vocab_bert` (distinct embeddings for real sentences),
+    found by name for the test, in process (``flow-plugin`` commands, ``mteb.get_model``); no embedding cache folder."""
+    from flow_plugin.catalog.registry import default_registry
+    from flow_plugin.encoding.cache import clear_shared_encoders
+
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(tiny_registry(registry, tiny_minilm_vocab_bert)))
+    monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
+    default_registry(refresh=True)
+    clear_shared_encoders()
+    yield "tiny"
+    default_registry(refresh=True)
+    clear_shared_encoders()
+
+
 # --------------------------------------------------------------------------- optional extras
 @pytest.fixture
 def without_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,6 @@ import pytest
 from mteb.cache import ResultCache
 
 from flow_plugin.catalog.labelled_tasks import (
-    BUILT_IN_FILE,
     TASKS_ENV,
     labelled_task,
     labelled_tasks,

@@ -45,24 +45,6 @@ def transfer_subset(senteval_dir: Path, tmp_path_factory: pytest.TempPathFactory
     return root
 
 
-@pytest.fixture()
-def tiny_minilm_backbone(tiny_minilm_vocab_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The registry backbone ``tiny``: a tiny random BERT with all-MiniLM-L6-v2's tokenizer (distinct embeddings)."""
-    from flow_plugin.catalog.registry import default_registry
-    from flow_plugin.encoding.cache import clear_shared_encoders
-
-    from conftest import tiny_registry
-
-    registry = tmp_path / "registry"
-    registry.mkdir()
-    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(tiny_registry(registry, tiny_minilm_vocab_bert)))
-    monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
-    default_registry(refresh=True)
-    clear_shared_encoders()
-    yield "tiny"
-    default_registry(refresh=True)
-
-
 def test_without_senteval_the_error_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(MissingExtraError, match=f"no senteval/engine.py.*{SENTEVAL_PATH_ENV}"):
         import_senteval(tmp_path)

@@ -4,8 +4,6 @@ fit records and a study file; a second run reuses what finished."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,24 +11,8 @@ import pytest
 from flow_plugin.errors import RegistryError
 from flow_plugin.integrations.mteb.item_scores import items_path, read_items
 
-from conftest import tiny_registry
 
 TASKS = ["FlowPluginTRECClassification", "FlowPluginMRPCPairClassification"]
-
-
-@pytest.fixture()
-def tiny_minilm_backbone(tiny_minilm_vocab_bert: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    from flow_plugin.catalog.registry import default_registry
-    from flow_plugin.encoding.cache import clear_shared_encoders
-
-    registry = tmp_path / "registry"
-    registry.mkdir()
-    monkeypatch.setenv("FLOW_PLUGIN_REGISTRY", str(tiny_registry(registry, tiny_minilm_vocab_bert)))
-    monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
-    default_registry(refresh=True)
-    clear_shared_encoders()
-    yield "tiny"
-    default_registry(refresh=True)
 
 
 @pytest.fixture()

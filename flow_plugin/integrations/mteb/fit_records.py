@@ -1,13 +1,10 @@
 """Fit records next to MTEB's results: what each calibrator was fitted on, per task.
 
-MTEB writes ``<output>/results/<model>/<revision>/[experiments/<name>/]<Task>.json``. Next to
-it, flow-plugin writes ``flow-plugin-fits/<Task>.fits.json``: one record per fit that served
-the task (calibrator and its parameters, corpus, sentences and distinct sentences, sampling
-cap and seed, the small-sample adaptation, encode and fit time, log-likelihood, and every
-``encode()`` call it served). The subfolder and the ``.fits.json`` name keep it out of what
-mteb's ``ResultCache`` (``*/*/*.json``) and flow-plugin's result scans (``<Task>.json``) read as
-task results. Files are written atomically; records of other subsets (an earlier run that
-evaluated other subsets) are kept.
+Next to an MTEB task result ``<Task>.json``, flow-plugin writes the sidecar (:mod:`.sidecars`)
+``flow-plugin-fits/<Task>.fits.json``: one record per fit that served the task (calibrator and
+its parameters, corpus, sentences and distinct sentences, sampling cap and seed, the small-sample
+adaptation, encode and fit time, log-likelihood, and every ``encode()`` call it served). Records
+of other subsets (an earlier run that evaluated other subsets) are kept.
 
 Examples
 --------
@@ -23,18 +20,12 @@ from typing import Any
 
 from flow_plugin._io import atomic_write_json, read_json
 from flow_plugin.errors import DataFolderError
+from flow_plugin.integrations.mteb.sidecars import sidecar_path
 
 FITS_FOLDER = "flow-plugin-fits"
 FITS_SUFFIX = ".fits.json"
 FITS_FORMAT = "flow-plugin-fits"
 FITS_VERSION = 1
-
-
-def sidecar_path(result_path: str | os.PathLike[str], folder: str, suffix: str) -> Path:
-    """A file flow-plugin keeps with an MTEB task result: ``<folder>/<Task><suffix>`` next to it, out of
-    what result scans read."""
-    result_path = Path(result_path)
-    return result_path.parent / folder / f"{result_path.stem}{suffix}"
 
 
 def fits_path(result_path: str | os.PathLike[str]) -> Path:

@@ -31,8 +31,6 @@ that it reproduces its result's main score (:func:`main_score_of`), so a stale f
 
 from __future__ import annotations
 
-import io
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from flow_plugin._io import atomic_write_bytes
 from flow_plugin.errors import DataFolderError
-from flow_plugin.integrations.mteb.fit_records import sidecar_path
+from flow_plugin.integrations.mteb.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
 
 ITEMS_FOLDER = "flow-plugin-items"
 ITEMS_SUFFIX = ".items.npz"
@@ -95,23 +92,12 @@ def write_items(result_path: str | os.PathLike[str], *, task: str, task_type: st
     meta = {"format": ITEMS_FORMAT, "format_version": ITEMS_VERSION, "task": task, "type": task_type, "split": split,
             "hf_subset": hf_subset, "dataset_revision": dataset_revision, "main_score": main_score,
             "main_score_value": float(main_score_value), "arrays": ARRAYS.get(task_type, {}), **(extra or {})}
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, meta=np.array(json.dumps(meta, sort_keys=True)),
-                        **{name: np.asarray(value) for name, value in arrays.items()})
-    return atomic_write_bytes(items_path(result_path), buffer.getvalue())
+    return write_array_sidecar(items_path(result_path), meta, arrays, compress=True)
 
 
 def read_items(path: str | os.PathLike[str]) -> ItemScores:
     """A per-item file, checked for its format; errors name the file."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
-            if meta.get("format") != ITEMS_FORMAT or meta.get("format_version") != ITEMS_VERSION:
-                raise ValueError(f"not {ITEMS_FORMAT} version {ITEMS_VERSION}")
-            arrays = {name: data[name] for name in data.files if name != "meta"}
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise DataFolderError(f"{path}: unreadable per-item file ({error}); delete it and rerun the task") from None
-    return ItemScores(meta, arrays)
+    return ItemScores(*read_array_sidecar(path, ITEMS_FORMAT, ITEMS_VERSION, "per-item file"))
 
 
 def main_score_of(items: ItemScores) -> float:

@@ -22,8 +22,6 @@ Spearman correlation does not reproduce its result's score, or that is of other 
 
 from __future__ import annotations
 
-import io
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,9 +31,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import spearmanr
 
-from flow_plugin._io import atomic_write_bytes
 from flow_plugin.errors import DataFolderError
-from flow_plugin.integrations.mteb.fit_records import sidecar_path
+from flow_plugin.integrations.mteb.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
 
 PAIRS_FOLDER = "flow-plugin-pairs"
 PAIRS_SUFFIX = ".pairs.npz"
@@ -96,24 +93,19 @@ def write_pairs(result_path: str | os.PathLike[str], *, task: str, split: str, h
         raise DataFolderError(f"{task}: {len(gold)} gold scores, {len(cosine)} cosines, {len(subsets)} subset labels")
     meta = {"format": PAIRS_FORMAT, "format_version": PAIRS_VERSION, "task": task, "split": split,
             "hf_subset": hf_subset, "dataset_revision": dataset_revision, "main_score": float(main_score)}
-    buffer = io.BytesIO()
-    np.savez(buffer, gold=gold, cosine=cosine, subset_names=np.array(names), subset_sizes=np.array(sizes, dtype=np.int64),
-             meta=np.array(json.dumps(meta, sort_keys=True)))
-    return atomic_write_bytes(pairs_path(result_path), buffer.getvalue())
+    arrays = {"gold": gold, "cosine": cosine, "subset_names": np.array(names), "subset_sizes": np.array(sizes, dtype=np.int64)}
+    return write_array_sidecar(pairs_path(result_path), meta, arrays)
 
 
 def read_pairs(path: str | os.PathLike[str]) -> PairScores:
     """A per-pair file, checked; errors name the file."""
+    meta, data = read_array_sidecar(path, PAIRS_FORMAT, PAIRS_VERSION, "per-pair file")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
-            if meta.get("format") != PAIRS_FORMAT or meta.get("format_version") != PAIRS_VERSION:
-                raise ValueError(f"not {PAIRS_FORMAT} version {PAIRS_VERSION}")
-            return PairScores(task=meta["task"], dataset_revision=meta["dataset_revision"],
-                              main_score=float(meta["main_score"]), gold=data["gold"], cosine=data["cosine"],
-                              subset_names=tuple(str(name) for name in data["subset_names"]),
-                              subset_sizes=tuple(int(size) for size in data["subset_sizes"]))
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        return PairScores(task=meta["task"], dataset_revision=meta["dataset_revision"],
+                          main_score=float(meta["main_score"]), gold=data["gold"], cosine=data["cosine"],
+                          subset_names=tuple(str(name) for name in data["subset_names"]),
+                          subset_sizes=tuple(int(size) for size in data["subset_sizes"]))
+    except (ValueError, KeyError, TypeError) as error:
         raise DataFolderError(f"{path}: unreadable per-pair file ({error}); delete it and rerun the task") from None
 
 

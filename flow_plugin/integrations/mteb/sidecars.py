@@ -1,0 +1,65 @@
+"""Files flow-plugin keeps next to an MTEB task result: where they go, and how the array files are
+written and read.
+
+MTEB writes ``<output>/results/<model>/<revision>/[experiments/<name>/]<Task>.json``. A sidecar is
+``<folder>/<Task><suffix>`` next to it: the subfolder keeps it out of what mteb's ``ResultCache``
+(``*/*/*.json``) and flow-plugin's result scans (``<Task>.json``) read as task results. The fit
+records (:mod:`.fit_records`) are JSON; the per-pair (:mod:`.pair_scores`) and per-item
+(:mod:`.item_scores`) scores are NumPy ``.npz`` archives with a JSON ``meta`` entry that names their
+format and version. Every sidecar is written atomically.
+
+Examples
+--------
+>>> sidecar_path(Path("out/results/m/rev/STS12.json"), "flow-plugin-fits", ".fits.json").as_posix()
+'out/results/m/rev/flow-plugin-fits/STS12.fits.json'
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flow_plugin._io import atomic_write_bytes
+from flow_plugin.errors import DataFolderError
+
+if TYPE_CHECKING:  # numpy is imported where an array file is read or written: the leaderboard's modules import
+    import numpy as np  # the path rule without it
+
+
+def sidecar_path(result_path: str | os.PathLike[str], folder: str, suffix: str) -> Path:
+    """A file flow-plugin keeps with an MTEB task result: ``<folder>/<Task><suffix>`` next to it, out of
+    what result scans read."""
+    result_path = Path(result_path)
+    return result_path.parent / folder / f"{result_path.stem}{suffix}"
+
+
+def write_array_sidecar(path: str | os.PathLike[str], meta: dict[str, Any], arrays: dict[str, Any], *,
+                        compress: bool = False) -> Path:
+    """Write ``arrays`` and ``meta`` (JSON, keys sorted; it holds ``format`` and ``format_version``) as one
+    ``.npz`` archive, atomically; returns the path."""
+    import numpy as np
+
+    buffer = io.BytesIO()
+    save = np.savez_compressed if compress else np.savez
+    save(buffer, meta=np.array(json.dumps(meta, sort_keys=True)), **{name: np.asarray(value) for name, value in arrays.items()})
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_array_sidecar(path: str | os.PathLike[str], file_format: str, version: int,
+                       what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(meta, arrays)`` of a sidecar written by :func:`write_array_sidecar`, checked to be ``file_format``
+    ``version``; anything else is a one-line error naming the file (a ``what``: "per-item file") and the
+    remedy."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            if meta.get("format") != file_format or meta.get("format_version") != version:
+                raise ValueError(f"not {file_format} version {version}")
+            return meta, {name: data[name] for name in data.files if name != "meta"}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise DataFolderError(f"{path}: unreadable {what} ({error}); delete it and rerun the task") from None

@@ -47,7 +47,7 @@ def test_claims_are_what_every_published_board_measured() -> None:
 
 def test_caution_names_the_measured_calibrator_for_an_unmeasured_variant() -> None:
     message = caution("flow_plugin/minilm-l6-flow-lu", "flow-lu", "Clustering")
-    assert message is not None and "flow (flow-lu is a variant of it, not measured itself)" in message
+    assert message is not None and "flow (flow-lu is a variant of it, not measured on every board)" in message
     assert caution("flow_plugin/minilm-l6", "raw", "Clustering") is None
 
 

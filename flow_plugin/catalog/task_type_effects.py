@@ -62,7 +62,7 @@ def task_type_effects() -> TaskTypeEffects:
 def caution(model_name: str, calibrator: str, task_type: str) -> str | None:
     """The one-line caution a model of ``calibrator`` gives on a task of ``task_type``, or ``None``.
 
-    A flow variant that no board measured (``flow-lu``, ...) is cautioned where the paper's flow
+    A flow variant not measured on every board (``flow-lu``, ...) is cautioned where the paper's flow
     was, and the sentence says it was the flow that was measured.
     """
     effects = task_type_effects()
@@ -71,7 +71,7 @@ def caution(model_name: str, calibrator: str, task_type: str) -> str | None:
     if measured not in hurt or measured == "raw":
         return None
     label = CALIBRATOR_LABELS.get(measured, measured)
-    variant = "" if measured == calibrator else f" ({calibrator} is a variant of it, not measured itself)"
+    variant = "" if measured == calibrator else f" ({calibrator} is a variant of it, not measured on every board)"
     return (f"{model_name}: {label}{variant} lowered MTEB {task_type} scores against the raw embeddings on every "
             f"task-types board published ({', '.join(effects.boards)}; 95% intervals below zero): see "
             f"{effects.evidence}")

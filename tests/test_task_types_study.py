@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from flow_plugin.errors import RegistryError
+from flow_plugin.errors import DataFolderError, RegistryError
 from flow_plugin.integrations.mteb.item_scores import items_path, read_items
 
 
@@ -57,6 +57,11 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     again = run_task_types(tiny_minilm_backbone, small_root, output_folder=output, calibrators=["raw", "whiten", "flow"],
                            seeds=2, tasks=TASKS, show_progress_bar=False)
     assert {step.status for step in again.steps} == {"reused"}
+    # the study file counts every run in the folder: the board's time is the whole study's, not the last run's
+    resumed = json.loads((output / STUDY_FILE).read_text())
+    assert [entry["computed"] for entry in resumed["earlier_runs"]] == [8]
+    assert resumed["earlier_runs"][0]["wall_seconds"] == study["wall_seconds"]
+    assert resumed["total"]["wall_seconds"] == pytest.approx(study["wall_seconds"] + resumed["wall_seconds"], abs=0.11)
     assert [step.score for step in again.steps] == pytest.approx([step.score for step in report.steps], abs=1e-6)
 
     # the board of that study, through the leaderboard pipeline: scores as the study's, Δ inside their intervals
@@ -67,7 +72,7 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     assert [path.name for path in paths] == ["task-types-tiny.json", "task-types-tiny.md", "task-types-tiny.html"]
     assert [row.calibrator for row in board.rows] == ["raw", "whiten", "flow"] and board.rows[2].seeds == [1234, 1235]
     assert board.types == {"Classification": [TASKS[0]], "PairClassification": [TASKS[1]]}
-    assert board.run["wall_seconds"] == json.loads((output / STUDY_FILE).read_text())["wall_seconds"] and board.run["hardware"][0]["device"] == "cpu"
+    assert board.run["wall_seconds"] == resumed["total"]["wall_seconds"] and board.run["hardware"][0]["device"] == "cpu"
     by_label = {(step.label, step.task): step.score for step in report.steps}
     assert board.rows[1].scores[TASKS[0]].mean == pytest.approx(100 * by_label["flow_plugin/tiny-whiten", TASKS[0]],
                                                                 abs=1e-4)
@@ -75,6 +80,11 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     only, _ = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "flow-only.json", calibrators=["flow"])
     assert [row.calibrator for row in only.rows] == ["raw", "flow"]  # raw always: every Δ is against it
     assert only.rows[1].delta == board.rows[2].delta  # the same resamples: a row's Δ does not depend on the others
+    # another backbone's study in the folder: refused before anything runs, naming the file and the remedy
+    (output / STUDY_FILE).write_text(json.dumps({**resumed, "backbone": "other"}))
+    with pytest.raises(DataFolderError, match=r"a study of other, not tiny; give the study an output folder of its own"):
+        run_task_types(tiny_minilm_backbone, small_root, output_folder=output, calibrators=["raw"], tasks=TASKS,
+                       show_progress_bar=False)
 
 
 def test_study_refuses_unknown_names_before_running(tmp_path: Path) -> None:

@@ -81,6 +81,19 @@ class StudyReport:
     cpu_seconds: float = 0.0
     interrupted: bool = False
     senteval: Any = None
+    #: the earlier runs of the study in the same output folder (a resumed or extended study): their runs, wall and
+    #: CPU seconds, and how many results each computed, oldest first
+    earlier_runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """This run as one entry of a later run's :attr:`earlier_runs`."""
+        return {"runs": self.runs, "wall_seconds": round(self.wall_seconds, 1), "cpu_seconds": round(self.cpu_seconds, 1),
+                "computed": sum(step.status == "computed" for step in self.steps), "interrupted": self.interrupted}
+
+    def totals(self) -> dict[str, float]:
+        """Wall and CPU seconds of every run of the study in this folder, this one included."""
+        entries = [*self.earlier_runs, self.summary()]
+        return {key: round(sum(entry[key] for entry in entries), 1) for key in ("wall_seconds", "cpu_seconds")}
 
     def scores(self) -> dict[str, dict[str, float | None]]:
         """task -> run label -> main score (0-1)."""
@@ -94,6 +107,7 @@ class StudyReport:
                 "tasks": self.tasks, "runs": self.runs, "max_fit_sentences": self.max_fit_sentences,
                 "wall_seconds": round(self.wall_seconds, 1), "cpu_seconds": round(self.cpu_seconds, 1),
                 "machine": _machine_note(), "interrupted": self.interrupted,
+                "earlier_runs": self.earlier_runs, "total": self.totals(),
                 "steps": [asdict(step) for step in self.steps]}
         if self.senteval is not None:
             data["senteval"] = self.senteval.as_dict()
@@ -164,7 +178,7 @@ def run_task_types(
     options = options.replace(cache_dir=bench_cache_dir(output, options.cache_dir))
     runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     report = StudyReport(spec.name, output, [task.metadata.name for task in task_objects], [run.label for run in runs],
-                         max_fit_sentences)
+                         max_fit_sentences, earlier_runs=_earlier_runs(output / STUDY_FILE, spec.name))
     total = len(runs) * len(task_objects)
     progress(f"task types: {spec.name}: {len(runs)} runs × {len(task_objects)} tasks = {total} results in "
              f"{output / 'results'}; embedding cache {options.cache_dir}")
@@ -207,7 +221,8 @@ def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str
                 study: dict[str, float] | None = None) -> tuple[Any, tuple[Path, ...]]:
     """The backbone's task-types board (:func:`flow_plugin.leaderboard.pipeline.update_task_types_board`) from a
     study's output folder, written to ``board`` (``leaderboards/task-types-<backbone>.json``) with its Markdown and
-    HTML; ``calibrators``: the rows (default: every calibrator with results); ``study``: the study's ``wall_seconds`` and ``cpu_seconds`` (default: its ``task-types-study.json``)."""
+    HTML; ``calibrators``: the rows (default: every calibrator with results); ``study``: the study's ``wall_seconds`` and ``cpu_seconds`` (default: its ``task-types-study.json``'s
+    total over every run in that folder)."""
     import json
 
     from flow_plugin.leaderboard.pipeline import update_task_types_board
@@ -216,8 +231,31 @@ def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str
         path = Path(output_folder) / STUDY_FILE
         if path.is_file():
             recorded = json.loads(path.read_text(encoding="utf-8"))
-            study = {key: recorded[key] for key in ("wall_seconds", "cpu_seconds") if key in recorded}
+            study = recorded.get("total") or {key: recorded[key] for key in ("wall_seconds", "cpu_seconds") if key in recorded}
     return update_task_types_board(output_folder, backbone, board, tasks=tasks, calibrators=calibrators, study=study)
+
+
+def _earlier_runs(path: Path, backbone: str) -> list[dict[str, Any]]:
+    """The runs recorded in a study file of ``backbone`` already in the output folder (its earlier runs, then it);
+    none where there is no such file. A file of another backbone or format is an error naming it."""
+    import json
+
+    from flow_plugin.errors import DataFolderError
+
+    if not path.is_file():
+        return []
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        if recorded.get("format") != "flow-plugin-task-types-study":
+            raise ValueError("not a task-types study file")
+        if recorded["backbone"] != backbone:
+            raise ValueError(f"a study of {recorded['backbone']}, not {backbone}")
+        last = {"runs": recorded["runs"], "wall_seconds": float(recorded["wall_seconds"]),
+                "cpu_seconds": float(recorded["cpu_seconds"]), "interrupted": bool(recorded.get("interrupted")),
+                "computed": sum(step.get("status") == "computed" for step in recorded["steps"])}
+        return [*recorded.get("earlier_runs", []), last]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise DataFolderError(f"{path}: {error}; give the study an output folder of its own") from None
 
 
 def _machine_note() -> dict[str, Any]:

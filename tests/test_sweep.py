@@ -456,6 +456,25 @@ def test_concurrent_run_records_are_all_kept(tmp_path: Path) -> None:
         (f"m{n}", str(i)) for n in range(4) for i in range(40))
 
 
+@pytest.mark.slow
+def test_local_ray_workers_run_at_the_drivers_priority() -> None:
+    """Ray renices its workers to 15 by default; a local sweep's jobs run at the priority of the command that
+    started them (checked in a child process, so the test process keeps no Ray state)."""
+    code = (
+        "import os, ray\n"
+        "from flow_plugin.sweep.cluster import connect\n"
+        "connect(None, 1, {})\n"
+        "niceness = ray.get(ray.remote(lambda: os.nice(0)).remote())\n"
+        "ray.shutdown()\n"
+        "print(niceness, os.nice(0))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    worker, driver = result.stdout.split()[-2:]
+    assert worker == driver
+
+
 def test_sweep_modules_import_nothing_heavy() -> None:
     code = (
         "import sys, flow_plugin.cli.main as m, flow_plugin.sweep.runner, flow_plugin.sweep.cluster\n"

@@ -97,7 +97,7 @@ def write_items(result_path: str | os.PathLike[str], *, task: str, task_type: st
 
 def read_items(path: str | os.PathLike[str]) -> ItemScores:
     """A per-item file, checked for its format; errors name the file."""
-    return ItemScores(*read_array_sidecar(path, ITEMS_FORMAT, ITEMS_VERSION, "per-item file"))
+    return read_array_sidecar(path, ITEMS_FORMAT, ITEMS_VERSION, "per-item file", ItemScores)
 
 
 def main_score_of(items: ItemScores) -> float:

@@ -99,14 +99,13 @@ def write_pairs(result_path: str | os.PathLike[str], *, task: str, split: str, h
 
 def read_pairs(path: str | os.PathLike[str]) -> PairScores:
     """A per-pair file, checked; errors name the file."""
-    meta, data = read_array_sidecar(path, PAIRS_FORMAT, PAIRS_VERSION, "per-pair file")
-    try:
+    def make(meta: dict[str, Any], data: dict[str, np.ndarray]) -> PairScores:
         return PairScores(task=meta["task"], dataset_revision=meta["dataset_revision"],
                           main_score=float(meta["main_score"]), gold=data["gold"], cosine=data["cosine"],
                           subset_names=tuple(str(name) for name in data["subset_names"]),
                           subset_sizes=tuple(int(size) for size in data["subset_sizes"]))
-    except (ValueError, KeyError, TypeError) as error:
-        raise DataFolderError(f"{path}: unreadable per-pair file ({error}); delete it and rerun the task") from None
+
+    return read_array_sidecar(path, PAIRS_FORMAT, PAIRS_VERSION, "per-pair file", make)
 
 
 def pairs_of_result(result_path: str | os.PathLike[str], *, score_points: float,

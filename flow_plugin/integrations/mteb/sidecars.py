@@ -19,14 +19,17 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from flow_plugin._io import atomic_write_bytes
 from flow_plugin.errors import DataFolderError
 
 if TYPE_CHECKING:  # numpy is imported where an array file is read or written: the leaderboard's modules import
     import numpy as np  # the path rule without it
+
+T = TypeVar("T")
 
 
 def sidecar_path(result_path: str | os.PathLike[str], folder: str, suffix: str) -> Path:
@@ -48,11 +51,11 @@ def write_array_sidecar(path: str | os.PathLike[str], meta: dict[str, Any], arra
     return atomic_write_bytes(path, buffer.getvalue())
 
 
-def read_array_sidecar(path: str | os.PathLike[str], file_format: str, version: int,
-                       what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(meta, arrays)`` of a sidecar written by :func:`write_array_sidecar`, checked to be ``file_format``
-    ``version``; anything else is a one-line error naming the file (a ``what``: "per-item file") and the
-    remedy."""
+def read_array_sidecar(path: str | os.PathLike[str], file_format: str, version: int, what: str,
+                       make: Callable[[dict[str, Any], dict[str, np.ndarray]], T]) -> T:
+    """``make(meta, arrays)`` of a sidecar written by :func:`write_array_sidecar`, checked to be ``file_format``
+    ``version``; a file that is not, or that ``make`` cannot use (a missing key or array), is a one-line error
+    naming the file (a ``what``: "per-item file") and the remedy."""
     import numpy as np
 
     try:
@@ -60,6 +63,7 @@ def read_array_sidecar(path: str | os.PathLike[str], file_format: str, version: 
             meta = json.loads(str(data["meta"]))
             if meta.get("format") != file_format or meta.get("format_version") != version:
                 raise ValueError(f"not {file_format} version {version}")
-            return meta, {name: data[name] for name in data.files if name != "meta"}
+            arrays = {name: data[name] for name in data.files if name != "meta"}
+        return make(meta, arrays)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataFolderError(f"{path}: unreadable {what} ({error}); delete it and rerun the task") from None

@@ -152,8 +152,7 @@ class FlowPluginModel(AbsEncoder):
             message = (f"{self.name}: fit_corpus='per-call' fits a new calibrator for every encode() call, so the two "
                        "sides of a pair (sentence1/sentence2, queries/documents, train/test) land in different "
                        "spaces; use the default 'target' for one fit per (task, subset)")
-            warnings.warn(message, UserWarning, stacklevel=2)
-            logger.warning("%s", message)
+            _tell_user(message, stacklevel=3)
 
     def _expected_width(self) -> int:
         return self._calibrator_template.output_width(self.registry_model.backbone.embedding_dim)
@@ -349,8 +348,7 @@ class FlowPluginModel(AbsEncoder):
             self._cautioned.add(task_type)
         message = caution(self.name, self.registry_model.calibrator, task_type)
         if message is not None:
-            warnings.warn(message, UserWarning, stacklevel=3)
-            logger.warning("%s", message)
+            _tell_user(message, stacklevel=4)
 
     # ----------------------------------------------------------------- MTEB protocol
     def encode(
@@ -379,6 +377,13 @@ class FlowPluginModel(AbsEncoder):
         if not sentences:
             return np.empty((0, fit.calibrator.n_features_out_), dtype=np.float32)
         return fit.calibrator.transform(self.encoder.encode(sentences, batch_size=kwargs.get("batch_size")))
+
+
+def _tell_user(message: str, *, stacklevel: int) -> None:
+    """A caution the user sees both ways: a ``UserWarning`` (what ``mteb run`` prints; ``stacklevel`` counts this
+    function) and a log line (for code that routes flow-plugin's logger)."""
+    warnings.warn(message, UserWarning, stacklevel=stacklevel)
+    logger.warning("%s", message)
 
 
 def _covers(task: Any, task_result: Any) -> bool:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.calibration.names import STUDY_CALIBRATORS
-from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
+from flow_plugin.errors import DataFolderError, OutputError, RegistryError, WeightsUnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +87,8 @@ class StudyReport:
 
     def summary(self) -> dict[str, Any]:
         """This run as one entry of a later run's :attr:`earlier_runs`."""
-        return {"runs": self.runs, "wall_seconds": round(self.wall_seconds, 1), "cpu_seconds": round(self.cpu_seconds, 1),
-                "computed": sum(step.status == "computed" for step in self.steps), "interrupted": self.interrupted}
+        return _run_entry(self.runs, self.wall_seconds, self.cpu_seconds, [step.status for step in self.steps],
+                          self.interrupted)
 
     def totals(self) -> dict[str, float]:
         """Wall and CPU seconds of every run of the study in this folder, this one included."""
@@ -120,7 +120,6 @@ def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str]
     import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
 
     from flow_plugin.catalog.labelled_tasks import data_root, labelled_task_names
-    from flow_plugin.errors import DataFolderError
     from flow_plugin.integrations.mteb.labelled_tasks import task_class
 
     root = data_root(data)
@@ -235,12 +234,18 @@ def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str
     return update_task_types_board(output_folder, backbone, board, tasks=tasks, calibrators=calibrators, study=study)
 
 
+def _run_entry(runs: Sequence[str], wall_seconds: float, cpu_seconds: float, statuses: Sequence[str | None],
+               interrupted: bool | None) -> dict[str, Any]:
+    """One run of a study as the study file keeps it in ``earlier_runs``: its runs, wall and CPU seconds, how many
+    results it computed (of its steps' ``statuses``) and whether it was interrupted."""
+    return {"runs": list(runs), "wall_seconds": round(float(wall_seconds), 1), "cpu_seconds": round(float(cpu_seconds), 1),
+            "computed": sum(status == "computed" for status in statuses), "interrupted": bool(interrupted)}
+
+
 def _earlier_runs(path: Path, backbone: str) -> list[dict[str, Any]]:
     """The runs recorded in a study file of ``backbone`` already in the output folder (its earlier runs, then it);
     none where there is no such file. A file of another backbone or format is an error naming it."""
     import json
-
-    from flow_plugin.errors import DataFolderError
 
     if not path.is_file():
         return []
@@ -250,9 +255,8 @@ def _earlier_runs(path: Path, backbone: str) -> list[dict[str, Any]]:
             raise ValueError("not a task-types study file")
         if recorded["backbone"] != backbone:
             raise ValueError(f"a study of {recorded['backbone']}, not {backbone}")
-        last = {"runs": recorded["runs"], "wall_seconds": float(recorded["wall_seconds"]),
-                "cpu_seconds": float(recorded["cpu_seconds"]), "interrupted": bool(recorded.get("interrupted")),
-                "computed": sum(step.get("status") == "computed" for step in recorded["steps"])}
+        last = _run_entry(recorded["runs"], recorded["wall_seconds"], recorded["cpu_seconds"],
+                          [step.get("status") for step in recorded["steps"]], recorded.get("interrupted"))
         return [*recorded.get("earlier_runs", []), last]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise DataFolderError(f"{path}: {error}; give the study an output folder of its own") from None

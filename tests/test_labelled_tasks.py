@@ -3,8 +3,6 @@ per-item data that reproduces the main score, and a fit that never sees a label.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import subprocess
@@ -31,63 +29,9 @@ from flow_plugin.integrations.mteb.item_scores import items_of_result, items_pat
 from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, task_class
 from flow_plugin.integrations.mteb.model import FlowPluginModel
 
-
-#: one built-in task per MTEB type (the per-type test runs each through mteb.evaluate)
-ONE_PER_TYPE = {
-    "Classification": "FlowPluginTRECClassification",
-    "PairClassification": "FlowPluginTwitterURLCorpusPairClassification",
-    "Clustering": "FlowPluginSTSBSourceClustering",
-    "Reranking": "FlowPluginQNLIReranking",
-    "Retrieval": "FlowPluginQNLIRetrieval",
-}
-#: rows kept per file of the real-data subset (every k-th row, so every source and label has a chance)
-SUBSET_ROWS = 100
+from conftest import ONE_PER_TYPE
 
 
-def _subset_file(source: Path, target: Path, *, header: bool, csv_records: bool, step: int) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if csv_records:  # Banking77: a quoted field may span lines, so keep whole records
-        rows = list(csv.reader(io.StringIO(source.read_text(encoding="utf-8"))))
-        kept = rows[:1] + rows[1::step]
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows(kept)
-        target.write_text(buffer.getvalue(), encoding="utf-8")
-        return
-    lines = source.read_bytes().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    kept = (lines[:1] if header else []) + lines[1 if header else 0::step]
-    target.write_bytes(b"\n".join(kept) + b"\n")
-
-
-@pytest.fixture(scope="module")
-def subset_root(shared_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data root of the shared folder's layout holding every ~k-th row of each file the built-in tasks read
-    (real data, small), aligned files cut at the same rows."""
-    root = tmp_path_factory.mktemp("subset-data")
-    for entry in labelled_tasks().values():
-        if not entry.built_in:
-            continue
-        source = entry.source
-        if source.format == "lines-per-label":
-            names = list(source.files)
-        elif source.format == "aligned-lines":
-            names = [name for by_role in source.splits.values() for name in by_role.values()]
-        else:
-            names = [name for files in source.splits.values() for name in ([files] if isinstance(files, str) else files)]
-        header = getattr(source, "header", False) and source.format == "delimited"
-        for name in names:
-            path = shared_data_dir / name
-            if not path.is_file():
-                pytest.skip(f"shared data file not found: {path}")
-            if (root / name).exists():
-                continue
-            count = path.read_bytes().count(b"\n")
-            step = max(1, count // SUBSET_ROWS)
-            if source.format == "aligned-lines":
-                step = max(1, 9324 // SUBSET_ROWS)
-            _subset_file(path, root / name, header=header, csv_records=name.endswith(".csv") and header, step=step)
-    return root
 
 
 # ----------------------------------------------------------------------------- entries and sources

@@ -17,7 +17,12 @@ from typing import Any
 import mteb
 import pytest
 from mteb.cache import ResultCache
-from mteb.mocks.mock_tasks import MockMultilingualSTSTask, MockRetrievalTask, MockSTSTask
+from mteb.mocks.mock_tasks import (
+    MockMultilingualClusteringFastTask,
+    MockMultilingualSTSTask,
+    MockRetrievalTask,
+    MockSTSTask,
+)
 
 from flow_plugin.errors import RegistryError, UnknownModelError, UnsupportedVersionError
 from flow_plugin.integrations.mteb import compat, fit_records, hook, versions
@@ -220,6 +225,18 @@ def test_pair_scored_sts_adds_metrics_per_split_and_subset(tiny_backbone: str) -
     assert {subset: (score["n_gold"], score["where"]) for subset, score in scores.items()} == {
         "eng": (2, "test/eng"), "fra": (2, "test/fra")}
     assert all(score["n_cosine"] == 2 and "cosine_spearman" in score for score in scores.values())  # MTEB's kept
+
+
+def test_fresh_evaluator_state_is_the_state_mteb_gives_a_new_task_of_that_seed() -> None:
+    """MTEB's clustering draws from ``rng_state``: after an evaluation has drawn from it, the reset gives the task the
+    generators a task built now with its seed has (fails if MTEB renames them or seeds them otherwise)."""
+    used = MockMultilingualClusteringFastTask(seed=7)
+    used.rng_state.choices(range(100), k=50)  # what a clustering experiment draws
+    used.np_rng.random(10)
+    compat.fresh_evaluator_state(used)
+    new = MockMultilingualClusteringFastTask(seed=7)
+    assert used.rng_state.getstate() == new.rng_state.getstate()
+    assert used.np_rng.random(5).tolist() == new.np_rng.random(5).tolist()
 
 
 def test_registered_model_reads_mtebs_registry() -> None:

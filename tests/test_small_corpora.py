@@ -90,7 +90,7 @@ def test_every_calibrator_fitted_directly_scores_soundly_and_equals_every_fit_ro
     try:
         encoder = build_encoder(registry_model, EncoderOptions(precision="float32", show_progress_bar=False))
         encoder.encode(["a probe sentence"])
-    except OSError as error:  # WeightsUnavailableError: all-mpnet-base-v2's packages (the mpnet extra) absent
+    except OSError as error:  # WeightsUnavailableError: all-mpnet-base-v2's parts (README's set-up) absent
         pytest.skip(f"{backbone} weights unavailable: {error}")
     pairs = next(p for p in load_eval_subsets(senteval_dir, "STS12") if f"/{subset}/" in p.name)
     s1, s2, gold = pairs.sentences1[:n_pairs], pairs.sentences2[:n_pairs], np.asarray(pairs.scores[:n_pairs])

@@ -25,6 +25,8 @@ _EXPORTS = {
     "Whitening": "flow_plugin.calibration",
     "make_calibrator": "flow_plugin.calibration",
     "CALIBRATOR_NAMES": "flow_plugin.calibration",
+    "calibrate": "flow_plugin.integrations.mteb.base_models",
+    "CalibratedModel": "flow_plugin.integrations.mteb.calibrated",
 }
 
 __all__ = ["__version__", *_EXPORTS]

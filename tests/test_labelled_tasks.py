@@ -27,7 +27,7 @@ from flow_plugin.errors import DataFolderError, InputError, RegistryError
 from flow_plugin.integrations.mteb.corpus import target_corpus
 from flow_plugin.integrations.mteb.item_scores import items_of_result, items_path, main_score_of, read_items
 from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, task_class
-from flow_plugin.integrations.mteb.model import FlowPluginModel
+from flow_plugin.integrations.mteb.base_models import registry_model
 
 from conftest import ONE_PER_TYPE
 
@@ -168,7 +168,7 @@ def test_each_type_runs_through_mteb_and_keeps_items_that_reproduce_its_score(
     os.environ.pop("FLOW_PLUGIN_CACHE_DIR", None)
     task = task_class(ONE_PER_TYPE[task_type])(data_dir=subset_root)
     task.load_data()
-    model = FlowPluginModel(RegistryModel(tiny_spec, "whiten"))
+    model = registry_model(RegistryModel(tiny_spec, "whiten"))
     result = mteb.evaluate(model, task, cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)
     (task_result,) = result.task_results
     score = task_result.get_score()
@@ -199,7 +199,7 @@ def test_glue_qnli_retrieval_keeps_per_query_scores(shared_data_dir: Path, tiny_
     from flow_plugin.integrations.mteb.retrieval_tasks import GlueQNLIRetrieval
 
     task = GlueQNLIRetrieval(data_dir=shared_data_dir / "glue")  # (its reader checks the file's 5,463 pairs)
-    model = FlowPluginModel(RegistryModel(tiny_spec, "sn"))
+    model = registry_model(RegistryModel(tiny_spec, "sn"))
     result = mteb.evaluate(model, task, cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)
     score = result.task_results[0].get_score()
     items = read_items(items_path(next(tmp_path.rglob("GlueQNLIRetrieval.json"))))
@@ -265,7 +265,7 @@ splits = { train = "train.tsv", test = "test.tsv" }
     assert "MySentiment" in register_tasks()
     task = mteb.get_task("MySentiment")
     assert task.n_experiments == 3 and task.samples_per_label == 4
-    model = FlowPluginModel(RegistryModel(tiny_spec, "sn"))
+    model = registry_model(RegistryModel(tiny_spec, "sn"))
     result = mteb.evaluate(model, task, cache=None, co2_tracker=False, show_progress_bar=False)
     assert len(result.task_results[0].scores["test"][0]["scores_per_experiment"]) == 3
     # a name defined twice is refused, naming both files
@@ -351,7 +351,7 @@ def test_the_fit_never_reads_a_label(name: str, subset_root: Path, tiny_spec, tm
         corpus = target_corpus(task, "default")
         texts.append(sorted(sentence for part in corpus.parts for chunk in part.chunks() for sentence in chunk))
     assert texts[0] == texts[1]  # ... the same text to fit on
-    fitted = [FlowPluginModel(RegistryModel(tiny_spec, "whiten")).calibrator_for(name, task=task) for task in tasks]
+    fitted = [registry_model(RegistryModel(tiny_spec, "whiten")).calibrator_for(task) for task in tasks]
     assert np.array_equal(fitted[0].mean_, fitted[1].mean_)
     assert np.array_equal(fitted[0].components_, fitted[1].components_)
 

@@ -26,7 +26,8 @@ from mteb.mocks.mock_tasks import (
 
 from flow_plugin.errors import RegistryError, UnknownModelError, UnsupportedVersionError
 from flow_plugin.integrations.mteb import compat, fit_records, hook, versions
-from flow_plugin.integrations.mteb.model import FlowPluginModel
+from flow_plugin.integrations.mteb.base_models import registry_model
+from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -152,11 +153,12 @@ def test_a_misspelt_name_through_the_mteb_command_is_one_line(tmp_path: Path) ->
 
 
 # ------------------------------------------------------------------ the running evaluation
-class _Probe(FlowPluginModel):
-    """A registry model that also keeps what :mod:`compat` finds while MTEB calls ``encode()``."""
+class _Probe(CalibratedModel):
+    """A calibrated model that also keeps what :mod:`compat` finds while MTEB calls ``encode()``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, name: str) -> None:
+        model = registry_model(name)
+        super().__init__(model.base, model.calibrator)
         self.seen: list[tuple[Any, Any]] = []
 
     def encode(self, inputs: Any, *, task_metadata: Any, **kwargs: Any) -> Any:
@@ -172,7 +174,7 @@ def test_running_task_and_result_destination_are_those_of_the_evaluation(tiny_ba
     for running, destination in probe.seen:
         assert running is task  # the very object, not a fresh one from MTEB's registry
         assert destination is not None and destination[0] is cache
-        assert destination[1].name == probe.name and destination[1].revision == probe.mteb_model_meta.revision
+        assert destination[1] == probe.mteb_model_meta  # name, revision and experiment
     probe.seen.clear()
     mteb.evaluate(probe, MockSTSTask(), cache=None, co2_tracker=False, show_progress_bar=False)
     assert [destination for _, destination in probe.seen] == [None, None]  # no result folder, nothing written
@@ -191,7 +193,7 @@ def test_after_results_saved_calls_back_after_each_save_once_and_holds_weakly(ti
                                                                               tmp_path: Path) -> None:
     import gc
 
-    model = FlowPluginModel(f"flow_plugin/{tiny_backbone}-sn")
+    model = registry_model(f"flow_plugin/{tiny_backbone}-sn")
     cache = ResultCache(tmp_path)
     twice, once = _Listener(), _Listener()
     compat.after_results_saved(cache, twice.__call__)
@@ -207,7 +209,7 @@ def test_after_results_saved_calls_back_after_each_save_once_and_holds_weakly(ti
 
 
 def test_task_result_path_is_mtebs_and_creates_nothing(tiny_backbone: str, tmp_path: Path) -> None:
-    meta = FlowPluginModel(f"flow_plugin/{tiny_backbone}-sn").mteb_model_meta
+    meta = registry_model(f"flow_plugin/{tiny_backbone}-sn").mteb_model_meta
     path = compat.task_result_path(tmp_path / "missing", meta, "SentEvalSTS13")
     assert not (tmp_path / "missing").exists()
     assert path == ResultCache(tmp_path / "missing").get_task_result_path("SentEvalSTS13", meta)
@@ -219,7 +221,7 @@ def test_pair_scored_sts_adds_metrics_per_split_and_subset(tiny_backbone: str) -
                         hf_subset: str | None) -> dict[str, Any]:
             return {"n_gold": len(gold), "n_cosine": len(cosine), "where": f"{hf_split}/{hf_subset}"}
 
-    model = FlowPluginModel(f"flow_plugin/{tiny_backbone}-sn")
+    model = registry_model(f"flow_plugin/{tiny_backbone}-sn")
     result = mteb.evaluate(model, Scored(), cache=None, co2_tracker=False, show_progress_bar=False).task_results[0]
     scores = {score["hf_subset"]: score for score in result.scores["test"]}
     assert {subset: (score["n_gold"], score["where"]) for subset, score in scores.items()} == {
@@ -243,7 +245,9 @@ def test_registered_model_reads_mtebs_registry() -> None:
     entry = compat.registered_model("sentence-transformers/all-MiniLM-L6-v2")
     assert entry is not None and entry.name == "sentence-transformers/all-MiniLM-L6-v2"
     assert compat.registered_model("no-such/model") is None
-    assert compat.registered_model("flow_plugin/minilm-l6").loader is hook.load_model
+    from flow_plugin.integrations.mteb.base_models import load_registry_name
+
+    assert compat.registered_model("flow_plugin/minilm-l6").loader is load_registry_name
 
 
 # ------------------------------------------------------------------ fit records once per task
@@ -258,13 +262,16 @@ def test_fit_records_are_written_once_per_task(task_class: type, tiny_backbone: 
         writes.append(kwargs["task"])
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr("flow_plugin.integrations.mteb.model.write_fits", counting_write)
-    model = FlowPluginModel(f"flow_plugin/{tiny_backbone}-whiten")
-    task = task_class()
-    mteb.evaluate(model, task, cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)
+    monkeypatch.setattr(fit_records, "write_fits", counting_write)
+    model = registry_model(f"flow_plugin/{tiny_backbone}-whiten")
+    task, cache = task_class(), ResultCache(tmp_path)
+    saves = _Listener()
+    compat.after_results_saved(cache, saves.__call__)
+    mteb.evaluate(model, task, cache=cache, co2_tracker=False, show_progress_bar=False)
     name = task.metadata.name
     calls = sum(record["calls"] for record in model.fit_log)
-    assert calls >= 2 and writes == [name], (calls, writes)  # several encode() calls, one write
+    # written when MTEB saves the task's result (after each subset, then once more), never on an encode() call
+    assert calls >= 2 and set(writes) == {name} and len(writes) <= len(saves.saved) < calls + 2, (calls, writes)
     (path,) = (tmp_path / "results").rglob(f"flow-plugin-fits/{name}.fits.json")
     written = fit_records.read_fits(path)["fits"]
     assert sum(record["calls"] for record in written) == calls  # every call is in the one file

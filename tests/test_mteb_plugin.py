@@ -17,11 +17,15 @@ import pytest
 
 from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.errors import DataFolderError, InputError
-from flow_plugin.integrations.mteb.model import FlowPluginModel, TaskCorpusError
+from flow_plugin.integrations.mteb.base_models import registry_model
+from flow_plugin.integrations.mteb.calibrated import CalibratedModel
+from flow_plugin.integrations.mteb.corpus import TaskCorpusError
 from flow_plugin.integrations.mteb.tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, parse_model_name
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.data.senteval import task_sentences
+
+from conftest import result_file
 
 REPO = Path(__file__).resolve().parents[1]
 MINILM_VARIANTS = [f"flow_plugin/minilm-l6{MODEL_NAME_SUFFIXES[name]}" for name in CALIBRATOR_METHODS]  # the six methods
@@ -34,9 +38,7 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 600)
 
 
 def result_json(output: Path, model: str, task: str) -> dict:
-    files = list((output / "results" / model.replace("/", "__")).glob(f"*/{task}.json"))
-    assert len(files) == 1, f"expected one {task}.json for {model} under {output}, found {files}"
-    return json.loads(files[0].read_text())
+    return json.loads(result_file(output, model, task).read_text())
 
 
 # ------------------------------------------------------------------ start-up hook and ModelMeta
@@ -60,17 +62,19 @@ def test_model_meta_without_weights_and_hook_can_be_turned_off() -> None:
     code = """
         import mteb
         meta = mteb.get_model_meta('flow_plugin/bert-base-flow')
-        print(meta.name, meta.revision, meta.embed_dim, meta.n_parameters, meta.similarity_fn_name.value)
+        print(meta.name, meta.revision, meta.experiment_name, meta.embed_dim, meta.n_parameters,
+              meta.similarity_fn_name.value)
         print('SentEvalSTSBenchmark' in [t.metadata.name for t in mteb.get_tasks(tasks=['SentEvalSTSBenchmark'])])
     """
     # bert-base-uncased's weights are not on this machine and the hub is offline: reading the
     # metadata must not try to load them
     on = run_python(code)
     assert on.returncode == 0, on.stderr
-    # the revision: the weights' pinned commit, then the digest of the registry configuration
+    # the backbone's name and revision (the weights' pinned commit, then the digest of the registry configuration),
+    # the calibrator as MTEB's experiment: results land in experiments/calibrator_flow/ under the backbone's folder
     assert on.stdout.split() == [
-        "flow_plugin/bert-base-flow", parse_model_name("flow_plugin/bert-base-flow").revision, "768", "109482240",
-        "cosine", "True",
+        "flow_plugin/bert-base", parse_model_name("flow_plugin/bert-base").revision, "calibrator_flow", "768",
+        "109482240", "cosine", "True",
     ]
     assert on.stdout.split()[1].startswith("86b5e0934494bd15c9632b12f734a8a67f723594-")
     off = run_python(code, env={"FLOW_PLUGIN_DISABLE_MTEB_HOOK": "1"})
@@ -112,11 +116,11 @@ def test_extra_registry_folder_adds_a_backbone_to_mteb(tmp_path: Path, tiny_bert
         'n_parameters = 1\nlicense = "mit"\nrelease_date = "2024-01-01"\nreference = "https://example.org"\n'
     )
     result = run_python(
-        "import mteb; m = mteb.get_model('flow_plugin/tiny-sn'); print(type(m).__name__, m.encoder.embedding_dim)",
+        "import mteb; m = mteb.get_model('flow_plugin/tiny-sn'); print(type(m).__name__, m.base.encoder.embedding_dim)",
         env={"FLOW_PLUGIN_REGISTRY": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["FlowPluginModel", "32"]
+    assert result.stdout.split() == ["CalibratedModel", "32"]
 
 
 # ------------------------------------------------------------------ mteb.evaluate on MTEB's own mock task
@@ -127,8 +131,8 @@ def test_mteb_evaluate_on_mtebs_mock_sts_task(minilm_path: Path, tmp_path: Path)
     task = MockSTSTask()
     clear_shared_encoders()  # an earlier test may have loaded the shared MiniLM backbone
     model = mteb.get_model("flow_plugin/minilm-l6-sn")
-    assert isinstance(model, FlowPluginModel) and not model.encoder.backbone.is_loaded  # weights load lazily
-    # a task object outside MTEB's registry: the model finds the task being evaluated, no prepare_task needed
+    assert isinstance(model, CalibratedModel) and not model.base.encoder.backbone.is_loaded  # weights load lazily
+    # a task object outside MTEB's registry: the model finds the task being evaluated, no prepare needed
     result = mteb.evaluate(model, task, cache=ResultCache(tmp_path), co2_tracker=False)
     scores = result.task_results[0].scores["test"][0]
     assert scores["main_score"] == scores["cosine_spearman"] == pytest.approx(1.0)  # 2 pairs, right order
@@ -146,7 +150,7 @@ def test_target_corpus_is_per_subset_on_a_multilingual_task(minilm_path: Path) -
 
     task = MockMultilingualSTSTask()
     model = mteb.get_model("flow_plugin/minilm-l6-sn")
-    model.prepare_task(task)
+    model.prepare(task)
     result = mteb.evaluate(model, task, cache=None, co2_tracker=False).task_results[0]
     assert sorted(score["hf_subset"] for score in result.scores["test"]) == ["eng", "fra"]
     assert sorted((r["task"], r["hf_subset"], r["n_sentences"]) for r in model.fit_log) == [
@@ -170,15 +174,17 @@ def sts13_six_variants(senteval_dir: Path, minilm_path: Path):
 
 def test_each_task_is_fitted_once_and_the_backbone_runs_once_per_sentence(sts13_six_variants, senteval_dir: Path) -> None:
     models, _ = sts13_six_variants
-    encoder = models[0].encoder
-    assert all(model.encoder is encoder for model in models)  # one shared backbone
+    encoder = models[0].base.encoder
+    assert all(model.base.encoder is encoder for model in models)  # one shared backbone
     unique = set(task_sentences(senteval_dir, "STS13"))
     assert encoder.n_encoded == len(unique)  # every unique sentence through the backbone once, for all six
     for model in models:
-        assert len(model.fit_log) == 1
+        assert len(model.fit_log) == (0 if model.calibrator == "raw" else 1)  # raw fits nothing
+        if model.calibrator == "raw":
+            continue
         record = model.fit_log[0]
         assert (record["task"], record["hf_subset"]) == ("SentEvalSTS13", "default")
-        if model.registry_model.calibrator != "raw":
+        if model.calibrator != "raw":
             assert record["n_sentences"] == 2 * 1500 and record["source"].startswith("target")
 
 
@@ -200,16 +206,18 @@ def test_six_variants_score_plausibly_with_both_protocols(sts13_six_variants) ->
 def test_fit_on_an_external_sentence_file(tmp_path: Path, minilm_path: Path) -> None:
     corpus = tmp_path / "nli.txt"
     corpus.write_text("A man plays guitar.\nA woman cooks.\nTwo dogs run.\nKids play football.\n", encoding="utf-8")
-    model = FlowPluginModel("flow_plugin/minilm-l6-sn", fit_corpus=corpus)
-    first = model.calibrator_for("AnyTask", "default", ["x"])
-    assert model.calibrator_for("OtherTask", "default", ["y"]) is first  # one fit for every task
+    from mteb.mocks.mock_tasks.sts import MockMultilingualSTSTask, MockSTSTask
+
+    model = registry_model("flow_plugin/minilm-l6-sn", fit_corpus=corpus)
+    first = model.calibrator_for(MockSTSTask())
+    assert model.calibrator_for(MockMultilingualSTSTask(), "fra") is first  # one fit for every task
     assert model.fit_log[0]["n_sentences"] == 4 and model.fit_log[0]["source"] == f"file {corpus}, all 4 sentences"
     blank = tmp_path / "blank.txt"
     blank.write_text("one\n\nthree\n", encoding="utf-8")
     with pytest.raises(DataFolderError, match="blank line"):
-        FlowPluginModel("flow_plugin/minilm-l6-sn", fit_corpus=blank).calibrator_for("T", "default", ["x"])
+        registry_model("flow_plugin/minilm-l6-sn", fit_corpus=blank).calibrator_for(MockSTSTask())
     with pytest.raises(InputError, match="neither a known policy nor an existing file"):
-        FlowPluginModel("flow_plugin/minilm-l6-sn", fit_corpus="tagret")
+        registry_model("flow_plugin/minilm-l6-sn", fit_corpus="tagret")
 
 
 def test_fit_is_logged(minilm_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -218,7 +226,7 @@ def test_fit_is_logged(minilm_path: Path, caplog: pytest.LogCaptureFixture) -> N
     with pytest.warns(UserWarning, match="different spaces"):
         model = mteb.get_model("flow_plugin/minilm-l6-natsv", fit_corpus="per-call",
                                calibrator_params={"n_components": 1})
-    with caplog.at_level(logging.INFO, logger="flow_plugin.integrations.mteb.model"):
+    with caplog.at_level(logging.INFO, logger="flow_plugin.integrations.mteb.fits"):
         mteb.evaluate(model, MockSTSTask(), cache=None, co2_tracker=False)
     assert "fitted natsv for MockSTSTask/default on 2 sentences (2 unique)" in caplog.text
     assert "from per-call: the sentences of this encode() call" in caplog.text
@@ -254,8 +262,9 @@ def test_real_mteb_run_cli_offline(senteval_dir: Path, minilm_path: Path, tmp_pa
     assert raw["main_score"] == pytest.approx(0.82, abs=0.02)  # all-MiniLM-L6-v2 on STS-B test
     assert raw["n_pairs"] == flow["n_pairs"] == 1379
     assert 0.70 < flow["main_score"] < 0.90
-    meta = json.loads(next((output / "results" / "flow_plugin__minilm-l6-flow").glob("*/model_meta.json")).read_text())
-    assert meta["name"] == "flow_plugin/minilm-l6-flow"
+    meta = json.loads((result_file(output, "flow_plugin/minilm-l6-flow", "SentEvalSTSBenchmark").parent
+                       / "model_meta.json").read_text())
+    assert meta["name"] == "flow_plugin/minilm-l6" and meta["experiment_kwargs"] == {"calibrator": "flow"}
     # across both processes every unique sentence went through the backbone once: the flow run read the
     # test sentences from the raw run's on-disk cache and encoded only the train/dev ones
     shards = list((tmp_path / "cache").glob("*/shard-*.npz"))
@@ -279,10 +288,10 @@ def test_flow_plugin_eval_cli(senteval_dir: Path, minilm_path: Path, tmp_path: P
 def test_transform_output_matches_library_path(sts13_six_variants, senteval_dir: Path) -> None:
     """The MTEB wrapper is a thin layer: its embeddings equal backbone -> fitted calibrator."""
     models, _ = sts13_six_variants
-    flow_model = next(model for model in models if model.registry_model.calibrator == "flow")
+    flow_model = next(model for model in models if model.calibrator == "flow")
     sentences = ["a man is playing a guitar .", "a woman is slicing an onion ."]
-    calibrator = flow_model.calibrator_for("SentEvalSTS13", "default", sentences)
-    direct = calibrator.transform(flow_model.encoder.encode(sentences))
+    calibrator = flow_model.calibrator_for(SentEvalSTS13(data_dir=senteval_dir))  # the fit mteb.evaluate made
+    direct = calibrator.transform(flow_model.base.encoder.encode(sentences))
     from mteb.abstasks.task_metadata import TaskMetadata  # noqa: F401 -- the wrapper takes any metadata
 
     via_wrapper = flow_model.encode(sentences, task_metadata=SentEvalSTS13.metadata, hf_split="test", hf_subset="default")
@@ -293,9 +302,9 @@ def test_misspelt_loader_arguments_are_errors_with_the_right_name(minilm_path: P
     with pytest.raises(InputError, match=r"unknown loader argument\(s\) 'fit_corpsu' \(did you mean 'fit_corpus'\?\)"):
         mteb.get_model("flow_plugin/minilm-l6-sn", fit_corpsu="inputs")
     with pytest.raises(InputError, match=r"'precison' \(did you mean 'precision'\?\)"):
-        FlowPluginModel("flow_plugin/minilm-l6", precison="float32")
+        registry_model("flow_plugin/minilm-l6", precison="float32")
     with pytest.raises(InputError, match="batch_size must be a positive int, got 0"):
-        FlowPluginModel("flow_plugin/minilm-l6", batch_size=0)
+        registry_model("flow_plugin/minilm-l6", batch_size=0)
 
 
 def _modules_at_start(env: dict[str, str]) -> set[str]:

@@ -28,7 +28,8 @@ from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.data.sampling import CorpusPart, sample_corpus
 from flow_plugin.errors import InputError
 from flow_plugin.integrations.mteb.fit_records import fits_path, read_fits
-from flow_plugin.integrations.mteb.model import FlowPluginModel
+from flow_plugin.integrations.mteb.base_models import registry_model
+from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 
 
 #: the six calibrator methods of the paper's table (flow variants are tested elsewhere)
@@ -38,20 +39,20 @@ TEXT_GRID = list({task.metadata.name: task for task in MOCK_TASK_TEST_GRID if li
 TASK_TYPES = sorted({task.metadata.type for task in TEXT_GRID})
 
 
-def run_grid(models: list[FlowPluginModel], tasks: list) -> dict[tuple[str, str], float]:
+def run_grid(models: list[CalibratedModel], tasks: list) -> dict[tuple[str, str], float]:
     """(task, calibrator) -> main score, every task evaluated by the real mteb.evaluate."""
     scores = {}
     for model in models:
         for task in tasks:
             result = mteb.evaluate(model, task, cache=None, co2_tracker=False, show_progress_bar=False)
-            scores[(task.metadata.name, model.registry_model.calibrator)] = result.task_results[0].get_score()
+            scores[(task.metadata.name, model.calibrator)] = result.task_results[0].get_score()
     return scores
 
 
 @pytest.fixture(scope="module")
 def tiny_grid(tiny_spec, tmp_path_factory: pytest.TempPathFactory):
     os.environ.pop("FLOW_PLUGIN_CACHE_DIR", None)  # memory cache only
-    models = [FlowPluginModel(RegistryModel(tiny_spec, method)) for method in CALIBRATOR_METHODS]
+    models = [registry_model(RegistryModel(tiny_spec, method)) for method in CALIBRATOR_METHODS]
     return models, run_grid(models, TEXT_GRID)
 
 
@@ -69,7 +70,7 @@ def test_every_task_type_runs_with_every_calibrator(tiny_grid) -> None:
         assert any(scores[(task.metadata.name, method)] != scores[(task.metadata.name, "raw")] for task in TEXT_GRID), method
 
 
-def _records(model: FlowPluginModel) -> dict[tuple[str, str], dict]:
+def _records(model: CalibratedModel) -> dict[tuple[str, str], dict]:
     counts = Counter((record["task"], record["hf_subset"]) for record in model.fit_log)
     assert all(count == 1 for count in counts.values()), [key for key, count in counts.items() if count > 1]
     return {(record["task"], record["hf_subset"]): record for record in model.fit_log}
@@ -84,7 +85,7 @@ def test_one_fit_per_task_and_subset_serves_both_sides(tiny_grid) -> None:
             subsets = ["parallel"] if getattr(task, "parallel_subsets", False) else task.hf_subsets
             for subset in subsets:
                 record = records[(name, subset)]
-                assert record["fit_corpus"] == "target" and record["calibrator"] == model.registry_model.calibrator
+                assert record["fit_corpus"] == "target" and record["calibrator"] == model.calibrator
                 assert record["n_sentences"] >= 2 and record["fit_seconds"] >= 0, record
                 served = record["served"]
                 assert {call["task"] for call in served} == {name}
@@ -108,7 +109,7 @@ def test_one_fit_per_task_and_subset_serves_both_sides(tiny_grid) -> None:
 
 def test_small_sample_rule_is_recorded(tiny_grid) -> None:
     models, _ = tiny_grid
-    by_method = {model.registry_model.calibrator: model for model in models}
+    by_method = {model.calibrator: model for model in models}
     whiten = _records(by_method["whiten"])[("MockSTSTask", "default")]
     assert "Ledoit-Wolf shrinkage" in whiten["adapted"] and whiten["params"].get("shrinkage") == 0.0  # as set
     assert whiten["effective_params"]["covariance_estimator_"] == "ledoit-wolf"
@@ -138,16 +139,16 @@ def test_too_few_distinct_sentences_is_an_error_naming_task_and_remedy(tiny_spec
     task.load_data()
     same = Dataset.from_dict({"text": ["the same sentence"] * 4, "label": [0, 1, 0, 1]})
     task.dataset = {"train": same, "test": same}
-    model = FlowPluginModel(RegistryModel(tiny_spec, "sn"))
+    model = registry_model(RegistryModel(tiny_spec, "sn"))
     with pytest.raises(InputError, match=r"cannot fit sn for task MockClassificationTask, subset default .*"
                                          r"fit_corpus=<a text file"):
-        model.prepare_task(task)
+        model.prepare(task)
 
 
 def test_fit_records_next_to_the_result_with_a_capped_sample(tiny_spec, tmp_path: Path) -> None:
     from flow_plugin.leaderboard.ingest.results import find_results, read_score
 
-    model = FlowPluginModel(RegistryModel(tiny_spec, "whiten"), max_fit_sentences=3, fit_seed=7)
+    model = registry_model(RegistryModel(tiny_spec, "whiten"), max_fit_sentences=3, fit_seed=7)
     mteb.evaluate(model, MockRetrievalTask(), cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)
     results = find_results(tmp_path)
     (result_file,) = [file for file in results.files if file.task == "MockRetrievalTask"]
@@ -166,9 +167,9 @@ def test_fit_records_next_to_the_result_with_a_capped_sample(tiny_spec, tmp_path
 
 def test_misspelt_new_loader_arguments(tiny_spec) -> None:
     with pytest.raises(InputError, match=r"'max_fit_sentence' \(did you mean 'max_fit_sentences'\?\)"):
-        FlowPluginModel(RegistryModel(tiny_spec, "sn"), max_fit_sentence=10)
+        registry_model(RegistryModel(tiny_spec, "sn"), max_fit_sentence=10)
     with pytest.raises(InputError, match="max_fit_sentences must be a positive int, got 0"):
-        FlowPluginModel(RegistryModel(tiny_spec, "sn"), max_fit_sentences=0)
+        registry_model(RegistryModel(tiny_spec, "sn"), max_fit_sentences=0)
 
 
 # ------------------------------------------------------------------ a corpus too large to fit on
@@ -202,7 +203,7 @@ def test_sample_cap_bounds_memory_not_the_corpus() -> None:
 
 
 def test_large_retrieval_corpus_is_fitted_on_a_sample(tiny_spec) -> None:
-    """prepare_task on a retrieval task with 60,000 passages encodes only the capped sample."""
+    """prepare on a retrieval task with 60,000 passages encodes only the capped sample."""
     task = MockRetrievalTask()
     task.load_data()
     corpus = Dataset.from_dict({"id": [f"d{i}" for i in range(60_000)],
@@ -210,15 +211,15 @@ def test_large_retrieval_corpus_is_fitted_on_a_sample(tiny_spec) -> None:
                                 "title": [""] * 60_000})
     for split in task.dataset["default"].values():
         split["corpus"] = corpus
-    model = FlowPluginModel(RegistryModel(tiny_spec, "sn"), max_fit_sentences=500)
-    before = model.encoder.n_encoded
-    (record,) = model.prepare_task(task)
+    model = registry_model(RegistryModel(tiny_spec, "sn"), max_fit_sentences=500)
+    before = model.base.encoder.n_encoded
+    (record,) = model.prepare(task)
     assert record["n_sentences"] == 500 and record["sampling"]["sampled"] is True
     assert record["sampling"]["corpus_sentences"] == 2 * (60_000 + 2)  # test and val: 2 queries each
     # both splits share the corpus: about 60,000 distinct sentences, estimated from the sketch
     assert record["sampling"]["corpus_unique_exact"] is False
     assert 45_000 < record["sampling"]["corpus_unique_sentences"] < 80_000
-    assert model.encoder.n_encoded - before <= 500  # the fit encoded the sample only
+    assert model.base.encoder.n_encoded - before <= 500  # the fit encoded the sample only
 
 
 def test_model_meta_fills_what_mtebs_leaderboard_reads() -> None:

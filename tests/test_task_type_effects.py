@@ -19,7 +19,8 @@ from mteb.mocks.mock_tasks import MockClassificationTask, MockSTSTask
 
 from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.catalog.task_type_effects import caution, task_type_effects
-from flow_plugin.integrations.mteb.model import FlowPluginModel
+from flow_plugin.integrations.mteb.base_models import registry_model
+from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 
 LEADERBOARDS = Path(__file__).resolve().parents[1] / "leaderboards"
 #: a text clustering task of MTEB's mock grid (its class name differs across mteb releases)
@@ -51,7 +52,7 @@ def test_caution_names_the_measured_calibrator_for_an_unmeasured_variant() -> No
     assert caution("flow_plugin/minilm-l6", "raw", "Clustering") is None
 
 
-def _cautions(model: FlowPluginModel, task) -> list[str]:
+def _cautions(model: CalibratedModel, task) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mteb.evaluate(model, task, cache=None, co2_tracker=False, show_progress_bar=False)
@@ -59,7 +60,7 @@ def _cautions(model: FlowPluginModel, task) -> list[str]:
 
 
 def test_a_model_cautions_once_per_hurt_task_type(tiny_spec) -> None:
-    flow = FlowPluginModel(RegistryModel(tiny_spec, "flow"))
+    flow = registry_model(RegistryModel(tiny_spec, "flow"))
     first = _cautions(flow, MockClassificationTask())
     assert len(first) == 1 and "flow lowered MTEB Classification scores" in first[0], first
     assert "docs/results.md" in first[0]
@@ -67,7 +68,7 @@ def test_a_model_cautions_once_per_hurt_task_type(tiny_spec) -> None:
     assert [message.split(" lowered ")[1].split(" scores")[0]
             for message in _cautions(flow, CLUSTERING())] == ["MTEB Clustering"]
     assert _cautions(flow, MockSTSTask()) == []  # STS: what calibration is for
-    sn = FlowPluginModel(RegistryModel(tiny_spec, "sn"))
+    sn = registry_model(RegistryModel(tiny_spec, "sn"))
     assert _cautions(sn, MockClassificationTask()) == []  # SN lowered no type on every board
 
 

@@ -139,27 +139,45 @@ def fit_calibrator(
         raise InputError(f"duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {duplicates!r}")
     if not sentences:
         raise InputError(f"no sentences to fit {model} on ({source})")
-    n_unique = len(set(sentences))
     ordered = canonical_order(list(dict.fromkeys(sentences)) if duplicates == "unique" else sentences)
     start = time.perf_counter()
     embeddings = encoder.encode(ordered)
-    encoded = time.perf_counter()
+    return fit_embeddings(template, embeddings, model=model, source=source, n_sentences=len(sentences),
+                          n_unique_sentences=len(set(sentences)), duplicates=duplicates,
+                          encode_seconds=time.perf_counter() - start, context=context, sampling=sampling)
+
+
+def fit_embeddings(
+    template: Calibrator,
+    embeddings: np.ndarray,
+    *,
+    model: str,
+    source: str,
+    n_sentences: int,
+    n_unique_sentences: int,
+    duplicates: str,
+    encode_seconds: float,
+    context: dict[str, Any] | None = None,
+    sampling: dict[str, Any] | None = None,
+) -> tuple[Calibrator, FitRecord]:
+    """Fit a clone of ``template`` on ``embeddings`` (the sentences' embeddings, in canonical order) and record
+    it; a refusal is re-raised naming ``model`` and ``source``."""
+    start = time.perf_counter()
     calibrator = template.clone()
     try:
         calibrator.fit(embeddings)
     except CalibrationError as error:
-        raise CalibrationError(f"{model}: {source} ({len(sentences)} sentences): {error}") from None
-    fitted = time.perf_counter()
+        raise CalibrationError(f"{model}: {source} ({n_sentences} sentences): {error}") from None
     record = FitRecord(
         model=model,
         calibrator=calibrator.method,
         params=calibrator.result_params(),
         source=source,
-        n_sentences=len(sentences),
-        n_unique_sentences=n_unique,
+        n_sentences=n_sentences,
+        n_unique_sentences=n_unique_sentences,
         duplicates=duplicates,
-        encode_seconds=round(encoded - start, 3),
-        fit_seconds=round(fitted - encoded, 3),
+        encode_seconds=round(encode_seconds, 3),
+        fit_seconds=round(time.perf_counter() - start, 3),
         n_distinct_embeddings=calibrator.n_distinct_fit_,
         effective_params=calibrator.effective_params(),
         adapted=calibrator.adapted_,

@@ -76,6 +76,34 @@ def model_name_suffixes() -> dict[str, str]:
 MODEL_NAME_SUFFIXES: dict[str, str] = {name: "" if name == "raw" else f"-{name}" for name in CALIBRATOR_NAMES}
 
 
+def spelled_model(name: str) -> tuple[str, str]:
+    """A model spelling ``flow_plugin/<base>[-<calibrator>]`` -> (base, calibrator): the longest calibrator suffix
+    the name ends in, else ``raw``. The base is a registry backbone, an MTEB model name or a local folder.
+
+    >>> spelled_model("flow_plugin/minilm-l6-sn-natsv"), spelled_model("flow_plugin/intfloat/e5-small-v2-flow")
+    (('minilm-l6', 'sn-natsv'), ('intfloat/e5-small-v2', 'flow'))
+    """
+    rest = name.removeprefix(MODEL_PREFIX)
+    for calibrator, suffix in sorted(MODEL_NAME_SUFFIXES.items(), key=lambda item: -len(item[1])):
+        if suffix and rest.endswith(suffix) and len(rest) > len(suffix):
+            return rest[: -len(suffix)], calibrator
+    return rest, "raw"
+
+
+def spell_model(base_name: str, calibrator: str) -> str:
+    """The spelling of a calibrator on a base model's results (the inverse of :func:`spelled_model`): a registry
+    backbone's name keeps its ``flow_plugin/`` prefix, another model gains it; raw is the base's own name.
+
+    >>> spell_model("flow_plugin/minilm-l6", "flow"), spell_model("intfloat/e5-small-v2", "whiten")
+    ('flow_plugin/minilm-l6-flow', 'flow_plugin/intfloat/e5-small-v2-whiten')
+    >>> spell_model("intfloat/e5-small-v2", "raw")
+    'intfloat/e5-small-v2'
+    """
+    if calibrator == "raw":
+        return base_name
+    return f"{MODEL_PREFIX}{base_name.removeprefix(MODEL_PREFIX)}{MODEL_NAME_SUFFIXES[calibrator]}"
+
+
 # ---------------------------------------------------------------------------- the validated file
 #: what a registry file may not set: the backbone's name is the file's name, and the file is where it was read
 _NOT_KEYS = {"name": "the backbone's name is the file's name", "source_file": "it is where the file was read"}

@@ -55,10 +55,13 @@ DEFAULT_FIT_SEED = 0
 
 @dataclass(frozen=True)
 class CorpusPart:
-    """One named source of sentences: ``chunks()`` returns a fresh iterator of lists of str."""
+    """One named source of sentences: ``chunks()`` returns a fresh iterator of lists of str; ``side`` is the
+    role its sentences play where a model encodes the two sides of a task differently (``"query"``,
+    ``"document"``), else ``None``."""
 
     name: str
     chunks: Callable[[], Iterator[Sequence[str]]]
+    side: str | None = None
 
 
 @dataclass

@@ -72,14 +72,12 @@ def _module(name: str, module: Any = None) -> Any:
     return module or sys.modules.get(name) or importlib.import_module(name)
 
 
-def add_models(metas: Iterable[ModelMeta], module: Any = None) -> list[str]:
-    """Put ``metas`` into MTEB's ``MODEL_REGISTRY`` (by name, replacing an older entry); returns the names."""
+def add_models(metas: dict[str, ModelMeta], module: Any = None) -> list[str]:
+    """Put ``metas`` (registry key -> ``ModelMeta``) into MTEB's ``MODEL_REGISTRY``, replacing an older entry;
+    returns the keys. A calibrated name's entry keeps its base's ``name`` (its results' folder)."""
     registry = _module(MODELS_MODULE, module).MODEL_REGISTRY
-    names = []
-    for meta in metas:
-        registry[meta.name] = meta
-        names.append(meta.name)
-    return names
+    registry.update(metas)
+    return list(metas)
 
 
 def registered_model(name: str) -> ModelMeta | None:
@@ -234,6 +232,24 @@ def task_result_path(output_folder: str | Path, meta: ModelMeta, task_name: str)
     path = cache.get_task_result_path(task_name, meta.model_name_as_path(), meta.revision or NO_REVISION,
                                       experiment_name=meta.experiment_name)
     return Path(output_folder) / path.relative_to(cache.cache_path)
+
+
+# ----------------------------------------------------------------------------- feeding a base model
+def text_loader(texts: list[str], task_metadata: Any, batch_size: int = 32) -> Any:
+    """A DataLoader of ``texts`` in MTEB's batches (``{"text": [...]}``), made by MTEB's own
+    ``create_dataloader``, so a base model reads the fit text as it reads MTEB's."""
+    from datasets import Dataset
+    from mteb._create_dataloaders import create_dataloader
+
+    return create_dataloader(Dataset.from_dict({"text": texts}), task_metadata=task_metadata, input_column="text",
+                             batch_size=batch_size)
+
+
+def prompt_type(side: str | None) -> Any:
+    """MTEB's ``PromptType`` of a side (``"query"``, ``"document"``), or None."""
+    from mteb.types import PromptType
+
+    return None if side is None else PromptType(side)
 
 
 # ----------------------------------------------------------------------------- evaluator randomness

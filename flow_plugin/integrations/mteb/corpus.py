@@ -2,7 +2,9 @@
 
 One function per data structure of MTEB 2.x, each returning streamable
 :class:`~flow_plugin.data.sampling.CorpusPart` s (one per split and side) over every split of
-the task's loaded data for one subset:
+the task's loaded data for one subset. A part's ``side`` is the ``prompt_type`` MTEB encodes it with
+(``"query"`` for queries, ``"document"`` for a retrieval corpus, a pair task's ``input1_prompt_type`` /
+``input2_prompt_type``), so a model with prompts embeds the fit text as MTEB will:
 
 =============================================  ==========================================================
 task type (MTEB abstract class)                 target text
@@ -159,20 +161,27 @@ def _flatten(values: Sequence[Any], where: str) -> list[str]:
     return texts
 
 
-def _column_part(table: Any, column: str, name: str, where: str) -> CorpusPart:
+def _column_part(table: Any, column: str, name: str, where: str, side: str | None = None) -> CorpusPart:
     def chunks() -> Iterator[list[str]]:
         for batch in _rows(table, [column], where):
             yield _flatten(batch[column], f"{where}, column {column!r}")
 
-    return CorpusPart(name, chunks)
+    return CorpusPart(name, chunks, side)
 
 
-def _columns_parts(task: AbsTask, hf_subset: str, columns: Sequence[str]) -> list[CorpusPart]:
+def _columns_parts(task: AbsTask, hf_subset: str, columns: Sequence[str],
+                   sides: Sequence[str | None] | None = None) -> list[CorpusPart]:
     parts = []
     for split, table in subset_splits(task, hf_subset).items():
         where = f"task {task.metadata.name}, subset {hf_subset}, split {split}"
-        parts.extend(_column_part(table, column, f"{split}/{column}", where) for column in columns)
+        parts.extend(_column_part(table, column, f"{split}/{column}", where, side)
+                     for column, side in zip(columns, sides or [None] * len(columns)))
     return parts
+
+
+def _side(prompt_type: Any) -> str | None:
+    """The side a column is encoded as (MTEB's ``PromptType`` value), or None."""
+    return getattr(prompt_type, "value", prompt_type)
 
 
 def _text_column(task: AbsTask, attribute: str) -> str:
@@ -191,7 +200,8 @@ def pair_parts(task: AbsTask, hf_subset: str) -> list[CorpusPart]:
         columns = [_text_column(task, "input1_column_name"), _text_column(task, "input2_column_name")]
     if not all(isinstance(column, str) for column in columns):
         raise TaskCorpusError(f"task {task.metadata.name}: pair columns {columns} are not text columns")
-    return _columns_parts(task, hf_subset, columns)
+    sides = [_side(getattr(task, "input1_prompt_type", None)), _side(getattr(task, "input2_prompt_type", None))]
+    return _columns_parts(task, hf_subset, columns, sides)
 
 
 def input_parts(task: AbsTask, hf_subset: str) -> list[CorpusPart]:
@@ -229,8 +239,8 @@ def retrieval_parts(task: AbsTask, hf_subset: str) -> list[CorpusPart]:
         where = f"task {task.metadata.name}, subset {hf_subset}, split {split}"
         if not isinstance(data, Mapping) or "queries" not in data or "corpus" not in data:
             raise TaskCorpusError(f"{where}: expected MTEB 2 retrieval data (queries, corpus), got {type(data).__name__}")
-        parts.append(CorpusPart(f"{split}/queries", _query_chunks(data["queries"], where)))
-        parts.append(CorpusPart(f"{split}/corpus", _document_chunks(data["corpus"], where)))
+        parts.append(CorpusPart(f"{split}/queries", _query_chunks(data["queries"], where), "query"))
+        parts.append(CorpusPart(f"{split}/corpus", _document_chunks(data["corpus"], where), "document"))
     return parts
 
 

@@ -66,17 +66,33 @@ class ModelEvaluation:
 
 
 def check_model_names(models: list[str]) -> None:
-    """Every name is a registry model written with its ``flow_plugin/`` prefix (MTEB would
-    otherwise look the bare name up on the Hugging Face Hub)."""
-    from flow_plugin.catalog.registry import MODEL_PREFIX, parse_model_name
+    """Every name is a model spelling (:mod:`.base_models`): a ``flow_plugin/`` name whose registry
+    backbone exists (else our registry's error, with close names), or an MTEB model name; a registry
+    model written without its ``flow_plugin/`` prefix is an error naming the right spelling."""
+    from flow_plugin.catalog.registry import MODEL_PREFIX, default_registry, parse_model_name, spelled_model
+    from flow_plugin.integrations.mteb.base_models import is_folder
 
     for model_name in models:
-        registry_model = parse_model_name(model_name)  # our registry's error, with close names
-        if not model_name.startswith(MODEL_PREFIX):
-            raise RegistryError(
-                f"model {model_name!r} lacks the '{MODEL_PREFIX}' prefix that flow-plugin's MTEB models carry; "
-                f"did you mean {registry_model.name!r}?"
-            )
+        base, _ = spelled_model(model_name)
+        if model_name.startswith(MODEL_PREFIX):
+            if "/" not in base and not is_folder(base):
+                parse_model_name(model_name)  # our registry's error, with close names
+        elif base in default_registry():
+            raise RegistryError(f"model {model_name!r} lacks the '{MODEL_PREFIX}' prefix that flow-plugin's MTEB "
+                                f"models carry; did you mean {MODEL_PREFIX + model_name!r}?")
+
+
+def load_model(model_name: str, options: EncoderOptions, loader_kwargs: dict[str, Any]) -> Any:
+    """The calibrated model a name spells (a plain MTEB model name: its raw calibration), loaded by MTEB."""
+    import mteb
+
+    from flow_plugin.catalog.registry import MODEL_PREFIX
+    from flow_plugin.integrations.mteb.calibrated import CalibratedModel
+
+    if not model_name.startswith(MODEL_PREFIX):
+        return CalibratedModel(mteb.get_model(model_name, device=options.device), "raw")
+    with _loader_cache_dir(options.cache_dir):
+        return mteb.get_model(model_name, device=options.device, **loader_kwargs)
 
 
 def evaluate_models(
@@ -92,105 +108,114 @@ def evaluate_models(
 ) -> list[ModelEvaluation]:
     """Run ``mteb.evaluate`` for every model over ``tasks``.
 
-    ``tasks`` are offline task names (default: all seven; they read the SentEval folder
-    ``data``, else ``$FLOW_PLUGIN_SENTEVAL_DATA``), MTEB task names, MTEB benchmark names or
+    ``models`` are model spellings (``flow_plugin/minilm-l6-flow``, ``flow_plugin/intfloat/e5-small-v2-whiten``,
+    an MTEB model name for its raw embeddings). ``tasks`` are offline task names (default: all seven; they read
+    the SentEval folder ``data``, else ``$FLOW_PLUGIN_SENTEVAL_DATA``), MTEB task names, MTEB benchmark names or
     MTEB task objects.
 
-    ``options`` says how the backbone runs: the device goes to ``mteb.get_model``, an explicit
+    ``options`` says how a registry backbone runs: the device goes to ``mteb.get_model``, an explicit
     precision becomes a loader argument, the batch size goes to ``encode``, and the cache folder
     is ``options.cache_dir``, else the process's ``$FLOW_PLUGIN_CACHE_DIR``. ``model_kwargs`` (``fit_corpus``,
     ``calibrator_params``) go to ``mteb.get_model``; MTEB records loader arguments as experiment
     parameters (they name a separate result folder), so pass only settings that change the numbers.
 
-    Finished results are reused (MTEB's ``only-missing``), unless ``overwrite``. Before that,
-    results a killed run left truncated, results computed from other data (another
+    This is the evaluation loop our commands own: each task gets a fresh evaluator state and is handed to
+    the model (whose fit reads that task object's text), MTEB evaluates, and the fit records of every result
+    computed now are written next to it. Finished results are reused (MTEB's ``only-missing``), unless
+    ``overwrite``. Before that, results a killed run left truncated, results computed from other data (another
     ``dataset_revision``) and results without a run record are set aside so they are recomputed:
-    a score of other data, or of unknown hardware, is never reused. Results of another registry
-    configuration live in another folder (the revision names the configuration). Every result
+    a score of other data, or of unknown hardware, is never reused. Every result
     this call computes gets a line in ``<output_folder>/flow-plugin-runs.jsonl`` with its
     hardware and the encoder's key (precision, kernels, batch plan); a result whose line cannot
     be written is set aside, and so is what an evaluation that failed midway wrote. An output
     folder that cannot be written (a full disk ...) is an
     :class:`~flow_plugin.errors.OutputError` naming it and the cause.
     """
-    import mteb
-    from mteb.cache import ResultCache
-
     from flow_plugin._io import make_output_folder, output_errors
-    from flow_plugin._machine import describe_machine
     from flow_plugin.catalog.tasks import OFFLINE_TASKS
-    from flow_plugin.integrations.mteb.compat import fresh_evaluator_state
     from flow_plugin.integrations.mteb.hook import register
-    from flow_plugin.integrations.mteb.results import (
-        quarantine_truncated_results,
-        record_runs,
-        repair_model_meta,
-        result_files,
-        set_aside_partial_results,
-        set_aside_stale_results,
-        set_aside_unrecorded_results,
-    )
     from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 
     register()  # idempotent; makes this work with the start-up hook turned off too
     check_model_names(models)
     task_objects = resolve_tasks(list(tasks or OFFLINE_TASKS), data)
-    task_names = [task.metadata.name for task in task_objects]
     options = options or EncoderOptions()
     loader_kwargs = dict(model_kwargs or {})
     if options.precision != DEFAULT_PRECISION:
         loader_kwargs["precision"] = options.precision
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
     output = make_output_folder(output_folder)
-    evaluations = []
     with output_errors(output, "output folder"):  # MTEB's writes, and ours: a full disk is named as such
-        quarantine_truncated_results(output, models, task_names)
-        for model_name in models:
-            with _loader_cache_dir(options.cache_dir):
-                model = mteb.get_model(model_name, device=options.device, **loader_kwargs)
-            repair_model_meta(output, model.mteb_model_meta, task_objects)
-            if not overwrite:
-                set_aside_stale_results(output, model.mteb_model_meta, task_objects)
-                set_aside_unrecorded_results(output, model.mteb_model_meta, task_objects)
-            before = {task: result_files(output, model_name, task) for task in task_names}
-
-            def written() -> list[Path]:
-                """The result files MTEB (re)wrote since ``before``."""
-                return [path for task in task_names for path, stamp in result_files(output, model_name, task).items()
-                        if before[task].get(path) != stamp]
-
-            for task in task_objects:  # each model's evaluation draws as a fresh `mteb run` of the task would
-                fresh_evaluator_state(task)
-            try:
-                result = mteb.evaluate(
-                    model,
-                    task_objects,
-                    cache=ResultCache(output),
-                    overwrite_strategy="always" if overwrite else "only-missing",
-                    encode_kwargs={"batch_size": batch_size},
-                    co2_tracker=False,
-                    show_progress_bar=True,
-                )
-            except BaseException:  # failed or interrupted: what it wrote has no run record, so it is no result
-                with contextlib.suppress(Exception):  # (the next run sets aside what this cannot)
-                    set_aside_partial_results(written())
-                raise
-            backbone = model.encoder.backbone
-            hardware = describe_machine(backbone.device, backbone.precision, backbone.precision_choice.as_dict())
-            settings = {"batch_size": batch_size, "command": command, "encoder": backbone.key.as_dict(),
-                        "oom_halvings": backbone.oom_halvings}  # CUDA out-of-memory batches halved so far
-            evaluation = ModelEvaluation(model_name, result, precision=backbone.precision_choice.describe())
-            changed = written()
-            record_runs(output, changed, hardware, settings)  # or set them aside, and say why
-            for task_result in result.task_results:
-                task = task_result.task_name
-                computed = [path for path in result_files(output, model_name, task) if path in changed]
-                path = computed[0] if computed else next(iter(result_files(output, model_name, task)), None)
-                date = task_result.date.isoformat(timespec="seconds") if getattr(task_result, "date", None) else None
-                evaluation.runs.append(TaskRun(model_name, task, "computed" if computed else "reused",
-                                               float(task_result.get_score()), path, date))
-            evaluations.append(evaluation)
-    return evaluations
+        return [_evaluate_model(name, load_model(name, options, loader_kwargs), task_objects, output, overwrite,
+                                batch_size, command) for name in models]
 
 
-__all__ = ["ModelEvaluation", "TaskRun", "check_model_names", "evaluate_models"]
+def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: Path, overwrite: bool,
+                    batch_size: int, command: str) -> ModelEvaluation:
+    """One model over ``tasks`` into ``output``: the folder made ready, MTEB's evaluation, the records."""
+    import mteb
+    from mteb.cache import ResultCache
+
+    from flow_plugin.integrations.mteb.compat import fresh_evaluator_state
+    from flow_plugin.integrations.mteb.results import prepare_result_folder, result_path, set_aside_partial_results
+
+    meta = model.mteb_model_meta
+    prepare_result_folder(output, meta, tasks, overwrite)
+    paths = {task.metadata.name: result_path(output, meta, task.metadata.name) for task in tasks}
+    before = {task: _stamp(path) for task, path in paths.items()}
+    for task in tasks:  # each model's evaluation draws as a fresh `mteb run` of the task would
+        fresh_evaluator_state(task)
+        model.fits.remember(task)  # its fit reads this task object's text
+    try:
+        result = mteb.evaluate(model, list(tasks), cache=ResultCache(output),
+                               overwrite_strategy="always" if overwrite else "only-missing",
+                               encode_kwargs={"batch_size": batch_size}, co2_tracker=False, show_progress_bar=True)
+    except BaseException:  # failed or interrupted: what it wrote has no run record, so it is no result
+        with contextlib.suppress(Exception):  # (the next run sets aside what this cannot)
+            set_aside_partial_results([path for task, path in paths.items() if _stamp(path) != before[task]])
+        raise
+    computed = {task: path for task, path in paths.items() if _stamp(path) != before[task]}
+    evaluation = ModelEvaluation(model_name, result, precision=_precision(model))
+    _record(output, model, computed, batch_size, command)
+    for task_result in result.task_results:
+        task = task_result.task_name
+        date = task_result.date.isoformat(timespec="seconds") if getattr(task_result, "date", None) else None
+        evaluation.runs.append(TaskRun(model_name, task, "computed" if task in computed else "reused",
+                                       float(task_result.get_score()), paths.get(task), date))
+    return evaluation
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size) of a result file, or None where there is none."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _record(output: Path, model: Any, computed: dict[str, Path], batch_size: int, command: str) -> None:
+    """The fit records next to each result computed now, then their run records (hardware, encoder)."""
+    from flow_plugin._machine import describe_machine
+    from flow_plugin.integrations.mteb.fit_records import write_task_fits
+    from flow_plugin.integrations.mteb.results import record_runs
+
+    for task, path in computed.items():
+        write_task_fits(path, model, task)
+    settings: dict[str, Any] = {"batch_size": batch_size, "command": command}
+    backbone = getattr(getattr(model.base, "encoder", None), "backbone", None)
+    if backbone is not None:  # a registry backbone: its device, precision and kernels
+        hardware = describe_machine(backbone.device, backbone.precision, backbone.precision_choice.as_dict())
+        settings.update(encoder=backbone.key.as_dict(), oom_halvings=backbone.oom_halvings)
+    else:  # a model MTEB loads: its own loader decides how it runs
+        hardware = describe_machine()
+        settings.update(encoder={"model": model.mteb_model_meta.name, "loader": "MTEB's"})
+    record_runs(output, list(computed.values()), hardware, settings)  # or set them aside, and say why
+
+
+def _precision(model: Any) -> str | None:
+    backbone = getattr(getattr(model.base, "encoder", None), "backbone", None)
+    return backbone.precision_choice.describe() if backbone is not None else None
+
+
+__all__ = ["ModelEvaluation", "TaskRun", "check_model_names", "evaluate_models", "load_model"]

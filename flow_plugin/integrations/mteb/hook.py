@@ -8,7 +8,8 @@ a Python process that never imports MTEB pays nothing measurable. When MTEB's re
 modules finish executing, the finder's callbacks add:
 
 - a ``ModelMeta`` for every registry model name (``mteb.get_model_meta`` /
-  ``mteb.get_model`` / ``mteb run -m flow_plugin/...``);
+  ``mteb.get_model`` / ``mteb run -m flow_plugin/...``), and a calibrator on any other model by its
+  spelling (``flow_plugin/<MTEB model or folder>-<calibrator>``, :mod:`.base_models`);
 - the offline SentEval-format STS tasks, the offline GLUE QNLI retrieval task and the labelled
   tasks of every type (built-in and ``$FLOW_PLUGIN_TASKS``) to ``_TASKS_REGISTRY`` (found by name
   with ``mteb run -t``), and to the full task list when their data is configured
@@ -46,26 +47,12 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def load_model(model_name: str, revision: str | None = None, **kwargs: object) -> object:
-    """MTEB's loader of every registered ``ModelMeta`` (imports the adapter only when a model is
-    really loaded)."""
-    from flow_plugin.integrations.mteb.model import FlowPluginModel
-
-    return FlowPluginModel(model_name, revision, **kwargs)
-
-
 def _resolve_name(model_name: str) -> object:
-    """The ``ModelMeta`` of a ``flow_plugin/`` name MTEB's registry lacks (a registry folder added
-    since), else :class:`~flow_plugin.errors.UnknownModelError` with close names."""
-    from flow_plugin.catalog.registry import parse_model_name
-    from flow_plugin.errors import RegistryError, UnknownModelError
-    from flow_plugin.integrations.mteb.meta import model_meta
+    """The ``ModelMeta`` of a ``flow_plugin/`` name MTEB's registry lacks: a calibrator on an MTEB model or a
+    local folder, a registry folder added since, else :class:`~flow_plugin.errors.UnknownModelError`."""
+    from flow_plugin.integrations.mteb.base_models import resolve_spelling
 
-    try:
-        registry_model = parse_model_name(model_name)
-    except RegistryError as error:
-        raise UnknownModelError(str(error)) from None
-    return model_meta(registry_model, load_model)
+    return resolve_spelling(model_name)
 
 
 def register_models(module: object = None, requirements: list[str] | None = None) -> list[str]:
@@ -77,9 +64,10 @@ def register_models(module: object = None, requirements: list[str] | None = None
     require_supported(requirements)
     from flow_plugin.catalog.registry import MODEL_PREFIX
     from flow_plugin.integrations.mteb.compat import add_models, refuse_unknown_names
+    from flow_plugin.integrations.mteb.base_models import load_registry_name
     from flow_plugin.integrations.mteb.meta import all_model_metas
 
-    names = add_models(all_model_metas(load_model), module)
+    names = add_models(all_model_metas(load_registry_name), module)
     refuse_unknown_names(MODEL_PREFIX, _resolve_name)  # type: ignore[arg-type]
     _registered.add(MODELS_MODULE)
     return names

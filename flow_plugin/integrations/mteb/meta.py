@@ -1,9 +1,10 @@
 """MTEB ``ModelMeta`` entries for every registry model name: pure metadata, no weights.
 
 ``mteb.get_model_meta("flow_plugin/bert-base-flow")`` reads these; only ``ModelMeta.load_model``
-(``mteb.get_model``) builds the model, through the ``loader`` the caller names (the start-up hook's
-:func:`flow_plugin.integrations.mteb.hook.load_model`, or the model class itself): this module
-imports neither, so the model can describe itself with it.
+(``mteb.get_model``) builds the model, through the start-up hook's loader. A calibrated name's entry is its
+backbone's (``flow_plugin/bert-base``: name and revision) with the calibrator as an experiment parameter, so its
+results are filed in ``experiments/calibrator_flow/`` under the backbone's folder
+(:func:`flow_plugin.integrations.mteb.calibrated.calibrated_meta`).
 """
 
 from __future__ import annotations
@@ -47,34 +48,40 @@ def _training_datasets(entry: ModelMeta | None) -> dict[str, list[str]] | set[st
     return set()
 
 
-def _embed_dim(registry_model: RegistryModel) -> int:
-    from flow_plugin.calibration import make_calibrator
+def calibrated_meta(base: ModelMeta, calibrator: str, calibrator_params: dict[str, Any] | None = None,
+                    embed_dim: int | None = None) -> ModelMeta:
+    """The base's ``ModelMeta`` with the calibrator as an experiment parameter (``raw``: the base's own)."""
+    if calibrator == "raw":
+        return base
+    kwargs = {**dict(base.experiment_kwargs or {}), "calibrator": calibrator}
+    if calibrator_params:
+        kwargs["calibrator_params"] = dict(calibrator_params)
+    update: dict[str, Any] = {"experiment_kwargs": kwargs, "similarity_fn_name": ScoringFunction.COSINE}
+    if embed_dim is not None:
+        update["embed_dim"] = embed_dim
+    return base.model_copy(update=update)
 
-    return make_calibrator(registry_model.calibrator, **registry_model.calibrator_params).output_width(registry_model.backbone.embedding_dim)
 
-
-def model_meta(registry_model: RegistryModel, loader: Callable[..., Any] | None) -> ModelMeta:
-    """The ``ModelMeta`` of a registry model; ``loader(model_name, revision, **kwargs)`` builds it."""
-    spec: BackboneSpec = registry_model.backbone
+def backbone_meta(spec: BackboneSpec, loader: Callable[..., Any] | None) -> ModelMeta:
+    """The ``ModelMeta`` of a registry backbone's raw embeddings (``flow_plugin/<backbone>``); ``loader(name,
+    revision, **kwargs)`` builds the model (:func:`flow_plugin.integrations.mteb.base_models.load_registry_name`)."""
     entry = mteb_entry(spec.hub_id)
-    flow = calibrator_method(registry_model.calibrator) == "flow"  # the paper's flow and each flow variant
-    embedding_parameters = spec.n_embedding_parameters or (entry.n_embedding_parameters if entry else None)
+    raw = RegistryModel(spec, "raw")
     meta = ModelMeta(
         loader=loader,
         loader_kwargs={},
-        name=registry_model.name,
-        revision=registry_model.revision,
+        name=raw.name,
+        revision=raw.revision,
         release_date=spec.release_date,
         languages=list(spec.languages),
         n_parameters=spec.n_parameters,
         memory_usage_mb=None,  # MTEB's own estimate, below
-        n_embedding_parameters=embedding_parameters,
+        n_embedding_parameters=spec.n_embedding_parameters or (entry.n_embedding_parameters if entry else None),
         max_tokens=spec.max_seq_length,
-        embed_dim=_embed_dim(registry_model),
+        embed_dim=spec.embedding_dim,
         license=spec.license,
         open_weights=True,
-        public_training_code=BERT_FLOW_CODE if flow else (
-            entry.public_training_code if entry else None),
+        public_training_code=entry.public_training_code if entry else None,
         public_training_data=None,
         framework=["PyTorch"],
         reference=spec.reference,
@@ -82,17 +89,32 @@ def model_meta(registry_model: RegistryModel, loader: Callable[..., Any] | None)
         use_instructions=False,
         training_datasets=_training_datasets(entry),
         adapted_from=entry.name if entry is not None else spec.hub_id,
-        citation=BERT_FLOW_CITATION if flow else None,
+        citation=None,
     )
     # MTEB's estimate from n_parameters (float32 weights, whole MB); ours was the same to 0.1 MB
     return meta.model_copy(update={"memory_usage_mb": meta.calculate_memory_usage_mb()})
 
 
+def model_meta(registry_model: RegistryModel, loader: Callable[..., Any] | None) -> ModelMeta:
+    """The ``ModelMeta`` of a registry model name: its backbone's, with the calibrator (and the registry
+    file's hyper-parameters for it) as experiment parameters; a flow cites BERT-flow and its training code."""
+    from flow_plugin.calibration import make_calibrator
+
+    spec = registry_model.backbone
+    width = make_calibrator(registry_model.calibrator, **registry_model.calibrator_params).output_width(
+        spec.embedding_dim)
+    meta = calibrated_meta(backbone_meta(spec, loader), registry_model.calibrator, registry_model.calibrator_params,
+                           width)
+    if calibrator_method(registry_model.calibrator) == "flow":  # the paper's flow and each flow variant
+        meta = meta.model_copy(update={"public_training_code": BERT_FLOW_CODE, "citation": BERT_FLOW_CITATION})
+    return meta
+
+
 def all_model_metas(loader: Callable[..., Any] | None,
-                    registry: dict[str, BackboneSpec] | None = None) -> list[ModelMeta]:
-    """The ``ModelMeta`` of every registry model name (default registry unless ``registry``)."""
+                    registry: dict[str, BackboneSpec] | None = None) -> dict[str, ModelMeta]:
+    """Registry model name -> its ``ModelMeta``, for every name (default registry unless ``registry``)."""
     registry = registry if registry is not None else default_registry()
     from flow_plugin.catalog.registry import model_name_suffixes
 
-    return [model_meta(RegistryModel(spec, method), loader) for spec in registry.values()
-            for method in model_name_suffixes()]
+    return {spec.model_name(method): model_meta(RegistryModel(spec, method), loader) for spec in registry.values()
+            for method in model_name_suffixes()}

@@ -81,15 +81,32 @@ def result_path(output_folder: Path, meta: ModelMeta, task_name: str) -> Path:
 
 
 def result_files(output_folder: Path, model: str, task: str) -> dict[Path, tuple[int, int]]:
-    """Every ``<task>.json`` of ``model`` (any revision, any experiment) -> (mtime_ns, size)."""
-    folder = model_folder(output_folder, model)
+    """Every ``<task>.json`` of a model (any revision; a model name, or the spelling of a calibrated one, whose
+    results sit in its base's folder under ``experiments/``) -> (mtime_ns, size). A base model's name finds
+    every experiment in its folder."""
+    from flow_plugin.catalog.registry import default_registry, spelled_model
+
+    base, calibrator = spelled_model(model)
+    folder_name = f"flow_plugin/{base}" if base in default_registry() else base
+    if calibrator == "raw":
+        folder_name = model
+    folder = model_folder(output_folder, folder_name)
     if not folder.is_dir():
         return {}
     found = {}
     for path in folder.rglob(f"{task}.json"):
+        if _identity_model(path) != model:
+            continue
         stat = path.stat()
         found[path] = (stat.st_mtime_ns, stat.st_size)
     return found
+
+
+def _identity_model(path: Path) -> str | None:
+    try:
+        return result_identity(path).model
+    except DataFolderError:
+        return None
 
 
 def set_aside(path: Path, label: str) -> Path:
@@ -111,8 +128,9 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
     Returns the new names."""
     moved = []
     for model in models:
+        folder = model_folder(output_folder, model)
         for task in tasks:
-            for path in result_files(output_folder, model, task):
+            for path in sorted(folder.rglob(f"{task}.json")) if folder.is_dir() else []:  # every experiment's
                 try:
                     json.loads(path.read_text(encoding="utf-8"))
                     continue
@@ -123,6 +141,16 @@ def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tas
                                "to %s; the task will be recomputed", path, target.name)
                 moved.append(target)
     return moved
+
+
+def prepare_result_folder(output_folder: Path, meta: Any, tasks: Sequence[Any], overwrite: bool) -> None:
+    """Before ``meta`` is evaluated on ``tasks``: set aside its truncated results and repair its
+    ``model_meta.json``; unless ``overwrite``, set aside its stale and unrecorded results too."""
+    quarantine_truncated_results(output_folder, [meta.name], [task.metadata.name for task in tasks])
+    repair_model_meta(output_folder, meta, tasks)
+    if not overwrite:
+        set_aside_stale_results(output_folder, meta, tasks)
+        set_aside_unrecorded_results(output_folder, meta, tasks)
 
 
 def repair_model_meta(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[Path]:
@@ -379,15 +407,19 @@ def result_identity(path: Path) -> ResultIdentity:
         raise DataFolderError(f"{meta_path}: 'experiment_kwargs' must be an object or null, got {kwargs!r}")
     from mteb.models import ModelMeta
 
+    from flow_plugin.catalog.registry import spell_model
+
     meta = ModelMeta.model_construct(**data)
-    return ResultIdentity(
-        model=meta.name or revision_folder.parent.name.replace("__", "/"),
-        revision=meta.revision or revision_folder.name,
-        # mteb names an experiment's folder after its kwargs; the folder is what is on disk
-        experiment=folder.name if in_experiment else meta.experiment_name,
-        experiment_kwargs=dict(kwargs),
-        model_meta=meta,
-    )
+    kwargs = dict(kwargs)
+    name = meta.name or revision_folder.parent.name.replace("__", "/")
+    calibrator = kwargs.pop("calibrator", None)
+    if calibrator is not None:  # a calibrated model's results sit under its base: its own name says which
+        name = spell_model(name, str(calibrator))
+        experiment = ModelMeta.model_construct(name=name, experiment_kwargs=kwargs or None).experiment_name
+    else:  # mteb names an experiment's folder after its kwargs; the folder is what is on disk
+        experiment = folder.name if in_experiment else meta.experiment_name
+    return ResultIdentity(model=name, revision=meta.revision or revision_folder.name, experiment=experiment,
+                          experiment_kwargs=kwargs, model_meta=meta)
 
 
 def load_task_result(path: Path) -> TaskResult:

@@ -1,0 +1,195 @@
+"""The models a calibrator can sit on, and how a name spells one.
+
+A *base model* is any MTEB encoder: a model MTEB can load by name (its own loader, prompts and normalisation),
+a local sentence-transformers folder (MTEB's ``SentenceTransformerEncoderWrapper``, which reads the folder's
+prompts), or a registry backbone (:class:`RegistryEncoder`: a frozen Hugging Face encoder with our pooling and
+embedding cache, ``registry/<name>.toml``).
+
+A calibrated model is spelled ``flow_plugin/<base>-<calibrator>`` (``mteb run -m``, ``flow-plugin eval -m``):
+``flow_plugin/minilm-l6-flow``, ``flow_plugin/intfloat/e5-small-v2-whiten``,
+``flow_plugin//data/models/my-model-flow`` (an absolute folder), ``flow_plugin/./my-model-sn`` (a relative
+one). ``flow_plugin/<backbone>`` alone is a registry backbone's raw embeddings.
+
+The spelling's rules live in :func:`flow_plugin.catalog.registry.spelled_model`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mteb.models.abs_encoder import AbsEncoder
+
+from flow_plugin.catalog.builders import build_encoder
+from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, spelled_model
+from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.errors import FlowPluginError, InputError, UnknownModelError
+from flow_plugin.integrations.mteb.fits import FitSettings, texts_of
+
+#: the keywords a calibrated model's loader takes besides the encoder options
+MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FitSettings.__dataclass_fields__)
+
+
+class RegistryEncoder(AbsEncoder):
+    """A registry backbone as an MTEB encoder: the frozen encoder, its pooling and the embedding cache
+    (:func:`flow_plugin.catalog.builders.build_encoder`); ``flow_plugin/<backbone>``'s raw embeddings."""
+
+    def __init__(self, spec: BackboneSpec, **encoder_options: Any) -> None:
+        from flow_plugin.integrations.mteb.meta import backbone_meta
+
+        self.spec = spec
+        self.options = EncoderOptions(**encoder_options)
+        self.encoder = self.model = build_encoder(RegistryModel(spec, "raw"), self.options)
+        self.mteb_model_meta = backbone_meta(spec, load_registry_name)
+
+    def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
+               **kwargs: Any) -> np.ndarray:
+        texts = texts_of(inputs)
+        if not texts:
+            return np.empty((0, self.spec.embedding_dim), dtype=np.float32)
+        return self.encoder.encode(texts, batch_size=kwargs.get("batch_size"))
+
+
+def is_folder(base: str) -> bool:
+    """Whether a base is spelled as a local folder (absolute, ``./``, ``../`` or ``~``)."""
+    return base.startswith(("/", "./", "../", "~")) or os.path.isabs(base)
+
+
+def load_base(base: str, revision: str | None = None, device: str | None = None, **encoder_options: Any) -> Any:
+    """The base model a spelling names: a registry backbone, a local sentence-transformers folder, or a model
+    MTEB loads by name (with its own prompts); ``encoder_options`` reach a registry backbone only."""
+    registry = default_registry()
+    if base in registry:
+        return RegistryEncoder(registry[base], device=device, **encoder_options)
+    if encoder_options:
+        raise InputError(f"{base}: the encoder options {', '.join(sorted(encoder_options))} apply to registry "
+                         "backbones only; the model's own loader decides how it encodes")
+    if is_folder(base):
+        folder = Path(base).expanduser().resolve()
+        if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
+            raise InputError(f"{base}: not a sentence-transformers folder (no modules.json or config.json in "
+                             f"{folder}); give the folder a SentenceTransformer was saved to")
+        from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
+
+        return SentenceTransformerEncoderWrapper(str(folder), revision=revision, device=device)
+    import mteb
+
+    return mteb.get_model(base, revision, device=device)
+
+
+def load_calibrated(base: str, revision: str | None = None, *, device: str | None = None, calibrator: str = "raw",
+                    calibrator_params: dict[str, Any] | None = None, embed_dim: int | None = None,
+                    **kwargs: Any) -> Any:
+    """A calibrated model from its base's spelling and the loader's keywords (MTEB's loader of every
+    ``flow_plugin/`` name): a registry backbone takes its registry file's hyper-parameters, then
+    ``calibrator_params``; any keyword that is neither an encoder option nor a fit setting is an error naming
+    the closest accepted one."""
+    from flow_plugin.integrations.mteb.calibrated import CalibratedModel
+
+    _refuse_unknown(base, kwargs)
+    registry = default_registry()
+    if base in registry:
+        spec = registry[base]
+        expected = RegistryModel(spec, "raw").revision
+        if revision is not None and revision not in (expected, spec.revision):
+            raise FlowPluginError(f"{MODEL_PREFIX}{base} is revision {expected} (weights {spec.revision} and this "
+                                  f"registry configuration), not {revision}: its registry file or flow-plugin changed")
+        model = registry_model(RegistryModel(spec, calibrator), device=device, calibrator_params=calibrator_params,
+                               **kwargs)
+    else:
+        settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FitSettings.__dataclass_fields__}
+        model = CalibratedModel(load_base(base, revision, device, **kwargs), calibrator,
+                                calibrator_params=calibrator_params, **settings)
+    width = model.mteb_model_meta.embed_dim
+    if embed_dim is not None and isinstance(width, int) and embed_dim != width:
+        raise InputError(f"{MODEL_PREFIX}{base}: gives {width}-dimensional embeddings, not {embed_dim}")
+    return model
+
+
+def registry_model(model: str | RegistryModel, *, calibrator_params: dict[str, Any] | None = None,
+                   **kwargs: Any) -> Any:
+    """A registry model (``flow_plugin/<backbone>[-<calibrator>]``, or a :class:`RegistryModel`) as a calibrated
+    model, in Python: the registry file's hyper-parameters, then ``calibrator_params``; ``kwargs`` are encoder
+    options and fit settings."""
+    from flow_plugin.catalog.builders import resolve
+    from flow_plugin.integrations.mteb.calibrated import CalibratedModel
+
+    resolved = resolve(model)
+    _refuse_unknown(resolved.name, kwargs)
+    settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FitSettings.__dataclass_fields__}
+    params = {**resolved.calibrator_params, **(calibrator_params or {})}
+    return CalibratedModel(RegistryEncoder(resolved.backbone, **kwargs), resolved.calibrator, calibrator_params=params,
+                           **settings)
+
+
+def _refuse_unknown(base: str, kwargs: dict[str, Any]) -> None:
+    accepted = [*MODEL_ARGUMENTS, *EncoderOptions.names()]
+    unknown = sorted(set(kwargs) - set(accepted))
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, accepted, n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise InputError(f"{MODEL_PREFIX}{base.removeprefix(MODEL_PREFIX)}: unknown loader argument(s) {', '.join(hints)}; accepted: "
+                         f"{', '.join(accepted)}")
+
+
+def resolve_spelling(name: str) -> Any:
+    """The ``ModelMeta`` of a ``flow_plugin/`` spelling MTEB's registry lacks: a calibrator on an MTEB model or a
+    local folder (its loader loads the base then calibrates it), or :class:`UnknownModelError` with close names."""
+    import functools
+
+    from flow_plugin.catalog.registry import parse_model_name
+    from flow_plugin.errors import RegistryError
+    from flow_plugin.integrations.mteb.meta import calibrated_meta
+
+    base, calibrator = spelled_model(name)
+    if base in default_registry() or ("/" not in base and not is_folder(base)):
+        try:
+            parse_model_name(name)  # a registry model added since MTEB's registry was built, or close names
+        except RegistryError as error:
+            raise UnknownModelError(str(error)) from None
+    base_meta = _base_meta(base)
+    meta = calibrated_meta(base_meta, calibrator)
+    return meta.model_copy(update={"loader": functools.partial(_load_spelled, base), "loader_kwargs": {}})
+
+
+def _base_meta(base: str) -> Any:
+    from mteb.models.model_meta import ModelMeta
+
+    if base in default_registry():
+        from flow_plugin.integrations.mteb.meta import backbone_meta
+
+        return backbone_meta(default_registry()[base], load_registry_name)
+    if is_folder(base):
+        return ModelMeta.create_empty(overwrites={"name": str(Path(base).expanduser().resolve())})
+    import mteb
+
+    return mteb.get_model_meta(base, fetch_from_hf=True)
+
+
+def load_registry_name(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:
+    """MTEB's loader of every registered ``flow_plugin/`` entry: MTEB passes the backbone's name and the
+    calibrator among the keywords."""
+    return load_calibrated(model_name.removeprefix(MODEL_PREFIX), revision, **kwargs)
+
+
+def calibrate(model: Any, calibrator: str = "flow", **settings: Any) -> Any:
+    """``model`` (an MTEB encoder, or what :func:`load_base` loads: an MTEB model name, a local
+    sentence-transformers folder, a registry backbone) calibrated with ``calibrator``: a
+    :class:`~flow_plugin.integrations.mteb.calibrated.CalibratedModel`; ``settings``: its keywords."""
+    from flow_plugin.integrations.mteb.calibrated import CalibratedModel
+
+    return CalibratedModel(load_base(model) if isinstance(model, str) else model, calibrator, **settings)
+
+
+def _load_spelled(base: str, name: str, revision: str | None = None, **kwargs: Any) -> Any:
+    """MTEB's loader of a spelled name: MTEB passes the base's own name; the spelling says what to load."""
+    return load_calibrated(base, revision, **kwargs)
+
+
+__all__ = ["MODEL_ARGUMENTS", "RegistryEncoder", "calibrate", "is_folder", "load_base", "load_calibrated",
+           "load_registry_name", "registry_model", "resolve_spelling"]

@@ -1,0 +1,157 @@
+"""Any MTEB encoder, calibrated: :class:`CalibratedModel` (made by :func:`flow_plugin.calibrate`).
+
+The base model encodes, with its own loader, prompts, instructions and normalisation, exactly as MTEB runs it;
+the calibrated model fits a calibrator per (task, subset) on the task's unlabeled text (:mod:`.fits`) and
+returns the base's embeddings through it. The ``raw`` calibration returns the base's embeddings untouched, so
+its scores are the base model's own.
+
+Its ``ModelMeta`` is the base's, with the calibrator as an experiment parameter (MTEB's own mechanism for
+model variants): results of ``calibrate(model, "flow")`` are filed under the base model's name and revision, in
+``experiments/calibrator_flow/``, and never overwrite the base model's.
+
+Examples
+--------
+>>> import mteb
+>>> model = CalibratedModel(mteb.get_model("mteb/baseline-random-encoder"), "whiten")
+>>> model.mteb_model_meta.name, dict(model.mteb_model_meta.experiment_kwargs)
+('mteb/baseline-random-encoder', {'calibrator': 'whiten'})
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import numpy as np
+from mteb.models.abs_encoder import AbsEncoder
+from mteb.models.model_meta import ModelMeta
+
+from flow_plugin.calibration import make_calibrator
+from flow_plugin.catalog.registry import spell_model
+from flow_plugin.catalog.task_type_effects import caution
+from flow_plugin.integrations.mteb.fit_records import follow
+from flow_plugin.integrations.mteb.fits import FitSettings, TaskFits, texts_of
+from flow_plugin.integrations.mteb.meta import calibrated_meta
+
+logger = logging.getLogger(__name__)
+
+
+class CalibratedModel(AbsEncoder):
+    """An MTEB encoder whose embeddings pass through a calibrator fitted per (task, subset).
+
+    Parameters
+    ----------
+    base:
+        Any MTEB encoder (``mteb.get_model(...)``, MTEB's ``SentenceTransformerEncoderWrapper``, a registry
+        backbone): it encodes, with its own prompts.
+    calibrator:
+        A calibrator name (``raw``, ``sn``, ``natsv``, ``sn-natsv``, ``whiten``, ``flow``, the flow variants ...).
+    calibrator_params:
+        Hyper-parameters of the calibrator (its defaults otherwise).
+    **fit_settings:
+        ``fit_corpus`` (``"target"``, ``"per-call"`` or a sentence file), ``max_fit_sentences``, ``fit_seed``,
+        ``fit_duplicates``, ``fit_sides`` (:class:`~flow_plugin.integrations.mteb.fits.FitSettings`).
+
+    Attributes
+    ----------
+    fits: the :class:`~flow_plugin.integrations.mteb.fits.TaskFits` (fitted calibrators and their records).
+    mteb_model_meta: the base's ``ModelMeta`` with the calibrator as an experiment parameter.
+    """
+
+    def __init__(self, base: Any, calibrator: str = "flow", *, calibrator_params: dict[str, Any] | None = None,
+                 **fit_settings: Any) -> None:
+        self.base = self.model = base
+        self.calibrator = calibrator
+        self.calibrator_params = dict(calibrator_params or {})
+        template = make_calibrator(calibrator, **self.calibrator_params)
+        base_meta = getattr(base, "mteb_model_meta", None) or ModelMeta.create_empty(overwrites={"name": type(base).__name__})
+        width = base_meta.embed_dim if isinstance(base_meta.embed_dim, int) else None
+        self.mteb_model_meta = calibrated_meta(base_meta, calibrator, self.calibrator_params,
+                                               template.output_width(width) if width else None)
+        self.fits = TaskFits(base, template, self.name, FitSettings.make(**fit_settings))
+        self._cautioned: set[str] = set()
+        if self.fits.settings.fit_corpus.kind == "per-call" and not self.is_raw:
+            tell_user(f"{self.name}: fit_corpus='per-call' fits a new calibrator for every encode() call, so the two "
+                      "sides of a pair (sentence1/sentence2, queries/documents, train/test) land in different "
+                      "spaces; use the default 'target' for one fit per (task, subset)")
+
+    @property
+    def name(self) -> str:
+        """The model's spelling (``flow_plugin/<base>-<calibrator>``; raw: the base's own name)."""
+        base = getattr(getattr(self.base, "mteb_model_meta", None), "name", None) or type(self.base).__name__
+        return spell_model(base, self.calibrator)
+
+    @property
+    def is_raw(self) -> bool:
+        return self.calibrator == "raw"
+
+    @property
+    def fit_log(self) -> list[dict[str, Any]]:
+        """One record per fit (JSON-ready): corpus, sentences, sampling, adaptation, time, the calls it served."""
+        return [record.as_dict() for record in self.fits.records]
+
+    def __repr__(self) -> str:
+        return f"CalibratedModel({self.name!r}, {self.fits.settings.fit_corpus.describe()!r})"
+
+    def prepare(self, task: Any, hf_subsets: list[str] | None = None) -> list[dict[str, Any]]:
+        """Fit now for every subset of ``task`` (MTEB's missing fit hook), and read its text from this task
+        object later; returns the fit records."""
+        self.fits.remember(task)
+        if self.is_raw or self.fits.settings.fit_corpus.kind == "per-call":
+            return []
+        records = []
+        for subset in hf_subsets or getattr(task, "hf_subsets", None) or ["default"]:
+            for side in self._sides(task):
+                records.append(self.fits.fit_for(task.metadata, subset, side).record.as_dict())
+        return list({id(record): record for record in records}.values())
+
+    def calibrator_for(self, task: Any, hf_subset: str = "default", side: str | None = None) -> Any:
+        """The fitted calibrator of a task object's subset (and side), fitting it on first use."""
+        self.fits.remember(task)
+        return self.fits.fit_for(task.metadata, hf_subset, side).calibrator
+
+    def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
+               **kwargs: Any) -> np.ndarray:
+        if self.is_raw:
+            return self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
+                                    prompt_type=prompt_type, **kwargs)
+        self._caution(task_metadata)
+        if task_metadata.name not in self.fits.tasks:  # not our loop: `mteb run`, a user's mteb.evaluate
+            follow(self, task_metadata)
+        side = getattr(prompt_type, "value", prompt_type)
+        texts = texts_of(inputs)
+        fit = self.fits.fit_for(task_metadata, hf_subset, side, texts)
+        fit.record.served_call(task=task_metadata.name, split=hf_split, hf_subset=hf_subset, prompt_type=side,
+                               n_inputs=len(texts))
+        if not texts:
+            return np.empty((0, fit.calibrator.n_features_out_), dtype=np.float32)
+        embeddings = self.fits.embed_call(inputs, texts, task_metadata, hf_split, hf_subset, side, **kwargs)
+        return fit.calibrator.transform(embeddings)
+
+    def _sides(self, task: Any) -> list[str | None]:
+        if self.fits.settings.fit_sides != "per-side":
+            return [None]
+        from flow_plugin.integrations.mteb.corpus import target_corpus
+
+        subset = (getattr(task, "hf_subsets", None) or ["default"])[0]
+        return list(dict.fromkeys(part.side for part in target_corpus(task, subset).parts))
+
+    def _caution(self, task_metadata: Any) -> None:
+        """Warn, once per task type, where this calibrator lowered that MTEB type on every published board."""
+        task_type = getattr(task_metadata, "type", None)
+        if task_type is None or task_type in self._cautioned:
+            return
+        self._cautioned.add(task_type)
+        message = caution(self.name, self.calibrator, task_type)
+        if message is not None:
+            tell_user(message)
+
+
+def tell_user(message: str) -> None:
+    """A caution the user sees both ways: a ``UserWarning`` (what ``mteb run`` prints) and a log line."""
+    warnings.warn(message, UserWarning, stacklevel=3)
+    logger.warning("%s", message)
+
+
+__all__ = ["CalibratedModel", "tell_user"]

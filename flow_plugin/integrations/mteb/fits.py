@@ -1,0 +1,290 @@
+"""The fits behind a calibrated model: one fitted calibrator per (task, subset), on the task's own text.
+
+MTEB has no fit hook: it calls ``encode()`` once per split and side of each subset. A
+:class:`TaskFits` fits on the first call of a (task, subset), or earlier when our evaluation loop
+prepares the task (:meth:`TaskFits.remember` then :meth:`TaskFits.fit_for`), and every later call reuses that
+fit, so both sides of every comparison share one space. Which sentences it fits on is the ``fit_corpus`` policy
+(:mod:`flow_plugin.data.fit_corpus`): the task's text (``"target"``, :mod:`.corpus`), a sentence file, or each
+call's own sentences (``"per-call"``); a corpus above ``max_fit_sentences`` is sampled
+(:mod:`flow_plugin.data.sampling`).
+
+The fit text is embedded by the base model exactly as MTEB will embed it: through the base's own ``encode``
+with the task's metadata and, for each part of the corpus, the ``prompt_type`` MTEB gives that side
+(queries, documents), so a model with query and document prompts is fitted on what it returns for the task.
+``sides`` says what an asymmetric task (retrieval, reranking) is fitted on: ``"joint"``, one calibrator on the
+queries and the documents together (one space for both sides, the default: docs/calibrate.md gives the
+measurement), or ``"per-side"``, one calibrator per side.
+
+Those embeddings are kept (:class:`EmbeddingMemo`, per task, subset and side) and serve MTEB's later calls for
+the same texts: calibration adds the fit, not a second pass of the base model over the task.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flow_plugin._io import file_sha256
+from flow_plugin.calibration import Calibrator
+from flow_plugin.catalog.fitting import FitRecord, canonical_order, fit_embeddings
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET, FitCorpus
+from flow_plugin.data.fit_corpus import read_sentence_file
+from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
+from flow_plugin.errors import DataFolderError, InputError
+from flow_plugin.integrations.mteb import compat
+from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
+
+logger = logging.getLogger(__name__)
+
+#: what an asymmetric task's calibrator is fitted on: one space for queries and documents, or one per side
+SIDES: tuple[str, ...] = ("joint", "per-side")
+DEFAULT_SIDES = "joint"
+#: tasks whose embeddings the memo keeps at once (MTEB evaluates one task at a time)
+MEMO_TASKS = 2
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """What a calibrator is fitted on (the ``fit_*`` arguments of a calibrated model), checked."""
+
+    fit_corpus: FitCorpus = FitCorpus(TARGET)
+    max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES
+    fit_seed: int = DEFAULT_FIT_SEED
+    fit_duplicates: str = DEFAULT_DUPLICATES
+    fit_sides: str = DEFAULT_SIDES
+
+    @classmethod
+    def make(cls, fit_corpus: Any = TARGET, max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
+             fit_seed: int = DEFAULT_FIT_SEED, fit_duplicates: str = DEFAULT_DUPLICATES,
+             fit_sides: str = DEFAULT_SIDES) -> FitSettings:
+        cap, seed = check_cap(max_fit_sentences, fit_seed)
+        if fit_duplicates not in DUPLICATE_POLICIES:
+            raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
+        if fit_sides not in SIDES:
+            raise InputError(f"fit_sides must be one of {', '.join(SIDES)}, got {fit_sides!r}")
+        return cls(FitCorpus.parse(fit_corpus), cap, seed, fit_duplicates, fit_sides)
+
+
+@dataclass
+class Fit:
+    calibrator: Calibrator
+    record: FitRecord
+
+
+@dataclass
+class EmbeddingMemo:
+    """The base model's embeddings of the texts a fit read, per (task, subset, side), for the calls that follow;
+    the most recent :data:`MEMO_TASKS` tasks are kept."""
+
+    tables: OrderedDict[tuple[Any, ...], dict[str, np.ndarray]] = field(default_factory=OrderedDict)
+
+    def put(self, key: tuple[Any, ...], texts: Sequence[str], embeddings: np.ndarray) -> None:
+        self.tables.setdefault(key, {}).update(zip(texts, embeddings))
+        self.tables.move_to_end(key)
+        tasks = list(dict.fromkeys(stored[0] for stored in self.tables))
+        for stale in [stored for stored in self.tables if stored[0] in tasks[:-MEMO_TASKS]]:
+            del self.tables[stale]
+
+    def get(self, key: tuple[Any, ...], texts: Sequence[str]) -> np.ndarray | None:
+        table = self.tables.get(key)
+        if table is None or not texts or any(text not in table for text in texts):
+            return None
+        return np.stack([table[text] for text in texts])
+
+
+class TaskFits:
+    """The fitted calibrators of one calibrated model, keyed by (task, subset[, side]), and their records."""
+
+    def __init__(self, base: Any, template: Calibrator, model_name: str, settings: FitSettings) -> None:
+        self.base, self.template, self.model_name, self.settings = base, template, model_name, settings
+        self.fits: dict[tuple[Any, ...], Fit] = {}
+        self.records: list[FitRecord] = []
+        self.tasks: dict[str, Any] = {}  # task name -> the task object our loop prepared
+        self.memo = EmbeddingMemo()
+
+    def remember(self, task: Any) -> None:
+        self.tasks[task.metadata.name] = task
+
+    # ------------------------------------------------------------------ which fit serves a call
+    def fit_for(self, task_metadata: Any, hf_subset: str, side: str | None = None,
+                inputs: list[str] | None = None) -> Fit:
+        """The fit serving a call of ``task_metadata`` / ``hf_subset`` / ``side``, fitting it on first use."""
+        policy = self.settings.fit_corpus
+        if policy.kind == PER_CALL:
+            part = CorpusPart("inputs", lambda: iter([inputs or []]), side)
+            return self._fit(task_metadata, hf_subset, [part], "per-call: the sentences of this encode() call")
+        if policy.kind == "file":
+            key: tuple[Any, ...] = ("file", str(policy.path))
+            if key not in self.fits:
+                path = policy.path
+                part = CorpusPart(str(path), lambda: iter([read_sentence_file(path)]))
+                self.fits[key] = self._fit(task_metadata, hf_subset, [part], policy.describe(), file=True)
+            return self.fits[key]
+        key = (task_metadata.name, hf_subset, side if self.settings.fit_sides == "per-side" else None)
+        if key not in self.fits:
+            task = self.task_of(task_metadata)
+            subset = fit_subset(task, hf_subset)
+            shared = (key[0], subset, key[2])
+            if shared not in self.fits:  # a parallel bitext task's languages share one fit
+                corpus = target_corpus(task, hf_subset)
+                parts = [part for part in corpus.parts if key[2] is None or part.side == key[2]] or corpus.parts
+                self.fits[shared] = self._fit(task_metadata, subset, parts, corpus.describe(), corpus.task_type)
+            self.fits[key] = self.fits[shared]
+        return self.fits[key]
+
+    def task_of(self, task_metadata: Any) -> Any:
+        """The task object whose text a "target" fit reads: the one our loop prepared, the one MTEB is
+        evaluating (``mteb run``, ``mteb.evaluate``), or MTEB's registry's."""
+        name = task_metadata.name
+        task = self.tasks.get(name) or compat.running_task(task_metadata)
+        if task is not None:
+            return task
+        import mteb
+
+        try:
+            return mteb.get_task(name)
+        except KeyError:
+            raise TaskCorpusError(
+                f"fit_corpus='target' needs the text of task {name!r}, which is neither being evaluated nor in "
+                "MTEB's registry: call model.prepare(task) first, or calibrate with fit_corpus=<sentence file>"
+            ) from None
+
+    # ------------------------------------------------------------------ fitting
+    def _fit(self, task_metadata: Any, subset: str, parts: list[CorpusPart], source: str,
+             task_type: str | None = None, *, file: bool = False) -> Fit:
+        where = source if file else f"task {task_metadata.name}, subset {subset}"
+        sides = list(dict.fromkeys(part.side for part in parts))
+        started = time.perf_counter()
+        blocks, sentences, sampling = [], [], []
+        for side in sides:
+            sample = sample_corpus([part for part in parts if part.side == side], cap=self.settings.max_fit_sentences,
+                                   seed=self.settings.fit_seed)
+            texts = sample.sentences
+            if self.settings.fit_duplicates == "unique":
+                texts = list(dict.fromkeys(texts))
+            ordered = canonical_order(texts)
+            if ordered:
+                blocks.append(self.embed_texts(ordered, task_metadata, subset, side))
+            sentences += texts
+            sampling.append(sample)
+        if not sentences:
+            raise TaskCorpusError(f"no sentences to fit {self.model_name} for {where} ({source})")
+        context: dict[str, Any] = {"task": None if file else task_metadata.name, "hf_subset": None if file else subset,
+                                   "fit_corpus": self.settings.fit_corpus.describe()}
+        if len(sides) > 1 or sides[0] is not None:
+            context["sides"] = [side or "symmetric" for side in sides]
+        if task_type is not None:
+            context["task_type"] = task_type
+        if file:
+            context["corpus_sha256"] = file_sha256(self.settings.fit_corpus.path, "fit corpus file")
+        described = ", ".join(sample.describe() for sample in sampling)
+        try:
+            calibrator, record = fit_embeddings(
+                self.template, np.concatenate(blocks), model=self.model_name, source=f"{source}, {described}",
+                n_sentences=len(sentences), n_unique_sentences=len(set(sentences)),
+                duplicates=self.settings.fit_duplicates, encode_seconds=time.perf_counter() - started,
+                context=context, sampling=_sampling_record(sampling, sides))
+        except InputError as error:
+            raise type(error)(f"{self.model_name}: cannot fit {self.template.method} for {where} ({described}): "
+                              f"{error}; fit on more text with fit_corpus=<a text file, one sentence per line>") from None
+        self.records.append(record)
+        _announce(record)
+        return Fit(calibrator, record)
+
+    # ------------------------------------------------------------------ the base model's embeddings
+    def embed_texts(self, texts: list[str], task_metadata: Any, hf_subset: str, side: str | None) -> np.ndarray:
+        """The base model's embeddings of ``texts`` for this task and side (as MTEB's calls will get them)."""
+        key = (task_metadata.name, hf_subset, side)
+        found = self.memo.get(key, texts)
+        if found is not None:
+            return found
+        loader = compat.text_loader(texts, task_metadata)
+        embeddings = as_float32(self.base.encode(loader, task_metadata=task_metadata, hf_split=_split(task_metadata),
+                                                 hf_subset=hf_subset, prompt_type=compat.prompt_type(side)))
+        self.memo.put(key, texts, embeddings)
+        return embeddings
+
+    def embed_call(self, inputs: Any, texts: list[str], task_metadata: Any, hf_split: str, hf_subset: str,
+                   side: str | None, **kwargs: Any) -> np.ndarray:
+        """The base model's embeddings for one MTEB call: from the memo when the fit embedded every text of it,
+        else from the base model (given MTEB's own batches, with any fields besides the text)."""
+        key = (task_metadata.name, hf_subset, side)
+        found = None if _has_more_than_text(inputs) else self.memo.get(key, texts)
+        if found is not None:
+            return found
+        return as_float32(self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split,
+                                           hf_subset=hf_subset, prompt_type=compat.prompt_type(side), **kwargs))
+
+
+def _sampling_record(samples: list[Any], sides: list[str | None]) -> dict[str, Any]:
+    """What the fit record keeps of the samples (one per side): their sums, and each side's own record."""
+    if len(samples) == 1:
+        return samples[0].as_dict()
+    records = [sample.as_dict() for sample in samples]
+    merged = {key: sum(record[key] for record in records) for key in ("corpus_sentences", "corpus_unique_sentences")}
+    merged.update(corpus_unique_exact=all(record["corpus_unique_exact"] for record in records),
+                  sampled=any(record["sampled"] for record in records), max_fit_sentences=records[0]["max_fit_sentences"],
+                  seed=records[0]["seed"], parts={name: n for record in records for name, n in record["parts"].items()},
+                  per_side={side or "symmetric": record for side, record in zip(sides, records)})
+    return merged
+
+
+def _announce(record: FitRecord) -> None:
+    """One line per fit: logged where INFO shows, else printed to stderr (``mteb run`` shows only MTEB's logger)."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s", record.summary())
+    else:
+        print(f"flow-plugin: {record.summary()}", file=sys.stderr, flush=True)
+
+
+def as_float32(embeddings: Any) -> np.ndarray:
+    """A base model's output as a (n, d) float32 NumPy array (torch tensors on any device included)."""
+    if hasattr(embeddings, "detach"):
+        embeddings = embeddings.detach().float().cpu().numpy()
+    array = np.asarray(embeddings, dtype=np.float32)
+    if array.ndim != 2:
+        raise DataFolderError(f"the base model returned embeddings of shape {array.shape}, not (n, d)")
+    return array
+
+
+def texts_of(inputs: Any) -> list[str]:
+    """The texts of an MTEB DataLoader (batches with a "text" column), or of a plain list."""
+    from flow_plugin._validation import check_sentences
+
+    if isinstance(inputs, (list, tuple)):
+        return check_sentences(inputs)
+    texts: list[str] = []
+    for batch in inputs:
+        if not isinstance(batch, dict) or "text" not in batch:
+            raise DataFolderError(f"expected MTEB batches with a 'text' column, got {type(batch).__name__}")
+        texts.extend(batch["text"])
+    return check_sentences(texts)
+
+
+def _has_more_than_text(inputs: Any) -> bool:
+    """Whether MTEB's batches carry something the model reads besides the text (an instruction, an image ...)."""
+    if isinstance(inputs, (list, tuple)):
+        return False
+    read = {"text", "id", "query", "title", "body"}  # the text, and the fields MTEB builds it from
+    return any(set(batch) - read for batch in _first(inputs))
+
+
+def _first(inputs: Iterable[Any]) -> list[Any]:
+    for batch in inputs:
+        return [batch]
+    return []
+
+
+def _split(task_metadata: Any) -> str:
+    splits = list(getattr(task_metadata, "eval_splits", None) or ["test"])
+    return str(splits[0])
+
+
+__all__ = ["DEFAULT_SIDES", "SIDES", "EmbeddingMemo", "Fit", "FitSettings", "TaskFits", "as_float32", "texts_of"]

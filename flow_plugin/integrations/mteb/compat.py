@@ -145,6 +145,34 @@ def _uncaught_in_one_line(kind: type[BaseException]) -> None:
     sys.excepthook = excepthook
 
 
+# ----------------------------------------------------------------------------- damaged results
+def check_results_before_loading(prefix: str, check: Callable[[Path], Any]) -> None:
+    """Before ``ResultCache.load_task_result`` reads the result of a model under ``prefix`` (the check MTEB makes
+    before it evaluates a task, ``mteb run`` included), ``check(path)`` sees the file: a file cut short by a killed
+    run is set aside there, so MTEB recomputes the task instead of failing to parse it (what ``flow-plugin eval``
+    does before it runs). Results of every other model load as before. Idempotent."""
+    from mteb.cache import ResultCache
+
+    current = inspect.getattr_static(ResultCache, "load_task_result")
+    if getattr(current, "_flow_plugin_prefix", None) == prefix:
+        return
+    load = inspect.signature(current)
+    where = set(inspect.signature(ResultCache.get_task_result_path).parameters) - {"self", "remote"}
+    folder_prefix = ModelMeta.model_construct(name=prefix + "x").model_name_as_path()[:-1]
+
+    @functools.wraps(current)
+    def load_task_result(self: ResultCache, *args: Any, **kwargs: Any) -> Any:
+        arguments = load.bind(self, *args, **kwargs).arguments
+        model = arguments.get("model_name")
+        name = model.name if isinstance(model, ModelMeta) else str(model)
+        if name and (name.startswith(prefix) or name.startswith(folder_prefix)):
+            check(Path(self.get_task_result_path(**{key: arguments[key] for key in where if key in arguments})))
+        return current(self, *args, **kwargs)
+
+    load_task_result._flow_plugin_prefix = prefix  # type: ignore[attr-defined]
+    ResultCache.load_task_result = load_task_result  # type: ignore[method-assign]
+
+
 # ----------------------------------------------------------------------------- the running evaluation
 def _frames(start: FrameType | None) -> Iterator[FrameType]:
     frame = start

@@ -101,6 +101,12 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     names = add_tasks((*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES), listed, module)
     # after the tasks above: a user's malformed task file is reported, and they stay registered
     names += add_tasks(labelled_task_classes(), listed_labelled_task_classes(), module)
+    # (mteb.cache is whole by now, unlike when the models register): a damaged result of ours is recomputed
+    from flow_plugin.catalog.registry import MODEL_PREFIX
+    from flow_plugin.integrations.mteb.compat import check_results_before_loading
+    from flow_plugin.integrations.mteb.results import set_aside_if_truncated
+
+    check_results_before_loading(MODEL_PREFIX, set_aside_if_truncated)
     _registered.add(TASKS_MODULE)
     return names
 

@@ -12,7 +12,10 @@ modules finish executing, the finder's callbacks add:
 - the offline SentEval-format STS tasks, the offline GLUE QNLI retrieval task and the labelled
   tasks of every type (built-in and ``$FLOW_PLUGIN_TASKS``) to ``_TASKS_REGISTRY`` (found by name
   with ``mteb run -t``), and to the full task list when their data is configured
-  (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``, ``FLOW_PLUGIN_SHARED_DATA``).
+  (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``, ``FLOW_PLUGIN_SHARED_DATA``); a user's
+  task file that is broken, or a task named like one of MTEB's, is left out with a warning;
+- a check of every result file of a ``flow_plugin/`` model before MTEB reads it: one cut short by a
+  killed run is set aside and recomputed (:func:`.compat.check_results_before_loading`).
 
 Before registering, the installed mteb and transformers are checked against the ranges
 flow-plugin declares (:mod:`.versions`): outside them, the hook registers nothing and says so in

@@ -324,30 +324,6 @@ def test_the_study_folder_as_the_board_folder_gives_no_warning(tmp_path: Path,
 
 
 # ----------------------------------------------------------------------------- MTEB's own route
-def test_a_cut_short_result_of_ours_is_set_aside_and_recomputed_as_eval_does(tmp_path: Path,
-                                                                              caplog: pytest.LogCaptureFixture) -> None:
-    """(Before, ``mteb run`` ended in a JSONDecodeError traceback.) MTEB loads a result through the check before it
-    evaluates a task; another model's damaged result stays MTEB's to report."""
-    from flow_plugin.integrations.mteb.hook import register
-
-    register()
-    cache = ResultCache(tmp_path)
-    meta = mteb.get_model_meta("flow_plugin/minilm-l6")
-    path = cache.get_task_result_path("STS12", meta)
-    path.parent.mkdir(parents=True)
-    path.write_text('{"dataset_revision": "x", "task_na', encoding="utf-8")
-    with caplog.at_level(logging.WARNING):
-        assert cache.load_task_result("STS12", meta) is None
-    assert not path.exists() and [item.name.split("-")[0] for item in path.parent.iterdir()] == ["STS12.json.corrupt"]
-    assert f"result file {path} is not valid JSON (cut short: a killed run or a full disk): renamed to" in caplog.text
-    other = cache.get_task_result_path("STS12", "someone__model", "rev")
-    other.parent.mkdir(parents=True)
-    other.write_text('{"dataset_revision": "x", "task_na', encoding="utf-8")
-    with pytest.raises(ValueError):
-        cache.load_task_result("STS12", "someone__model", "rev")
-    assert other.exists()
-
-
 @pytest.mark.slow
 def test_mteb_run_on_a_task_that_cannot_be_scored_ends_in_one_line(tmp_path: Path) -> None:
     toml = classification(tmp_path, "OneClassRun", labelled(20, [1]), labelled(5, [1]))

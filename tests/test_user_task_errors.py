@@ -255,7 +255,10 @@ def test_data_dir_is_read_against_the_toml_files_folder_on_every_route(
         assert task.base_folder() == folder / "data"
         task.load_data()
         assert task.dataset["test"]["text"][0] == sentence(0)
-    # a missing file is named before the study writes anything
+    # a task that cannot be scored, or a missing file, is named before the study writes anything
+    write_tsv(folder / "data" / "test.tsv", ["text", "label"], labelled(6, [0, 1, 2]))
+    with pytest.raises(DataFolderError, match=rf"^task MyAligned \({toml}\): label 2 of split 'test' never occurs"):
+        study_tasks(shared_data_dir, ["MyAligned"])
     (folder / "data" / "test.tsv").unlink()
     with pytest.raises(DataFolderError, match=rf"^task MyAligned \({toml}\): data file {folder / 'data' / 'test.tsv'} "
                                               r"does not exist$"):

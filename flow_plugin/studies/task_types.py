@@ -117,7 +117,8 @@ class StudyReport:
 def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str] | None = None) -> list[Any]:
     """The study's MTEB task objects (every labelled task, or those of ``names``): a built-in task reads the data root
     ``data`` (default: :func:`flow_plugin.catalog.labelled_tasks.data_root`), a user's task its own folder. The data
-    root (needed by the built-in tasks) and every file the tasks read are checked here, before anything runs."""
+    root (needed by the built-in tasks) and every file the tasks read are checked here, before anything runs, and a
+    user's task is loaded (what cannot be scored is refused)."""
     import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
 
     from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
@@ -134,6 +135,8 @@ def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str]
     tasks = [task_class(name)(data_dir=root) for name in chosen]
     for task in tasks:
         task.check_files()
+        if not task.entry.built_in:  # a user's task that cannot be scored is refused now, before anything is written
+            task.load_data()
     return tasks
 
 

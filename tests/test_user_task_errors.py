@@ -225,7 +225,9 @@ def test_an_unknown_task_name_mentions_the_tasks_variable_when_it_is_unset(
     assert TASKS_ENV not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_flow_plugin_eval_names_the_tasks_variable_for_an_unknown_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(slow: the close names come from every MTEB task's metadata, 6.5 s on 2 cores the first time)"""
     from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 
     monkeypatch.delenv(TASKS_ENV, raising=False)

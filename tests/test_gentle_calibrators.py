@@ -1,4 +1,4 @@
-"""The gentle family (``calibration/gentle.py`` and ``whiten-half``): what each map does, its extremes, its
+"""The gentle family (``calibration/gentle.py`` and ``whiten-third``): what each map does, its extremes, its
 fitted attributes, its small-sample rule, its refusals, and its export as an affine map."""
 
 from __future__ import annotations
@@ -140,15 +140,15 @@ def test_soft_whitening_maps_zero_variance_directions_to_zero_above_strength_0(t
         assert np.abs(Z @ ones).max() < 1e-4 * np.abs(Z).max()
 
 
-def test_whiten_half_keeps_half_of_every_width() -> None:
-    assert make_calibrator("whiten-half").get_params() == {"n_components": 0.5, "shrinkage": 0.0}
-    for width, kept in ((32, 16), (384, 192), (768, 384), (7, 4)):
-        assert make_calibrator("whiten-half").output_width(width) == kept
-    assert Whitening(n_components=1 / 3).output_width(768) == 256
+def test_whiten_third_keeps_a_third_of_every_width() -> None:
+    assert make_calibrator("whiten-third").get_params() == {"n_components": 1 / 3, "shrinkage": 0.0}
+    for width, kept in ((32, 11), (384, 128), (768, 256), (1024, 341), (2, 1)):
+        assert make_calibrator("whiten-third").output_width(width) == kept
+    assert Whitening(n_components=0.5).output_width(384) == 192 and Whitening(n_components=0.01).output_width(32) == 1
     X = anisotropic(500, seed=2)
-    whitening = make_calibrator("whiten-half").fit(X)
-    assert whitening.n_components == 0.5 and whitening.n_components_ == 16 and whitening.transform(X).shape == (500, 16)
-    np.testing.assert_allclose(whitening.transform(X), Whitening(n_components=16).fit(X).transform(X), rtol=0, atol=0)
+    whitening = make_calibrator("whiten-third").fit(X)
+    assert whitening.n_components == 1 / 3 and whitening.n_components_ == 11 and whitening.transform(X).shape == (500, 11)
+    np.testing.assert_array_equal(whitening.transform(X), Whitening(n_components=11).fit(X).transform(X))
 
 
 # ----------------------------------------------------------------- the small-sample rule and refusals
@@ -199,7 +199,7 @@ def test_a_whitening_fraction_outside_0_to_1_is_refused_in_one_line(fraction: fl
 
 
 # ----------------------------------------------------------------- persistence and export
-@pytest.mark.parametrize(("name", "params"), [("soft-whiten", {"strength": 0.3}), ("whiten-half", {}),
+@pytest.mark.parametrize(("name", "params"), [("soft-whiten", {"strength": 0.3}), ("whiten-third", {}),
                                               ("remove-mean-dir", {})])
 def test_save_and_load_keep_the_parameters_the_effective_values_and_the_map(
     name: str, params: dict, train: np.ndarray, heldout: np.ndarray, tmp_path

@@ -2,7 +2,8 @@
 
 ``make_calibrator("flow")`` and friends build one by its name, the suffix used in model names
 (``flow_plugin/<backbone>-<name>``): a method (the paper's comparison, :data:`CALIBRATOR_METHODS`, and
-the gentle family, :data:`GENTLE_CALIBRATORS`) or a variant of one (:data:`FLOW_VARIANTS`, ``whiten-half``). The names live in :mod:`.names`; each method's class enters the registry by
+the gentle family, :data:`GENTLE_CALIBRATORS`) or a variant of one (:data:`FLOW_VARIANTS`,
+``whiten-third``). The names live in :mod:`.names`; each method's class enters the registry by
 declaring its name (``class Whitening(Calibrator, method="whiten")``, :mod:`.base`). Importing this
 package loads only the names; the classes load with scikit-learn on first use, and the flow imports
 torch and nflows when it builds a flow.
@@ -13,8 +14,8 @@ Examples
 Whitening(n_components=4, shrinkage=0.0)
 >>> make_calibrator("flow-lu").permutation
 'lu'
->>> make_calibrator("soft-whiten", strength=0.25), make_calibrator("whiten-half")
-(SoftWhitening(strength=0.25), Whitening(n_components=0.5, shrinkage=0.0))
+>>> make_calibrator("soft-whiten", strength=0.25), make_calibrator("whiten-third").output_width(768)
+(SoftWhitening(strength=0.25), 256)
 >>> calibrator_class("whiten").__name__, calibrator_class("flow-lu").__name__, calibrator_class("nope")
 ('Whitening', 'FlowCalibrator', None)
 """

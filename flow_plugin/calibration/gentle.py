@@ -13,7 +13,7 @@ arXiv 2402.03191: strict isotropy is incompatible with cluster structure). These
   ``λ^(-strength/2)``: ``strength=0`` is centering, ``1`` is full whitening.
 
 Whitening that keeps only the top k directions (Su et al., 2021) is :class:`~.linear.Whitening`
-with ``n_components`` (an int, or a fraction of the dimensions: the ``whiten-half`` variant).
+with ``n_components`` (an int, or a fraction of the dimensions: the ``whiten-third`` variant).
 Each map is affine, so each exports to sentence-transformers as standard ``Dense`` layers.
 
 Statistics are computed in float64 and stored as float32; every calibrator here refuses to fit

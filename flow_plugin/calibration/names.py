@@ -9,11 +9,11 @@ Examples
 >>> CALIBRATOR_METHODS
 ('raw', 'sn', 'natsv', 'sn-natsv', 'whiten', 'flow')
 >>> GENTLE_CALIBRATORS
-('center', 'remove-mean-dir', 'soft-whiten', 'whiten-half')
+('center', 'remove-mean-dir', 'soft-whiten', 'whiten-third')
 >>> resolve_name("flow-glow")
 ('flow', {'permutation': 'lu', 'coupling': 'affine', 'fast_path': False})
->>> resolve_name("whiten-half"), calibrator_method("soft-whiten")
-(('whiten', {'n_components': 0.5}), 'soft-whiten')
+>>> resolve_name("whiten-third"), calibrator_method("soft-whiten")
+(('whiten', {'n_components': 0.3333333333333333}), 'soft-whiten')
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ CALIBRATOR_METHODS: tuple[str, ...] = tuple(_COMPARISON_LABELS)
 #: the linear baselines (a fixed affine map fitted in closed form), which a flow is compared with
 LINEAR_BASELINES: tuple[str, ...] = ("sn", "natsv", "sn-natsv", "whiten")
 
-#: the gentle family's variants: whitening of the leading half of the directions, a fraction so that one name
-#: fits every backbone width (Su et al., 2021, keep k = 256 of BERT-base's 768)
+#: the gentle family's variants: whitening of the leading third of the directions (BERT-whitening's k = 256 of
+#: BERT-base's 768, Su et al., 2021), a fraction so that one name fits every backbone width
 GENTLE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "whiten-half": ("whiten", {"n_components": 0.5}),
+    "whiten-third": ("whiten", {"n_components": 1 / 3}),
 }
 
 #: the gentle family (``calibration/gentle.py``): linear maps between the raw embeddings and full whitening,

@@ -219,10 +219,11 @@ def gentle_exports(minilm_path: Path, fit_corpus: Path, tmp_path_factory: pytest
             for name in GENTLE_CALIBRATORS}
 
 
-#: float32, flow-plugin's backbone and calibrator against the folder, on PROBES (AMD EPYC, 2 threads): center
-#: 1.0e-6, remove-mean-dir 1.0e-6, soft-whiten 1.6e-6, whiten-third 4.9e-6 (Ledoit-Wolf on this corpus's 200
-#: distinct sentences, as for both whitenings); the padded batches' ~1e-6 stretched by the map. Margin 5x, as above.
-GENTLE_RELATIVE_F32 = 2.5e-5
+#: float32, flow-plugin's backbone and calibrator against the folder (AMD EPYC, 2 threads), on PROBES: center
+#: 7.1e-7, remove-mean-dir 9.3e-7, soft-whiten 1.0e-6, whiten-third 7.8e-7; on the export's own 64 check sentences
+#: at most 3.0e-6 (whiten-third; both whitenings use Ledoit-Wolf on this corpus's 200 distinct sentences), the Dense
+#: modules alone at most 2.1e-6 (soft-whiten). The padded batches' ~1e-6 stretched by the map: margin 5x, as above.
+GENTLE_RELATIVE_F32 = 1.5e-5
 
 
 @pytest.mark.slow
@@ -230,7 +231,8 @@ def test_the_gentle_family_exports_as_standard_dense_layers_that_agree_with_flow
     float32 = pooled("flow_plugin/minilm-l6", "float32")
     for name, result in gentle_exports.items():
         modules = json.loads((result.path / "modules.json").read_text(encoding="utf-8"))
-        assert [module["type"] for module in modules][2:] == ["sentence_transformers.sentence_transformer.modules.Dense"] * 2
+        assert [module["type"].rsplit(".", 1)[-1] for module in modules] == ["Transformer", "Pooling", "Dense", "Dense"]
+        assert all(module["type"].startswith("sentence_transformers.") for module in modules)
         assert not result.needs_flow_plugin and result.record["calibrator"]["method"] == result.calibrator.method
         theirs = SentenceTransformer(str(result.path), device="cpu").encode(PROBES, convert_to_numpy=True)
         assert theirs.shape == (len(PROBES), 128 if name == "whiten-third" else 384)

@@ -272,8 +272,9 @@ class Whitening(Calibrator, method="whiten"):
         report that k = 256 often matches or beats full whitening for BERT-base. An int is k; a
         float in (0, 1) is that fraction of the embedding's d dimensions, rounded to the nearest
         whole number (at least 1), so one setting fits every backbone width: 0.5 keeps 192 of
-        all-MiniLM-L6-v2's 384 and 384 of all-mpnet-base-v2's 768 (unlike scikit-learn's ``PCA``,
-        where a float is a fraction of the variance). ``n_components_`` is the k a fit kept.
+        all-MiniLM-L6-v2's 384 and 384 of all-mpnet-base-v2's 768, and the registry name
+        ``whiten-third`` (1/3) keeps 128 and 256 (unlike scikit-learn's ``PCA``, where a float is a
+        fraction of the variance). ``n_components_`` is the k a fit kept.
     shrinkage:
         ``0`` (default): the sample covariance, eigen-decomposed by ``PCA(svd_solver=
         "covariance_eigh")``; fitting needs more samples than kept directions (n > k).

@@ -23,6 +23,9 @@ _EXPORTS = {
     "StandardNormalization": "flow_plugin.calibration",
     "StandardNormalizationNATSV": "flow_plugin.calibration",
     "Whitening": "flow_plugin.calibration",
+    "Centering": "flow_plugin.calibration",
+    "MeanDirectionRemoval": "flow_plugin.calibration",
+    "SoftWhitening": "flow_plugin.calibration",
     "make_calibrator": "flow_plugin.calibration",
     "CALIBRATOR_NAMES": "flow_plugin.calibration",
 }

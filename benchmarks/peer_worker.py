@@ -139,15 +139,28 @@ def _sentence_transformer(runtime: str, option: str, model: Path, exports: Path,
         info["file"] = file_name
         model_kwargs = {"file_name": file_name, "ov_config": {"INFERENCE_NUM_THREADS": threads}}
         encoder = SentenceTransformer(str(folder), device="cpu", backend="openvino", model_kwargs=model_kwargs)
-        try:  # which precision OpenVINO's CPU plugin runs in (bf16 by default where the CPU has bf16 instructions)
-            model_ = encoder[0].auto_model
-            model_.compile()
-            value = model_.request.get_property("INFERENCE_PRECISION_HINT")  # the compiled model
-            info["inference_precision"] = getattr(value, "get_type_name", lambda: str(value))()
+        try:
+            info["inference_precision"] = _openvino_precision(encoder, openvino)
         except Exception as error:  # noqa: BLE001 -- a description only; the timing does not need it
-            info["inference_precision"] = f"unknown ({type(error).__name__})"
+            info["inference_precision_error"] = f"{type(error).__name__}: {error}"
         return encoder, info
     raise ValueError(runtime)
+
+
+def _openvino_precision(encoder: Any, openvino: Any) -> str:
+    """The precision OpenVINO's CPU plugin runs the model in (``f32``, ``bf16`` ...): the compiled model's
+    ``INFERENCE_PRECISION_HINT``. optimum-intel keeps the compiled model as ``request``, or (newer releases) an infer
+    request made from it, which has no properties of its own; without either, the CPU plugin's default."""
+    model = encoder[0].auto_model
+    model.compile()
+    compiled = getattr(model, "request", None)
+    if hasattr(compiled, "get_compiled_model"):  # an InferRequest
+        compiled = compiled.get_compiled_model()
+    if hasattr(compiled, "get_property"):
+        value = compiled.get_property("INFERENCE_PRECISION_HINT")
+    else:
+        value = openvino.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    return str(getattr(value, "get_type_name", lambda: value)())
 
 
 def _openvino_static_int8(folder: Path, file_name: str, calibration: list[str]) -> None:

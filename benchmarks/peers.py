@@ -298,9 +298,15 @@ def run_peers(args: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks.harness import model_location
 
+    from flow_plugin.errors import DataFolderError
+
     data = data_root(args.data)
+    try:
+        sentences, gold, calibration = stsb_workload(data, args.pairs)
+    except DataFolderError as error:
+        raise SystemExit(f"benchmarks.peers: no STS-B data ({error}): give --data the SentEval data folder (the one "
+                         "holding downstream/), or set FLOW_PLUGIN_SENTEVAL_DATA") from None
     location, pooling = model_location(args.model)
-    sentences, gold, calibration = stsb_workload(data, args.pairs)
     wanted = [name.strip() for name in args.backends.split(",")] if args.backends else [peer.name for peer in PEERS]
     unknown = sorted(set(wanted) - {peer.name for peer in PEERS})
     if unknown:
@@ -486,14 +492,32 @@ def format_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def runtime_version(entry: dict[str, Any]) -> str | None:
+    """The runtime a backend ran on and its version ("OpenVINO 2026.4.1", "ONNX Runtime 1.32.0", "torch 2.13.0+cpu").
+
+    >>> runtime_version({"openvino": "2026.4.1-22982-e213a147257-releases/2026/4", "torch": "2.13.0+cpu"})
+    'OpenVINO 2026.4.1'
+    >>> runtime_version({"onnxruntime": "1.32.0"}), runtime_version({"torch": "2.13.0+cpu"}), runtime_version({})
+    ('ONNX Runtime 1.32.0', 'torch 2.13.0+cpu', None)
+    """
+    if entry.get("openvino"):
+        return f"OpenVINO {str(entry['openvino']).split('-')[0]}"  # the release, without the build's tag
+    if entry.get("onnxruntime"):
+        return f"ONNX Runtime {entry['onnxruntime']}"
+    if entry.get("torch"):
+        return f"torch {entry['torch']}"
+    return None
+
+
 def _backend_note(entry: dict[str, Any]) -> str:
-    notes = []
+    notes = [runtime_version(entry)] if runtime_version(entry) else []
     if entry.get("precision") and entry.get("precision_choice", {}).get("source") not in (None, "requested"):
         notes.append(f"resolves to {entry['precision']}")
     if entry.get("int8_variant"):
         notes.append(entry["int8_variant"])
-    if entry.get("inference_precision"):
-        notes.append(f"runs in {entry['inference_precision']}")
+    precision = entry.get("inference_precision")
+    if precision and not str(precision).startswith("unknown"):  # (older reports kept a failed probe as "unknown (...)")
+        notes.append(f"runs in {precision}")
     if entry.get("sentence_transformers") and entry.get("environment") != "project":
         notes.append(f"ST {entry['sentence_transformers']}")
     return f" ({', '.join(notes)})" if notes else ""

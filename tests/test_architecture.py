@@ -180,6 +180,8 @@ FACTS: dict[str, tuple[str, dict[str, Any]]] = {
                                {"names": {"raw", "sn", "natsv", "sn-natsv", "whiten", "flow"}, "n": 3}),
     "the calibrators' labels": ("flow_plugin/calibration/names.py",
                                 {"names": {"SN", "NATSV", "SN+NATSV", "whitening"}, "n": 2}),
+    "the gentle family": ("flow_plugin/calibration/names.py",
+                          {"names": {"center", "remove-mean-dir", "soft-whiten", "whiten-third"}, "n": 2}),
     "the flow variants": ("flow_plugin/calibration/names.py",
                           {"names": {"flow-lu", "flow-affine", "flow-glow", "flow-white", "flow-es", "flow-ens"},
                            "n": 2}),

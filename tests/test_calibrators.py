@@ -7,6 +7,7 @@ import pytest
 
 from flow_plugin.calibration import (
     CALIBRATOR_NAMES,
+    GENTLE_CALIBRATORS,
     NATSV,
     Calibrator,
     FlowCalibrator,
@@ -299,7 +300,7 @@ def test_natsv_on_few_samples_nulls_at_most_half_of_their_span_and_too_few_sampl
         FlowCalibrator().fit(X[:1])
 
 
-@pytest.mark.parametrize("method", ["sn", "natsv", "sn-natsv", "whiten", "flow"])
+@pytest.mark.parametrize("method", ["sn", "natsv", "sn-natsv", "whiten", "flow", *GENTLE_CALIBRATORS])
 def test_fitting_on_identical_rows_is_an_error(method: str) -> None:
     constant = np.tile(np.arange(DIM, dtype=np.float32), (50, 1))
     with pytest.raises(InputError, match="50 samples are all identical"):

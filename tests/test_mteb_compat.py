@@ -1,5 +1,5 @@
 """The MTEB internals flow-plugin touches (``integrations/mteb/compat.py``), the version check before
-registering, misspelt ``flow_plugin/`` names and fit records written once per task.
+registering, misspelt ``flow_plugin/`` names, damaged results and fit records written once per task.
 
 Every test here runs against the installed mteb: CI runs them with the newest release (README's set-up)
 and with the lowest supported one (``.ci/lower-bounds.txt``), so each internal is checked at both ends.
@@ -8,6 +8,7 @@ and with the lowest supported one (``.ci/lower-bounds.txt``), so each internal i
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import subprocess
 import sys
@@ -137,6 +138,31 @@ def test_refuse_unknown_names_is_installed_once() -> None:
     before = ModelMeta.__dict__["from_hub"]
     compat.refuse_unknown_names("flow_plugin/", hook._resolve_name)
     assert ModelMeta.__dict__["from_hub"] is before  # not wrapped twice
+
+
+def test_a_cut_short_result_of_ours_is_set_aside_and_recomputed_as_eval_does(tmp_path: Path,
+                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """(Before, ``mteb run`` ended in a JSONDecodeError traceback.) MTEB loads a result through the check before it
+    evaluates a task; another model's damaged result stays MTEB's to report. The check is installed once."""
+    hook.register()
+    before = ResultCache.__dict__["load_task_result"]
+    compat.check_results_before_loading("flow_plugin/", lambda path: None)
+    assert ResultCache.__dict__["load_task_result"] is before  # not wrapped twice
+    cache = ResultCache(tmp_path)
+    meta = mteb.get_model_meta("flow_plugin/minilm-l6")
+    path = cache.get_task_result_path("STS12", meta)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"dataset_revision": "x", "task_na', encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        assert cache.load_task_result("STS12", meta) is None
+    assert not path.exists() and [item.name.split("-")[0] for item in path.parent.iterdir()] == ["STS12.json.corrupt"]
+    assert f"result file {path} is not valid JSON (cut short: a killed run or a full disk): renamed to" in caplog.text
+    other = cache.get_task_result_path("STS12", "someone__model", "rev")
+    other.parent.mkdir(parents=True)
+    other.write_text('{"dataset_revision": "x", "task_na', encoding="utf-8")
+    with pytest.raises(ValueError):
+        cache.load_task_result("STS12", "someone__model", "rev")
+    assert other.exists()
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError
 from flow_plugin.integrations.mteb.tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, parse_model_name
-from flow_plugin.calibration import CALIBRATOR_METHODS
+from flow_plugin.calibration import CALIBRATOR_METHODS, GENTLE_CALIBRATORS
 from flow_plugin.data.senteval import task_sentences
 
 from conftest import result_file
@@ -100,11 +100,13 @@ def test_the_flow_and_each_flow_variant_cite_bert_flow_and_link_its_training_cod
     assert meta.public_training_code == "https://github.com/bohanli/BERT-flow"
 
 
-@pytest.mark.parametrize("calibrator", ["sn", "natsv", "sn-natsv", "whiten"])
+@pytest.mark.parametrize("calibrator", ["sn", "natsv", "sn-natsv", "whiten", *GENTLE_CALIBRATORS])
 def test_linear_calibrators_do_not_cite_bert_flow(calibrator: str) -> None:
     meta = mteb.get_model_meta(f"flow_plugin/minilm-l6-{calibrator}")
     assert "li2020bertflow" not in (meta.citation or "")
     assert meta.public_training_code != "https://github.com/bohanli/BERT-flow"
+    # the width MTEB is told: all 384 dimensions, but a third of them for whiten-third
+    assert meta.embed_dim == (128 if calibrator == "whiten-third" else 384)
     with pytest.raises(KeyError, match="Did you mean: 'flow_plugin/bert-base-flow'"):
         mteb.get_model_meta("flow_plugin/bert-bse-flow")
 

@@ -313,6 +313,22 @@ def test_peer_environments_are_found_named_or_reported_missing(tmp_path: Path, m
     assert [peer.name for peer in peers.PEERS if peer.explicit_option] == ["flow-plugin int8"]
 
 
+def test_peers_without_data_is_one_line_and_each_row_names_its_runtime(tmp_path: Path) -> None:
+    from benchmarks import peers
+
+    with pytest.raises(SystemExit, match=r"^benchmarks.peers: no STS-B data \(SentEval data folder .*none does not "
+                                         r"exist\): give --data the SentEval data folder"):
+        peers.main(["--data", str(tmp_path / "none"), "--output-dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+    # the published report: every row names its runtime and version; a failed precision probe is not a label
+    report = json.loads((harness.REPO_ROOT / "benchmarks" / "results" / "peers-2026-11-25-amd-epyc.json").read_text())
+    rows = [line for line in peers.format_markdown(report).splitlines() if line.startswith("| ") and "x |" in line]
+    assert len(rows) == 11 and "unknown" not in "".join(rows)
+    assert all("(OpenVINO 2026.4.1, " in row for row in rows if "openvino" in row)
+    assert all("(ONNX Runtime 1.32.0" in row for row in rows if "onnx" in row)
+    assert all("(torch 2.13.0+cpu" in row for row in rows if "onnx" not in row and "openvino" not in row)
+
+
 def test_the_verdict_ignores_worse_and_explicit_backends() -> None:
     from benchmarks.peers import summarize
 

@@ -1,8 +1,9 @@
 """Calibrators: estimators that map backbone embeddings to a better-shaped space.
 
 ``make_calibrator("flow")`` and friends build one by its name, the suffix used in model names
-(``flow_plugin/<backbone>-<name>``): a method (:data:`CALIBRATOR_METHODS`) or a variant of one
-(:data:`FLOW_VARIANTS`). The names live in :mod:`.names`; each method's class enters the registry by
+(``flow_plugin/<backbone>-<name>``): a method (the paper's comparison, :data:`CALIBRATOR_METHODS`, and
+the gentle family, :data:`GENTLE_CALIBRATORS`) or a variant of one (:data:`FLOW_VARIANTS`,
+``whiten-third``). The names live in :mod:`.names`; each method's class enters the registry by
 declaring its name (``class Whitening(Calibrator, method="whiten")``, :mod:`.base`). Importing this
 package loads only the names; the classes load with scikit-learn on first use, and the flow imports
 torch and nflows when it builds a flow.
@@ -13,6 +14,8 @@ Examples
 Whitening(n_components=4, shrinkage=0.0)
 >>> make_calibrator("flow-lu").permutation
 'lu'
+>>> make_calibrator("soft-whiten", strength=0.25), make_calibrator("whiten-third").output_width(768)
+(SoftWhitening(strength=0.25), 256)
 >>> calibrator_class("whiten").__name__, calibrator_class("flow-lu").__name__, calibrator_class("nope")
 ('Whitening', 'FlowCalibrator', None)
 """
@@ -23,7 +26,13 @@ import difflib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from flow_plugin.calibration.names import CALIBRATOR_METHODS, CALIBRATOR_NAMES, FLOW_VARIANTS, resolve_name
+from flow_plugin.calibration.names import (
+    CALIBRATOR_METHODS,
+    CALIBRATOR_NAMES,
+    FLOW_VARIANTS,
+    GENTLE_CALIBRATORS,
+    resolve_name,
+)
 from flow_plugin.errors import RegistryError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,10 +42,10 @@ if TYPE_CHECKING:  # pragma: no cover
 def _calibrator_modules() -> tuple[ModuleType, ...]:
     """The modules that define the calibrator classes (their classes enter the registry as they are defined)."""
     # scikit-learn (and the flow's module) load on first use, so that the names alone stay light
-    from flow_plugin.calibration import base, linear
+    from flow_plugin.calibration import base, gentle, linear
     from flow_plugin.calibration.flow import calibrator
 
-    return base, linear, calibrator
+    return base, linear, gentle, calibrator
 
 
 def __getattr__(name: str) -> Any:
@@ -61,8 +70,8 @@ def calibrator_class(name: str) -> type[Calibrator] | None:
 
 def make_calibrator(name: str, **params: Any) -> Any:
     """An unfitted calibrator by name (``raw``, ``sn``, ``natsv``, ``sn-natsv``, ``whiten``,
-    ``flow`` or a flow variant such as ``flow-lu``), with optional hyper-parameters on top of the
-    variant's."""
+    ``flow``, a flow variant such as ``flow-lu``, or one of the gentle family such as ``soft-whiten``),
+    with optional hyper-parameters on top of the variant's."""
     cls = calibrator_class(name) if isinstance(name, str) else None
     if cls is None:
         close = difflib.get_close_matches(str(name), CALIBRATOR_NAMES, n=3)
@@ -84,13 +93,14 @@ def default_seed(name: str) -> int | None:
 
 
 #: the classes and helpers defined in the calibrator modules, given out on first use
-_CLASSES = ("Calibrator", "FlowCalibrator", "Identity", "NATSV", "StandardNormalization",
-            "StandardNormalizationNATSV", "Whitening", "member_seeds")
+_CLASSES = ("Calibrator", "Centering", "FlowCalibrator", "Identity", "MeanDirectionRemoval", "NATSV", "SoftWhitening",
+            "StandardNormalization", "StandardNormalizationNATSV", "Whitening", "member_seeds")
 
 __all__ = [
     "CALIBRATOR_METHODS",
     "CALIBRATOR_NAMES",
     "FLOW_VARIANTS",
+    "GENTLE_CALIBRATORS",
     *_CLASSES,
     "calibrator_class",
     "default_seed",

@@ -99,8 +99,8 @@ class Calibrator(TransformerMixin, BaseEstimator):
     label: ClassVar[str] = ""
 
     def __init_subclass__(cls, method: str | None = None, **kwargs: Any) -> None:
-        """Enter a class that declares ``method`` in :data:`CALIBRATOR_CLASSES`: one of the names of
-        :data:`~flow_plugin.calibration.names.CALIBRATOR_METHODS`, each declared by one class."""
+        """Enter a class that declares ``method`` in :data:`CALIBRATOR_CLASSES`: one of the methods of
+        :data:`~flow_plugin.calibration.names.CALIBRATOR_LABELS`, each declared by one class."""
         super().__init_subclass__(**kwargs)
         if method is None:
             return  # a subclass of a calibrator keeps its method and does not replace it in the registry
@@ -154,8 +154,8 @@ class Calibrator(TransformerMixin, BaseEstimator):
         hyper-parameters (``None``: they don't).
 
         Calibrators whose size outgrows a small corpus shrink to what it supports instead of failing or
-        degenerating, each by the same limit (:func:`half_of_span`): whitening falls back to Ledoit-Wolf
-        shrinkage when it would rescale more than half of the directions the distinct rows span, NATSV
+        degenerating, each by the same limit (:func:`half_of_span`): whitening and soft whitening fall back to
+        Ledoit-Wolf shrinkage when they would rescale more than half of the directions the distinct rows span, NATSV
         nulls at most half of them, and a whitening-first flow whitens at most half of them. Every other
         calibrator is unchanged (fewer than 2 distinct rows stay an error).
         """

@@ -62,6 +62,39 @@ def _refuse_identical_rows(calibrator: Calibrator, X64: np.ndarray, what: str) -
         )
 
 
+def _is_fraction(value: object) -> bool:
+    """Whether a size hyper-parameter is given as a fraction (a float) rather than a count."""
+    return isinstance(value, (float, np.floating))
+
+
+def degenerate_directions(eigenvalues: np.ndarray) -> np.ndarray:
+    """Which of the covariance's eigenvalues (in decreasing order) are (numerically) zero: at most
+    :data:`_DEGENERATE_VARIANCE` of the largest."""
+    return eigenvalues <= _DEGENERATE_VARIANCE * eigenvalues[0]
+
+
+def covariance_spectrum(
+    X64: np.ndarray, estimator: str, shrinkage: float | None, kept: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(mean, the ``kept`` largest eigenvalues in decreasing order, their eigenvectors as columns, the
+    shrinkage used) of the covariance of ``X64`` (float64) by ``estimator``: ``"empirical"`` (the sample
+    covariance, by ``PCA(svd_solver="covariance_eigh")``), ``"shrunk"`` (``ShrunkCovariance`` with
+    ``shrinkage``) or ``"ledoit-wolf"`` (``LedoitWolf``, which picks the shrinkage)."""
+    if estimator == "empirical" and kept <= min(X64.shape):
+        pca = PCA(n_components=kept, svd_solver="covariance_eigh").fit(X64)
+        return pca.mean_, pca.explained_variance_, pca.components_.T, 0.0
+    if estimator == "empirical":  # more directions than rows (PCA's limit): the null ones have eigenvalue 0
+        location, covariance, used = X64.mean(axis=0), np.atleast_2d(np.cov(X64, rowvar=False)), 0.0
+    else:
+        fitted = (LedoitWolf(store_precision=False) if estimator == "ledoit-wolf"
+                  else ShrunkCovariance(store_precision=False, shrinkage=shrinkage)).fit(X64)
+        location, covariance = fitted.location_, fitted.covariance_
+        used = float(fitted.shrinkage_) if isinstance(fitted, LedoitWolf) else float(shrinkage)
+    eigenvalues, eigenvectors = np.linalg.eigh(covariance)
+    order = np.argsort(eigenvalues)[::-1][:kept]
+    return location, np.clip(eigenvalues[order], 0.0, None), eigenvectors[:, order], used
+
+
 class Identity(Calibrator, method="raw"):
     """Leaves embeddings unchanged (the "raw" variant). Fitting only records the dimension."""
 
@@ -236,7 +269,12 @@ class Whitening(Calibrator, method="whiten"):
     ----------
     n_components:
         Keep only the k leading whitened directions (``None`` keeps all d). Su et al. (2021)
-        report that k = 256 often matches or beats full whitening for BERT-base.
+        report that k = 256 often matches or beats full whitening for BERT-base. An int is k; a
+        float in (0, 1) is that fraction of the embedding's d dimensions, rounded to the nearest
+        whole number (at least 1), so one setting fits every backbone width: 0.5 keeps 192 of
+        all-MiniLM-L6-v2's 384 and 384 of all-mpnet-base-v2's 768, and the registry name
+        ``whiten-third`` (1/3) keeps 128 and 256 (unlike scikit-learn's ``PCA``, where a float is a
+        fraction of the variance). ``n_components_`` is the k a fit kept.
     shrinkage:
         ``0`` (default): the sample covariance, eigen-decomposed by ``PCA(svd_solver=
         "covariance_eigh")``; fitting needs more samples than kept directions (n > k).
@@ -262,8 +300,22 @@ class Whitening(Calibrator, method="whiten"):
         self.n_components = n_components
         self.shrinkage = shrinkage
 
+    def _kept(self, n_features: int) -> int:
+        """How many directions whitening keeps of ``n_features``: all, ``n_components``, or that fraction of them."""
+        value = self.n_components
+        if value is None:
+            return n_features
+        if _is_fraction(value):
+            return max(1, int(float(value) * n_features + 0.5))
+        return int(value)
+
     def _check_params(self, n_features: int) -> None:
-        if self.n_components is not None:
+        value = self.n_components
+        if _is_fraction(value):
+            if not 0 < value < 1:
+                raise InputError(f"Whitening n_components as a fraction of the dimensions must be in (0, 1), got "
+                                 f"{value!r}; give an int in 1..{n_features} for a number of directions, or None for all")
+        elif value is not None:
             _check_n_components(self, n_features, minimum=1)
         shrinkage = self.shrinkage
         if shrinkage != "auto" and (
@@ -275,7 +327,7 @@ class Whitening(Calibrator, method="whiten"):
         estimator = getattr(self, "covariance_estimator_", "empirical" if self.shrinkage == 0 else "shrunk")
         if estimator != "empirical":
             return 2
-        kept = getattr(self, "n_components_", n_features if self.n_components is None else self.n_components)
+        kept = getattr(self, "n_components_", self._kept(n_features))
         return kept + 1  # a centred n-row matrix has rank <= n - 1
 
     def min_samples_remedy(self) -> str:
@@ -285,7 +337,7 @@ class Whitening(Calibrator, method="whiten"):
         """Ledoit-Wolf shrinkage where the sample covariance would rescale more than half of the
         directions the distinct rows span (measured on 100-700 STS-B pairs, all-MiniLM-L6-v2: plain
         whitening of 384 directions on 442 distinct sentences scores 64.05, shrunk 83.77)."""
-        kept = n_features if self.n_components is None else int(self.n_components)
+        kept = self._kept(n_features)
         self.n_components_ = kept
         if self.shrinkage == "auto":
             self.covariance_estimator_ = "ledoit-wolf"
@@ -299,26 +351,14 @@ class Whitening(Calibrator, method="whiten"):
                     f"{n_distinct}: Ledoit-Wolf shrinkage instead of the sample covariance")
         return None
 
-    def _spectrum(self, X64: np.ndarray, kept: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(mean, eigenvalues in decreasing order, eigenvectors as columns) of the covariance used."""
-        if self.covariance_estimator_ == "empirical":
-            pca = PCA(n_components=kept, svd_solver="covariance_eigh").fit(X64)
-            return pca.mean_, pca.explained_variance_, pca.components_.T
-        estimator = (LedoitWolf(store_precision=False) if self.covariance_estimator_ == "ledoit-wolf"
-                     else ShrunkCovariance(store_precision=False, shrinkage=self.shrinkage_))
-        estimator.fit(X64)
-        eigenvalues, eigenvectors = np.linalg.eigh(estimator.covariance_)
-        order = np.argsort(eigenvalues)[::-1][:kept]
-        if isinstance(estimator, LedoitWolf):
-            self.shrinkage_ = float(estimator.shrinkage_)
-        return estimator.location_, np.clip(eigenvalues[order], 0.0, None), eigenvectors[:, order]
-
     def _fit(self, X: np.ndarray) -> None:
         kept = self.n_components_
         X64 = X.astype(np.float64)
         _refuse_identical_rows(self, X64, "whiten")
-        mean, eigenvalues, eigenvectors = self._spectrum(X64, kept)
-        degenerate = eigenvalues <= _DEGENERATE_VARIANCE * eigenvalues[0]
+        mean, eigenvalues, eigenvectors, shrinkage = covariance_spectrum(
+            X64, self.covariance_estimator_, getattr(self, "shrinkage_", None), kept)
+        self.shrinkage_ = shrinkage
+        degenerate = degenerate_directions(eigenvalues)
         if degenerate.any():
             logger.info(
                 "Whitening: %d of %d directions have (numerically) zero variance and map to 0", degenerate.sum(), kept
@@ -331,7 +371,7 @@ class Whitening(Calibrator, method="whiten"):
         self.n_degenerate_ = int(degenerate.sum())
 
     def output_width(self, n_features: int) -> int:
-        return n_features if self.n_components is None else int(self.n_components)
+        return self._kept(n_features)
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
         return (X - self.mean_) @ self.components_

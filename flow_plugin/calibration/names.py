@@ -8,24 +8,47 @@ Examples
 --------
 >>> CALIBRATOR_METHODS
 ('raw', 'sn', 'natsv', 'sn-natsv', 'whiten', 'flow')
+>>> GENTLE_CALIBRATORS
+('center', 'remove-mean-dir', 'soft-whiten', 'whiten-third')
 >>> resolve_name("flow-glow")
 ('flow', {'permutation': 'lu', 'coupling': 'affine', 'fast_path': False})
+>>> resolve_name("whiten-third"), calibrator_method("soft-whiten")
+(('whiten', {'n_components': 0.3333333333333333}), 'soft-whiten')
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: the methods, in the order tables list them, and how tables name them: the raw embeddings, the paper's
-#: baselines (section 5), whitening (Su et al., 2021) and BERT-flow. Each is one calibrator class, which
-#: enters the registry by declaring its name (``class Whitening(Calibrator, method="whiten")``).
-CALIBRATOR_LABELS: dict[str, str] = {
+#: the methods of the paper's comparison, in the order tables list them, and how tables name them: the raw
+#: embeddings, the paper's baselines (section 5), whitening (Su et al., 2021) and BERT-flow
+_COMPARISON_LABELS: dict[str, str] = {
     "raw": "raw", "sn": "SN", "natsv": "NATSV", "sn-natsv": "SN+NATSV", "whiten": "whitening", "flow": "flow",
 }
-CALIBRATOR_METHODS: tuple[str, ...] = tuple(CALIBRATOR_LABELS)
+#: the gentle family's methods (``calibration/gentle.py``) and how tables name them
+_GENTLE_LABELS: dict[str, str] = {
+    "center": "centering", "remove-mean-dir": "mean-direction removal", "soft-whiten": "soft whitening",
+}
+#: every method and its label. Each is one calibrator class, which enters the registry by declaring its name
+#: (``class Whitening(Calibrator, method="whiten")``).
+CALIBRATOR_LABELS: dict[str, str] = {**_COMPARISON_LABELS, **_GENTLE_LABELS}
+#: the six methods of the paper's comparison: what bench, the paper's evaluations and sweeps run by default
+CALIBRATOR_METHODS: tuple[str, ...] = tuple(_COMPARISON_LABELS)
 
 #: the linear baselines (a fixed affine map fitted in closed form), which a flow is compared with
 LINEAR_BASELINES: tuple[str, ...] = ("sn", "natsv", "sn-natsv", "whiten")
+
+#: the gentle family's variants: whitening of the leading third of the directions (BERT-whitening's k = 256 of
+#: BERT-base's 768, Su et al., 2021), a fraction so that one name fits every backbone width
+GENTLE_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "whiten-third": ("whiten", {"n_components": 1 / 3}),
+}
+
+#: the gentle family (``calibration/gentle.py``): linear maps between the raw embeddings and full whitening,
+#: for the task types whitening costs (classification, clustering): centering, removal of the mean direction,
+#: soft whitening of adjustable strength, and whitening of the leading directions only. Each exports as
+#: sentence-transformers ``Dense`` layers.
+GENTLE_CALIBRATORS: tuple[str, ...] = (*_GENTLE_LABELS, *GENTLE_VARIANTS)
 
 #: flow variants beyond the paper's configuration (which stays ``flow``, the reference), to study what
 #: makes the flow better; each is a registry calibrator name, so ``bench`` and MTEB can run it
@@ -47,8 +70,11 @@ FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 #: what a study of every task type compares by default: the six methods and the flow ensemble
 STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens")
 
-#: every name, methods first
-CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *FLOW_VARIANTS)
+#: every name: the six methods, the gentle family, the flow variants
+CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *GENTLE_CALIBRATORS, *FLOW_VARIANTS)
+
+#: every variant: name -> (its method, its hyper-parameters)
+_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {**GENTLE_VARIANTS, **FLOW_VARIANTS}
 
 
 def calibrator_method(name: str) -> str:
@@ -62,7 +88,7 @@ def calibrator_method(name: str) -> str:
 
 def resolve_name(name: str) -> tuple[str, dict[str, Any]]:
     """``(method, the variant's hyper-parameters)`` of a calibrator name; ``KeyError`` if unknown."""
-    if name in CALIBRATOR_METHODS:
+    if name in CALIBRATOR_LABELS:
         return name, {}
-    method, params = FLOW_VARIANTS[name]
+    method, params = _VARIANTS[name]
     return method, dict(params)

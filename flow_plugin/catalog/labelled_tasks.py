@@ -5,7 +5,7 @@ An entry names the task, its MTEB type, where its files are and how to read them
 metadata MTEB shows. :mod:`flow_plugin.integrations.mteb.labelled_tasks` turns each entry into an
 ordinary MTEB task class of that type, evaluated by MTEB's own evaluator.
 
-Where entries come from, in order (a name defined twice is an error naming both files):
+Where entries come from, in order:
 
 1. the built-in entries, ``labelled_tasks.toml`` next to this module: the offline tasks of real
    data (MR, CR, SUBJ, MPQA, SST-2, TREC, Banking77 classification; Twitter URL Corpus, MRPC, SICK-E,
@@ -16,7 +16,11 @@ Where entries come from, in order (a name defined twice is an error naming both 
    for its ``*.toml`` files): a user's own tasks. Their file names are relative to the entry's
    ``data_dir``, itself relative to the TOML file's folder (default: that folder).
 
-A file is a list of ``[[task]]`` tables; docs/tasks.md documents every key.
+A file is a list of ``[[task]]`` tables; docs/tasks.md documents every key. A file that cannot be read or
+validated is left out of the catalogue and every other task stays available; so is a second definition of a
+name, or a name of the offline STS tasks. Each such problem is a warning (once per process), and an unknown
+task name's error lists them (:func:`unknown_task_hint`), with a reminder of ``$FLOW_PLUGIN_TASKS`` when it
+is not set.
 
 Examples
 --------
@@ -30,15 +34,20 @@ True
 from __future__ import annotations
 
 import functools
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from flow_plugin._io import read_toml
+from flow_plugin.catalog.tasks import OFFLINE_TASKS
 from flow_plugin.data.labelled import WHOLE_SET, Source
 from flow_plugin.errors import DataFolderError, RegistryError
+
+logger = logging.getLogger(__name__)
 
 #: the environment variable listing a user's task files
 TASKS_ENV = "FLOW_PLUGIN_TASKS"
@@ -192,8 +201,9 @@ def data_root(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     return None
 
 
-def user_task_files() -> list[Path]:
-    """The TOML files named by ``$FLOW_PLUGIN_TASKS`` (a folder stands for its ``*.toml``)."""
+def user_task_files(problems: list[str] | None = None) -> list[Path]:
+    """The TOML files named by ``$FLOW_PLUGIN_TASKS`` (a folder stands for its ``*.toml``). A name that is
+    neither a file nor a folder is an error, or, given a ``problems`` list, a line appended to it."""
     files: list[Path] = []
     for item in os.environ.get(TASKS_ENV, "").split(os.pathsep):
         if not item.strip():
@@ -204,7 +214,10 @@ def user_task_files() -> list[Path]:
         elif path.is_file():
             files.append(path)
         else:
-            raise RegistryError(f"${TASKS_ENV} names {path}, which is neither a TOML file nor a folder")
+            problem = f"${TASKS_ENV} names {path}, which is neither a TOML file nor a folder"
+            if problems is None:
+                raise RegistryError(problem)
+            problems.append(problem)
     return files
 
 
@@ -240,22 +253,72 @@ def _built_in_entries() -> tuple[TaskEntry, ...]:
     return tuple(parse_task_file(BUILT_IN_FILE, built_in=True))
 
 
+@dataclass(frozen=True)
+class Catalogue:
+    """The labelled tasks found now: name -> entry, and one line per thing left out (a file that cannot be read or
+    validated, a name defined twice or taken by an offline STS task)."""
+
+    entries: dict[str, TaskEntry]
+    problems: tuple[str, ...]
+
+
+def load_catalogue() -> Catalogue:
+    """The built-in entries, then the user's (``$FLOW_PLUGIN_TASKS``, in order). A broken file is left out whole;
+    of a name defined twice, the first definition stays."""
+    problems: list[str] = []
+    entries: dict[str, TaskEntry] = {entry.name: entry for entry in _built_in_entries()}
+    for path in user_task_files(problems):
+        try:
+            found = parse_task_file(path)
+        except RegistryError as error:
+            problems.append(f"{error} (the file is left out)")
+            continue
+        for entry in found:
+            if entry.name in OFFLINE_TASKS:
+                problems.append(f"task {entry.name} ({path}): the name of a flow-plugin STS task; rename yours "
+                                "(it is left out)")
+            elif entry.name in entries:
+                problems.append(f"task {entry.name} is defined twice: in {entries[entry.name].origin} and in {path}; "
+                                "rename one (the second is left out)")
+            else:
+                entries[entry.name] = entry
+    return Catalogue(entries, tuple(problems))
+
+
+_SAID: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """A warning of the task catalogue, logged once per process."""
+    if message not in _SAID:
+        _SAID.add(message)
+        logger.warning("%s", message)
+
+
 def labelled_tasks() -> dict[str, TaskEntry]:
-    """name -> entry: the built-in entries, then the user's (``$FLOW_PLUGIN_TASKS``)."""
-    entries: dict[str, TaskEntry] = {}
-    for entry in (*_built_in_entries(), *(item for path in user_task_files() for item in parse_task_file(path))):
-        if entry.name in entries:
-            raise RegistryError(f"task {entry.name} is defined twice: in {entries[entry.name].origin} and in "
-                                f"{entry.origin}; rename one")
-        entries[entry.name] = entry
-    return entries
+    """name -> entry: the built-in entries, then the user's (``$FLOW_PLUGIN_TASKS``); what is left out is a
+    warning (:func:`load_catalogue`)."""
+    catalogue = load_catalogue()
+    for problem in catalogue.problems:
+        warn_once(problem)
+    return catalogue.entries
+
+
+def unknown_task_hint() -> str:
+    """What an error about an unknown task name adds: the task files left out of the catalogue and why, and,
+    when ``$FLOW_PLUGIN_TASKS`` is not set, that a user's own task is found through it ("" when neither)."""
+    notes = list(load_catalogue().problems)
+    if not os.environ.get(TASKS_ENV, "").strip():
+        notes.append(f"a task of your own is found through ${TASKS_ENV}, which is not set: set it to the task's "
+                     "TOML file or folder")
+    return "".join(f" ({note})" for note in notes)
 
 
 def labelled_task(name: str) -> TaskEntry:
-    """The entry named ``name``; an error lists the known names."""
+    """The entry named ``name``; an error lists the known names (and :func:`unknown_task_hint`)."""
     entries = labelled_tasks()
     if name not in entries:
-        raise RegistryError(f"unknown labelled task {name!r}; known: {', '.join(entries)}")
+        raise RegistryError(f"unknown labelled task {name!r}; known: {', '.join(entries)}{unknown_task_hint()}")
     return entries[name]
 
 
@@ -270,13 +333,17 @@ __all__ = [
     "DEFAULT_MAIN_SCORE",
     "REQUIRED_ROLES",
     "TASKS_ENV",
+    "Catalogue",
     "SplitRule",
     "TaskEntry",
     "data_root",
     "labelled_task",
     "labelled_task_names",
     "labelled_tasks",
+    "load_catalogue",
     "parse_task_entry",
     "parse_task_file",
+    "unknown_task_hint",
     "user_task_files",
+    "warn_once",
 ]

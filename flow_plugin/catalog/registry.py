@@ -11,6 +11,9 @@ unknown keys. Each backbone expands to one model name per calibrator::
     flow_plugin/<backbone>-whiten     whitening
     flow_plugin/<backbone>-flow       BERT-flow
 
+and one per name of the gentle family (``-center``, ``-remove-mean-dir``, ``-soft-whiten``,
+``-whiten-third``) and per flow variant (``-flow-lu``, ...).
+
 Registry folders, in order: the packaged registry (or, in a source checkout, the checkout's
 ``registry/``), then every folder listed in ``$FLOW_PLUGIN_REGISTRY`` (separated by
 ``os.pathsep``). A file may not redefine a backbone an earlier folder defines: its results

@@ -26,6 +26,9 @@ Five layouts (``format``), each a pydantic model that forbids unknown keys:
 ``jsonl``
     One JSON object per line; roles by key.
 
+A text role of ``delimited`` and ``jsonl`` may join several columns into one item:
+``{ join = ["title", "description"], separator = ". " }`` (:class:`Joined`; empty parts are left out).
+
 Every text is whitespace-normalised (runs of whitespace become one space, ends stripped: the token
 string SentEval builds from the same line, so both routes encode the same strings) unless
 ``normalize_whitespace = false``. A label is mapped through ``label_map`` when one is given (an
@@ -54,12 +57,13 @@ import io
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from flow_plugin._io import split_lines
 from flow_plugin.errors import DataFolderError, InputError
@@ -98,16 +102,42 @@ class _Source(BaseModel):
         return value
 
 
+class Joined(BaseModel):
+    """Several columns (or JSON keys) read as one text: their non-empty values joined by ``separator``
+    (``{ join = ["title", "description"], separator = ". " }``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    join: list[Column] = Field(min_length=2)
+    separator: str = " "
+
+
+#: what a role reads: a column, several columns joined into one text, or a list of either (several items of a
+#: clustering row, or the levels of a hierarchical label)
+ColumnSpec = Union[Column, Joined, list[Union[Column, Joined]]]
+
+
+def _label_not_joined(columns: Mapping[str, Any]) -> None:
+    label = columns.get("label")
+    if isinstance(label, Joined) or (isinstance(label, list) and any(isinstance(item, Joined) for item in label)):
+        raise ValueError("the label cannot join columns (join is for text roles); map labels with label_map")
+
+
 class DelimitedSource(_Source):
-    """CSV/TSV files: ``splits = {split = file or [files]}``, ``columns = {role = name or index}``."""
+    """CSV/TSV files: ``splits = {split = file or [files]}``, ``columns = {role = name or index, or a join}``."""
 
     format: Literal["delimited"]
     splits: dict[str, FileList]
-    columns: dict[str, Union[Column, list[Column]]]
+    columns: dict[str, ColumnSpec]
     delimiter: Literal[",", "\t", ";", "|"] = ","
     header: bool = True
     #: "csv": fields may be quoted ("a, b"); "none": quotes are text (TSV files such as MRPC's and GLUE's)
     quoting: Literal["csv", "none"] = "csv"
+
+    @model_validator(mode="after")
+    def _text_joins_only(self) -> DelimitedSource:
+        _label_not_joined(self.columns)
+        return self
 
 
 class LinesPerLabelSource(_Source):
@@ -145,11 +175,16 @@ class RegexLinesSource(_Source):
 
 
 class JsonlSource(_Source):
-    """JSON-lines files: ``splits = {split = file or [files]}``, ``columns = {role = key}``."""
+    """JSON-lines files: ``splits = {split = file or [files]}``, ``columns = {role = key, or a join}``."""
 
     format: Literal["jsonl"]
     splits: dict[str, FileList]
-    columns: dict[str, Union[str, list[str]]]
+    columns: dict[str, ColumnSpec]
+
+    @model_validator(mode="after")
+    def _text_joins_only(self) -> JsonlSource:
+        _label_not_joined(self.columns)
+        return self
 
 
 Source = Annotated[Union[DelimitedSource, LinesPerLabelSource, AlignedLinesSource, RegexLinesSource, JsonlSource],
@@ -281,6 +316,25 @@ def _text_lines(names: FileList, base: Path, encoding: str, files: list[Path]) -
                 yield path, number, line
 
 
+def _pick(spec: ColumnSpec, get: Any, where: str) -> Any:
+    """A role's value from one row: ``get(column)`` of a column, the join of a :class:`Joined`, a list of either."""
+    if isinstance(spec, list):
+        return [_pick(item, get, where) for item in spec]
+    if isinstance(spec, Joined):
+        parts = [get(column) for column in spec.join]
+        for column, part in zip(spec.join, parts):
+            if not isinstance(part, str):
+                raise DataFolderError(f"{where}: column {column!r} of a join is not text: {part!r:.60}")
+        return spec.separator.join(part.strip() for part in parts if part.strip())
+    return get(spec)
+
+
+def _columns_of(spec: ColumnSpec) -> Iterator[Column]:
+    """Every column a role's spec reads."""
+    for item in spec if isinstance(spec, list) else [spec]:
+        yield from item.join if isinstance(item, Joined) else [item]
+
+
 def _delimited_rows(source: DelimitedSource, path: Path) -> list[tuple[int, dict[str, Any]]]:
     lines = read_lines(path, source.encoding)
     quoting = csv.QUOTE_NONE if source.quoting == "none" else csv.QUOTE_MINIMAL
@@ -302,9 +356,8 @@ def _delimited_rows(source: DelimitedSource, path: Path) -> list[tuple[int, dict
             raise DataFolderError(f"{path}: no column {column!r} in the header ({', '.join(header)})")
         return header.index(column)
 
-    wanted = {role: ([index(item) for item in column] if isinstance(column, list) else index(column))
-              for role, column in source.columns.items()}
-    width = max(max(value) if isinstance(value, list) else value for value in wanted.values()) + 1
+    indices = {column: index(column) for spec in source.columns.values() for column in _columns_of(spec)}
+    width = max(indices.values()) + 1
     out = []
     for offset, fields in enumerate(rows):
         number = first_line + offset  # the record's number (a quoted csv field may span lines)
@@ -312,8 +365,9 @@ def _delimited_rows(source: DelimitedSource, path: Path) -> list[tuple[int, dict
             continue
         if len(fields) < width:
             raise DataFolderError(f"{path}, record {number}: {len(fields)} fields, expected at least {width}")
-        out.append((number, {role: ([fields[i] for i in value] if isinstance(value, list) else fields[value])
-                             for role, value in wanted.items()}))
+        where = f"{path}, record {number}"
+        out.append((number, {role: _pick(spec, lambda column: fields[indices[column]], where)
+                             for role, spec in source.columns.items()}))
     return out
 
 
@@ -380,14 +434,14 @@ def read_source(source: Source, base: Path) -> LabelledSplits:
                     record = json.loads(line)
                 except json.JSONDecodeError as error:
                     raise DataFolderError(f"{path}, line {number}: not valid JSON ({error})") from None
-                row = {}
-                for role, key in source.columns.items():
-                    keys = key if isinstance(key, list) else [key]
-                    missing = [item for item in keys if item not in record]
-                    if missing:
-                        raise DataFolderError(f"{path}, line {number}: no key(s) {missing}")
-                    row[role] = [record[item] for item in keys] if isinstance(key, list) else record[key]
-                _add_row(table(split), row, source, f"{path}, line {number}", count)
+                where = f"{path}, line {number}"
+                if not isinstance(record, dict):
+                    raise DataFolderError(f"{where}: not a JSON object")
+                missing = [key for spec in source.columns.values() for key in _columns_of(spec) if key not in record]
+                if missing:
+                    raise DataFolderError(f"{where}: no key(s) {missing}")
+                row = {role: _pick(spec, record.__getitem__, where) for role, spec in source.columns.items()}
+                _add_row(table(split), row, source, where, count)
             dropped[split] = count[0]
     else:  # pragma: no cover -- the union is closed
         raise InputError(f"unknown source {type(source).__name__}")
@@ -397,23 +451,106 @@ def read_source(source: Source, base: Path) -> LabelledSplits:
     return LabelledSplits(splits, files, dropped)
 
 
+def source_files(source: Source) -> list[str]:
+    """Every file name ``source`` reads (relative names as written), in reading order.
+
+    >>> source_files(parse_source({"format": "lines-per-label", "files": {"pos.txt": 1, "neg.txt": 0}}))
+    ['pos.txt', 'neg.txt']
+    """
+    if isinstance(source, LinesPerLabelSource):
+        return list(source.files)
+    if isinstance(source, AlignedLinesSource):
+        return [name for by_role in source.splits.values() for name in by_role.values()]
+    return [name for names in source.splits.values() for name in _file_list(names)]
+
+
 # ----------------------------------------------------------------------------- splitting one set
+def _label_list(keys: Sequence[str]) -> str:
+    shown = ", ".join(sorted(keys)[:6])
+    return shown + (f" and {len(keys) - 6} more" if len(keys) > 6 else "")
+
+
 def stratified_split(labels: Sequence[Any], *, test_fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """(train indices, test indices): a stratified, seeded split (scikit-learn's ``train_test_split``),
-    each list in ascending order.
+    each list in ascending order. Every label must end up on both sides: a label with fewer than 2 items, or one
+    the split leaves without a train or a test item, is a one-line error naming it and the remedy.
 
     >>> train, test = stratified_split([0, 0, 0, 0, 1, 1, 1, 1, 1, 1], test_fraction=0.2, seed=1111)
     >>> len(train), len(test), sorted(set(range(10)) - set(train)) == test
     (8, 2, True)
+    >>> stratified_split([0, 0, 0, 1], test_fraction=0.5, seed=1)
+    Traceback (most recent call last):
+    ...
+    flow_plugin.errors.DataFolderError: the split rule needs at least 2 items of every label (one for train, one for test); label 1 has fewer: add items, or leave it out (map it to "drop" in the source's label_map)
     """
     from sklearn.model_selection import train_test_split
 
     if not 0 < test_fraction < 1:
         raise InputError(f"test_fraction must be between 0 and 1, got {test_fraction}")
     keys = [json.dumps(label) for label in labels]  # hierarchical labels stratify by their tuple
-    train, test = train_test_split(list(range(len(labels))), test_size=test_fraction, random_state=seed,
-                                   stratify=keys)
+    counts = Counter(keys)
+    remedy = f"add items, or leave it out (map it to \"{DROP}\" in the source's label_map)"
+    rare = [key for key, n in counts.items() if n < 2]
+    if rare:
+        raise DataFolderError(f"the split rule needs at least 2 items of every label (one for train, one for test); "
+                              f"label {_label_list(rare)} has fewer: {remedy}")
+    try:
+        train, test = train_test_split(list(range(len(labels))), test_size=test_fraction, random_state=seed,
+                                       stratify=keys)
+    except ValueError as error:  # fewer test (or train) items than labels
+        raise DataFolderError(f"the split rule (test_fraction {test_fraction}) cannot give each of the {len(counts)} "
+                              f"labels a train and a test item ({error}); change test_fraction") from None
+    for side, name in ((train, "train"), (test, "test")):
+        absent = sorted(set(counts) - {keys[index] for index in side})
+        if absent:
+            raise DataFolderError(
+                f"the split rule (test_fraction {test_fraction}, seed {seed}) leaves label {_label_list(absent)} "
+                f"({counts[absent[0]]} items) without a {name} item; change test_fraction, {remedy}")
     return sorted(train), sorted(test)
+
+
+# ----------------------------------------------------------------------------- what each type can score
+def check_classes(train: Sequence[Any], scored: Sequence[Any], *, scored_split: str) -> None:
+    """A classification set MTEB can score: at least 2 labels in ``train``, and every label of the scored split
+    among them (a label the classifier never saw can never be predicted); else a one-line error with the remedy.
+
+    >>> check_classes([0, 0, 1], [0, 2], scored_split="test")
+    Traceback (most recent call last):
+    ...
+    flow_plugin.errors.DataFolderError: label 2 of split 'test' never occurs in split 'train': the classifier can never predict it; add train items of it, or leave it out (map it to "drop" in the source's label_map)
+    """
+    classes = {json.dumps(label) for label in train}
+    if len(classes) < 2:
+        raise DataFolderError(f"split 'train' holds one label ({_label_list(list(classes))}): a classifier needs at "
+                              "least 2; add items of other labels")
+    unseen = sorted({json.dumps(label) for label in scored} - classes)
+    if unseen:
+        raise DataFolderError(f"label {_label_list(unseen)} of split {scored_split!r} never occurs in split 'train': "
+                              f"the classifier can never predict it; add train items of it, or leave it out (map it to "
+                              f"\"{DROP}\" in the source's label_map)")
+
+
+def check_clusters(levels: Sequence[Sequence[Any]], *, scored_split: str) -> None:
+    """A clustering split MTEB can score: at least 2 labels at every level (one cluster scores a V-measure of 1
+    whatever the model); else a one-line error."""
+    for number, labels in enumerate(levels):
+        distinct = {json.dumps(label) for label in labels}
+        if len(distinct) < 2:
+            level = f" at level {number}" if len(levels) > 1 else ""
+            raise DataFolderError(f"split {scored_split!r} holds one label{level} ({_label_list(list(distinct))}): one "
+                                  "cluster scores 1.0 whatever the model; add items of other labels")
+
+
+def check_pairs(labels: Sequence[Any], *, split: str, scored: bool) -> None:
+    """Pair labels are 0 or 1, and the scored split holds both (average precision over positives only is 1.0
+    whatever the model); else a one-line error."""
+    found = set(labels)
+    if not found <= {0, 1}:
+        raise DataFolderError(f"split {split!r}: pair labels must be 0 or 1 (map them with the source's label_map), "
+                              f"found {sorted(map(str, found))[:6]}")
+    if scored and len(found) < 2:
+        raise DataFolderError(f"split {split!r} holds only pairs labelled {found.pop()}: average precision needs both "
+                              "0 and 1; add pairs of the other label")
 
 
 def select_rows(columns: Mapping[str, list[Any]], indices: Sequence[int]) -> dict[str, list[Any]]:
@@ -441,17 +578,23 @@ __all__ = [
     "ROLES",
     "WHOLE_SET",
     "AlignedLinesSource",
+    "ColumnSpec",
     "DelimitedSource",
+    "Joined",
     "JsonlSource",
     "LabelledSplits",
     "LinesPerLabelSource",
     "RegexLinesSource",
     "Source",
+    "check_classes",
+    "check_clusters",
+    "check_pairs",
     "files_fingerprint",
     "parse_source",
     "read_lines",
     "read_source",
     "resolve_file",
     "select_rows",
+    "source_files",
     "stratified_split",
 ]

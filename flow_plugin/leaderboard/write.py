@@ -23,7 +23,7 @@ from flow_plugin._io import atomic_write_bytes, atomic_write_json, atomic_write_
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 from flow_plugin.leaderboard.compare import Compared
 from flow_plugin.leaderboard.ingest.merge import load_leaderboard
-from flow_plugin.leaderboard.models import TASK_TYPES_FORMAT, TaskTypesBoard
+from flow_plugin.leaderboard.models import FORMAT, TASK_TYPES_FORMAT, TaskTypesBoard
 from flow_plugin.leaderboard.render.chart import render_png
 from flow_plugin.leaderboard.render.html import board_summary, render_html, render_index
 from flow_plugin.leaderboard.render.markdown import render_markdown
@@ -109,12 +109,26 @@ def _task_types_summary(path: Path) -> dict[str, Any] | None:
             "updated": board.updated, "has_chart": False}
 
 
+def _other_flow_plugin_file(path: Path) -> str | None:
+    """The format of a JSON file flow-plugin writes that is no board (a study file ...), else None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    kind = data.get("format") if isinstance(data, dict) else None
+    if isinstance(kind, str) and kind.startswith("flow-plugin-") and kind not in (FORMAT, TASK_TYPES_FORMAT):
+        return kind
+    return None
+
+
 def write_index(folder: str | os.PathLike[str]) -> Path:
-    """Rewrite ``index.html`` of a leaderboards folder: every leaderboard JSON in it (a JSON file
-    that is not a leaderboard is left out, with a warning naming it and why)."""
+    """Rewrite ``index.html`` of a leaderboards folder: every leaderboard JSON in it (another file of
+    flow-plugin's, such as a study file, is left out; any other JSON file too, with a warning naming it and why)."""
     folder = Path(folder)
     summaries = []
     for path in sorted(folder.glob("*.json")):
+        if _other_flow_plugin_file(path) is not None:
+            continue
         task_types = _task_types_summary(path)
         if task_types is not None:
             summaries.append(task_types)

@@ -32,6 +32,7 @@ from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET
 from flow_plugin.encoding.options import DEFAULT_PRECISION
 from flow_plugin.calibration import make_calibrator
 from flow_plugin.catalog.registry import RegistryModel
+from flow_plugin.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,9 @@ def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Seque
     """The runs of one backbone (a registry spec): each calibrator × each fit corpus (raw: once) ×
     each seed (seeded calibrators only). ``seeds`` is a count (the default seed and the next
     ones, as ``bench --seeds N``) or the seeds themselves (as a sweep file's ``seeds``; empty:
-    the default seed)."""
+    the default seed); a count below 1 is an error."""
+    if isinstance(seeds, bool) or (isinstance(seeds, int) and seeds < 1):
+        raise InputError(f"seeds must be a positive number of seeds, got {seeds!r}; give --seeds 1 or more")
     runs = []
     for calibrator in calibrators:
         model = backbone.model_name(calibrator)

@@ -115,23 +115,42 @@ class StudyReport:
 
 
 def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str] | None = None) -> list[Any]:
-    """The study's MTEB task objects (every labelled task, or those of ``names``), each reading the data root
-    ``data`` (default: :func:`flow_plugin.catalog.labelled_tasks.data_root`)."""
+    """The study's MTEB task objects (every labelled task, or those of ``names``): a built-in task reads the data root
+    ``data`` (default: :func:`flow_plugin.catalog.labelled_tasks.data_root`), a user's task its own folder. The data
+    root (needed by the built-in tasks) and every file the tasks read are checked here, before anything runs, and a
+    user's task is loaded (what cannot be scored is refused)."""
     import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
 
-    from flow_plugin.catalog.labelled_tasks import data_root, labelled_task_names
+    from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
     from flow_plugin.integrations.mteb.labelled_tasks import task_class
 
-    root = data_root(data)
-    if root is None:
-        raise DataFolderError("the task-types study reads the shared data folder (senteval/, glue/, mteb/): give "
-                              "data=<that folder> or set FLOW_PLUGIN_SHARED_DATA")
-    known = list(labelled_task_names())
-    chosen = list(names) if names else known
-    unknown = [name for name in chosen if name not in known]
+    entries = labelled_tasks()
+    chosen = list(dict.fromkeys(names)) if names else list(entries)
+    unknown = [name for name in chosen if name not in entries]
     if unknown:
-        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; the study's tasks: {', '.join(known)}")
-    return [task_class(name)(data_dir=root) for name in dict.fromkeys(chosen)]
+        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; the study's tasks: {', '.join(entries)}"
+                            f"{unknown_task_hint()}")
+    needed = data is not None or any(entries[name].built_in for name in chosen)
+    root = _study_data_root(data) if needed else None
+    tasks = [task_class(name)(data_dir=root) for name in chosen]
+    for task in tasks:
+        task.check_files()
+        if not task.entry.built_in:  # a user's task that cannot be scored is refused now, before anything is written
+            task.load_data()
+    return tasks
+
+
+def _study_data_root(data: str | os.PathLike[str] | None) -> Path:
+    """The study's data root: ``data``, else the configured one; a missing one is a one-line error."""
+    from flow_plugin.catalog.labelled_tasks import data_root as configured
+
+    root = configured(data)
+    remedy = "give the shared data folder (holding senteval/, glue/ and mteb/) with --data, or set FLOW_PLUGIN_SHARED_DATA"
+    if root is None:
+        raise DataFolderError(f"the study's built-in tasks read the shared data folder: {remedy}")
+    if not root.is_dir():
+        raise DataFolderError(f"data root {root} is not a folder: {remedy}")
+    return root
 
 
 def run_task_types(
@@ -171,11 +190,11 @@ def run_task_types(
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
     check_cap(max_fit_sentences, 0)
+    runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     task_objects = study_tasks(data, tasks)
     output = make_output_folder(output_folder)
     options = options or EncoderOptions()
     options = options.replace(cache_dir=bench_cache_dir(output, options.cache_dir))
-    runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     report = StudyReport(spec.name, output, [task.metadata.name for task in task_objects], [run.label for run in runs],
                          max_fit_sentences, earlier_runs=_earlier_runs(output / STUDY_FILE, spec.name))
     total = len(runs) * len(task_objects)
@@ -227,9 +246,8 @@ def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str
     from flow_plugin.leaderboard.pipeline import update_task_types_board
 
     if study is None:
-        path = Path(output_folder) / STUDY_FILE
-        if path.is_file():
-            recorded = json.loads(path.read_text(encoding="utf-8"))
+        recorded = _read_study_file(Path(output_folder) / STUDY_FILE)
+        if recorded is not None:
             study = recorded.get("total") or {key: recorded[key] for key in ("wall_seconds", "cpu_seconds") if key in recorded}
     return update_task_types_board(output_folder, backbone, board, tasks=tasks, calibrators=calibrators, study=study)
 
@@ -242,24 +260,38 @@ def _run_entry(runs: Sequence[str], wall_seconds: float, cpu_seconds: float, sta
             "computed": sum(status == "computed" for status in statuses), "interrupted": bool(interrupted)}
 
 
-def _earlier_runs(path: Path, backbone: str) -> list[dict[str, Any]]:
-    """The runs recorded in a study file of ``backbone`` already in the output folder (its earlier runs, then it);
-    none where there is no such file. A file of another backbone or format is an error naming it."""
+def _read_study_file(path: Path) -> dict[str, Any] | None:
+    """A study file's content (None where there is none); one that cannot be read as one is a one-line error
+    naming it."""
     import json
 
     if not path.is_file():
-        return []
+        return None
     try:
         recorded = json.loads(path.read_text(encoding="utf-8"))
-        if recorded.get("format") != "flow-plugin-task-types-study":
+        if not isinstance(recorded, dict) or recorded.get("format") != "flow-plugin-task-types-study":
             raise ValueError("not a task-types study file")
-        if recorded["backbone"] != backbone:
-            raise ValueError(f"a study of {recorded['backbone']}, not {backbone}")
+        return recorded
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise DataFolderError(f"unreadable study file {path} ({error}); delete it and rerun") from None
+
+
+def _earlier_runs(path: Path, backbone: str) -> list[dict[str, Any]]:
+    """The runs recorded in a study file of ``backbone`` already in the output folder (its earlier runs, then it);
+    none where there is no such file. A damaged file, or one of another backbone, is an error naming it."""
+    recorded = _read_study_file(path)
+    if recorded is None:
+        return []
+    if recorded.get("backbone") != backbone:
+        raise DataFolderError(f"{path}: a study of {recorded.get('backbone')}, not {backbone}; give the study an output "
+                              "folder of its own")
+    try:
         last = _run_entry(recorded["runs"], recorded["wall_seconds"], recorded["cpu_seconds"],
                           [step.get("status") for step in recorded["steps"]], recorded.get("interrupted"))
         return [*recorded.get("earlier_runs", []), last]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise DataFolderError(f"{path}: {error}; give the study an output folder of its own") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise DataFolderError(f"unreadable study file {path} ({type(error).__name__}: {error}); delete it and "
+                              "rerun") from None
 
 
 def _machine_note() -> dict[str, Any]:

@@ -7,11 +7,15 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
 - :func:`add_models`, :func:`registered_model`: MTEB's ``MODEL_REGISTRY`` dict
   (``mteb.models.model_implementations``), which ``mteb.get_model_meta``, ``mteb.get_model`` and
   ``mteb run -m`` read. MTEB builds it from its own modules and has no way to register a model.
-- :func:`add_tasks`: ``_TASKS_REGISTRY`` and ``TASK_LIST`` of ``mteb.get_tasks``, which
-  ``mteb.get_task(s)`` and ``mteb run -t`` read; again no registration function.
+- :func:`add_tasks`, :func:`registered_task`: ``_TASKS_REGISTRY`` and ``TASK_LIST`` of ``mteb.get_tasks``,
+  which ``mteb.get_task(s)`` and ``mteb run -t`` read; again no registration function (and a user's task
+  named like one of MTEB's must not replace it).
 - :func:`refuse_unknown_names`: wraps the classmethod ``ModelMeta.from_hub``, where
   ``mteb.get_model`` (and so ``mteb run -m``) turns for a name that is not in ``MODEL_REGISTRY``, so
   that a misspelt ``flow_plugin/...`` name gets one line with close names instead of a Hub lookup.
+- :func:`check_results_before_loading`: wraps ``ResultCache.load_task_result`` (public; MTEB calls it for every
+  task before evaluating it, ``mteb run`` included) so that a result file of a flow-plugin model cut short by a
+  killed run is set aside and recomputed, as ``flow-plugin eval`` does, instead of ending in a JSONDecodeError.
 - :func:`running_task`, :func:`result_destination`: the task object being evaluated, and the
   ``ResultCache`` and ``ModelMeta`` of the run, read from the call stack (``AbsTask.evaluate``
   runs with the task as ``self``; ``mteb.evaluate`` passes the cache and the meta down to the
@@ -104,6 +108,11 @@ def add_tasks(classes: Iterable[type[AbsTask]], listed: Iterable[type[AbsTask]] 
     return names
 
 
+def registered_task(name: str, module: Any = None) -> type[AbsTask] | None:
+    """The task class ``mteb.get_task(name)`` finds in ``_TASKS_REGISTRY`` now, or ``None``."""
+    return _module(TASKS_MODULE, module)._TASKS_REGISTRY.get(name)
+
+
 # ----------------------------------------------------------------------------- unknown names
 def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> None:
     """Names under ``prefix`` that are not in ``MODEL_REGISTRY`` go to ``resolve(name)`` (which returns
@@ -121,7 +130,7 @@ def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> No
             try:
                 return resolve(model)
             except UnknownModelError:
-                _uncaught_in_one_line(UnknownModelError)
+                uncaught_in_one_line(UnknownModelError)
                 raise
         return original(cls, model, *args, **kwargs)
 
@@ -129,10 +138,10 @@ def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> No
     ModelMeta.from_hub = classmethod(from_hub)  # type: ignore[method-assign,assignment]
 
 
-def _uncaught_in_one_line(kind: type[BaseException]) -> None:
+def uncaught_in_one_line(kind: type[BaseException]) -> None:
     """An uncaught ``kind`` error ends the process with its one-line message (``flow-plugin: error:
-    ...``) instead of a traceback: what the ``mteb`` command shows for a misspelt name. Every other
-    error goes to the hook that was there before."""
+    ...``) instead of a traceback: what the ``mteb`` command shows for a misspelt name, or for a task whose data
+    cannot be scored. Every other error goes to the hook that was there before."""
     previous = sys.excepthook
     if getattr(previous, "_flow_plugin_one_line", None) is kind:
         return
@@ -145,6 +154,34 @@ def _uncaught_in_one_line(kind: type[BaseException]) -> None:
 
     excepthook._flow_plugin_one_line = kind  # type: ignore[attr-defined]
     sys.excepthook = excepthook
+
+
+# ----------------------------------------------------------------------------- damaged results
+def check_results_before_loading(prefix: str, check: Callable[[Path], Any]) -> None:
+    """Before ``ResultCache.load_task_result`` reads the result of a model under ``prefix`` (the check MTEB makes
+    before it evaluates a task, ``mteb run`` included), ``check(path)`` sees the file: a file cut short by a killed
+    run is set aside there, so MTEB recomputes the task instead of failing to parse it (what ``flow-plugin eval``
+    does before it runs). Results of every other model load as before. Idempotent."""
+    from mteb.cache import ResultCache
+
+    current = inspect.getattr_static(ResultCache, "load_task_result")
+    if getattr(current, "_flow_plugin_prefix", None) == prefix:
+        return
+    load = inspect.signature(current)
+    where = set(inspect.signature(ResultCache.get_task_result_path).parameters) - {"self", "remote"}
+    folder_prefix = ModelMeta.model_construct(name=prefix + "x").model_name_as_path()[:-1]
+
+    @functools.wraps(current)
+    def load_task_result(self: ResultCache, *args: Any, **kwargs: Any) -> Any:
+        arguments = load.bind(self, *args, **kwargs).arguments
+        model = arguments.get("model_name")
+        name = model.name if isinstance(model, ModelMeta) else str(model)
+        if name and (name.startswith(prefix) or name.startswith(folder_prefix)):
+            check(Path(self.get_task_result_path(**{key: arguments[key] for key in where if key in arguments})))
+        return current(self, *args, **kwargs)
+
+    load_task_result._flow_plugin_prefix = prefix  # type: ignore[attr-defined]
+    ResultCache.load_task_result = load_task_result  # type: ignore[method-assign]
 
 
 # ----------------------------------------------------------------------------- the running evaluation

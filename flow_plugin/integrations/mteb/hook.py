@@ -13,7 +13,10 @@ modules finish executing, the finder's callbacks add:
 - the offline SentEval-format STS tasks, the offline GLUE QNLI retrieval task and the labelled
   tasks of every type (built-in and ``$FLOW_PLUGIN_TASKS``) to ``_TASKS_REGISTRY`` (found by name
   with ``mteb run -t``), and to the full task list when their data is configured
-  (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``, ``FLOW_PLUGIN_SHARED_DATA``).
+  (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``, ``FLOW_PLUGIN_SHARED_DATA``); a user's
+  task file that is broken, or a task named like one of MTEB's, is left out with a warning;
+- a check of every result file of a ``flow_plugin/`` model before MTEB reads it: one cut short by a
+  killed run is set aside and recomputed (:func:`.compat.check_results_before_loading`).
 
 Before registering, the installed mteb and transformers are checked against the ranges
 flow-plugin declares (:mod:`.versions`): outside them, the hook registers nothing and says so in
@@ -89,6 +92,12 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     names = add_tasks((*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES), listed, module)
     # after the tasks above: a user's malformed task file is reported, and they stay registered
     names += add_tasks(labelled_task_classes(), listed_labelled_task_classes(), module)
+    # (mteb.cache is whole by now, unlike when the models register): a damaged result of ours is recomputed
+    from flow_plugin.catalog.registry import MODEL_PREFIX
+    from flow_plugin.integrations.mteb.compat import check_results_before_loading
+    from flow_plugin.integrations.mteb.results import set_aside_if_truncated
+
+    check_results_before_loading(MODEL_PREFIX, set_aside_if_truncated)
     _registered.add(TASKS_MODULE)
     return names
 

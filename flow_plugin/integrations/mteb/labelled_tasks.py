@@ -35,10 +35,13 @@ result folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import random
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -50,15 +53,29 @@ from mteb.abstasks.pair_classification import AbsTaskPairClassification
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.task_metadata import TaskMetadata
 
-from flow_plugin.catalog.labelled_tasks import TaskEntry, data_root, labelled_task, labelled_tasks, parse_task_entry
+from flow_plugin.catalog.labelled_tasks import (
+    TaskEntry,
+    data_root,
+    labelled_task,
+    labelled_tasks,
+    parse_task_entry,
+    warn_once,
+)
 from flow_plugin.data.labelled import (
     LabelledSplits,
+    check_classes,
+    check_clusters,
+    check_pairs,
     files_fingerprint,
     read_source,
+    resolve_file,
     select_rows,
+    source_files,
     stratified_split,
 )
-from flow_plugin.errors import DataFolderError, RegistryError
+from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, RegistryError
+
+logger = logging.getLogger(__name__)
 
 #: the prediction folder handed to MTEB's evaluator when the caller gave none: MTEB then passes its per-item
 #: predictions to ``_save_task_predictions``, which keeps them and writes nothing
@@ -145,11 +162,36 @@ class LabelledTask(ItemCapture):
 
     # ------------------------------------------------------------------ data
     def base_folder(self) -> Path:
-        """The folder the entry's relative file names are read from (``data_dir`` replaces the data root)."""
+        """The folder the entry's relative file names are read from: a built-in entry's data root (``data_dir``,
+        else :func:`~flow_plugin.catalog.labelled_tasks.data_root`); a user's entry's own folder (its TOML file's,
+        then its ``data_dir`` key), whatever the data root."""
         entry = self.entry
+        if not entry.built_in:
+            return entry.base_folder(None)
         if self.data_dir is not None:
             return self.data_dir / entry.data_dir if entry.data_dir else self.data_dir
         return entry.base_folder(data_root())
+
+    @contextlib.contextmanager
+    def about_this_task(self) -> Iterator[None]:
+        """A data error raised in the block names the task and its file first (uncaught, as under ``mteb run``, it
+        ends the process in that one line)."""
+        from flow_plugin.integrations.mteb.compat import uncaught_in_one_line
+
+        try:
+            yield
+        except (DataFolderError, InputError) as error:
+            uncaught_in_one_line(FlowPluginError)
+            raise type(error)(f"task {self.entry.name} ({self.entry.origin}): {error}") from None
+
+    def check_files(self) -> None:
+        """Every file the entry reads exists (a one-line error naming the task and the first missing file)."""
+        with self.about_this_task():
+            base = self.base_folder()
+            for name in source_files(self.entry.source):
+                path = resolve_file(name, base)
+                if not path.is_file():
+                    raise DataFolderError(f"data file {path} does not exist")
 
     def read_splits(self) -> tuple[LabelledSplits, str]:
         """(the task's splits after its split rule, the data revision)."""
@@ -170,13 +212,15 @@ class LabelledTask(ItemCapture):
         """The ``dataset_revision`` a result computed now carries (reads the files)."""
         if self.data_loaded and self.metadata.revision.startswith("sha256:"):  # type: ignore[attr-defined]
             return self.metadata.revision  # type: ignore[attr-defined]
-        return self.read_splits()[1]
+        with self.about_this_task():
+            return self.read_splits()[1]
 
     def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
         if self.data_loaded:  # type: ignore[attr-defined]
             return
-        data, revision = self.read_splits()
-        self.dataset = self.build_dataset(data.splits)
+        with self.about_this_task():  # what cannot be scored is refused here, before anything is encoded
+            data, revision = self.read_splits()
+            self.dataset = self.build_dataset(data.splits)
         dataset = dict(self.metadata.dataset)  # type: ignore[attr-defined]
         dataset["revision"] = revision
         self.metadata = self.metadata.model_copy(update={"dataset": dataset})  # type: ignore[attr-defined]
@@ -205,6 +249,19 @@ class LabelledTask(ItemCapture):
 
 
 # ----------------------------------------------------------------------------- one class per type
+def _warn_few_per_label(task: str, train: list[Any], samples_per_label: int) -> None:
+    """Say (a warning) which labels have fewer train items than MTEB's experiments draw per label: each
+    experiment then trains on all of them."""
+    counts: dict[str, int] = {}
+    for label in train:
+        counts[str(label)] = counts.get(str(label), 0) + 1
+    few = sorted(label for label, count in counts.items() if count < samples_per_label)
+    if few:
+        logger.warning("task %s: label(s) %s have fewer than samples_per_label = %d train items: every experiment "
+                       "trains on all of them", task, ", ".join(few[:6]) + (" ..." if len(few) > 6 else ""),
+                       samples_per_label)
+
+
 def _codes(values: list[Any]) -> tuple[list[int], list[str]]:
     """Label values -> (codes 0..k-1 in sorted order of the labels' text, the label names)."""
     names = sorted({str(value) for value in values}, key=lambda name: (not name.lstrip("-").isdigit(),
@@ -221,6 +278,9 @@ class LabelledClassificationTask(LabelledTask, AbsTaskClassification):
     label_names: list[str]
 
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> DatasetDict:
+        train, scored = splits["train"]["label"], splits[self.entry.eval_split]["label"]
+        check_classes(train, scored, scored_split=self.entry.eval_split)
+        _warn_few_per_label(self.entry.name, train, int(self.samples_per_label))
         _, names = _codes([label for columns in splits.values() for label in columns["label"]])
         index = {name: code for code, name in enumerate(names)}
         self.label_names = names
@@ -241,10 +301,7 @@ class LabelledPairClassificationTask(LabelledTask, AbsTaskPairClassification):
 
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> DatasetDict:
         for split, columns in splits.items():
-            labels = set(columns["label"])
-            if not labels <= {0, 1}:
-                raise DataFolderError(f"task {self.entry.name}, split {split}: pair labels must be 0 or 1 (map them "
-                                      f"with the source's label_map), found {sorted(map(str, labels))[:6]}")
+            check_pairs(columns["label"], split=split, scored=split == self.entry.eval_split)
         return DatasetDict({split: Dataset.from_dict({"sentence1": columns["text1"], "sentence2": columns["text2"],
                                                       "labels": [int(label) for label in columns["label"]]})
                             for split, columns in splits.items()})
@@ -296,6 +353,11 @@ class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
                     texts.append(text)
                     labels.append(label_value)
             tables[split] = Dataset.from_dict({"sentences": texts, "labels": labels})
+        scored = splits[self.entry.eval_split]["label"]
+        levels = max((len(label) if isinstance(label, list) else 1 for label in scored), default=1)
+        check_clusters([[label[level] if isinstance(label, list) else label for label in scored
+                         if not isinstance(label, list) or level < len(label)] for level in range(levels)],
+                       scored_split=self.entry.eval_split)
         evaluated = tables[self.entry.eval_split]
         self.max_documents_per_cluster = min(self.entry.max_documents_per_cluster or len(evaluated), len(evaluated))
         return DatasetDict(tables)
@@ -347,6 +409,12 @@ def _retrieval_data(columns: dict[str, list[Any]], candidates: int | None) -> di
             own[query].append(document_id)
         if label == 1:
             relevant.setdefault(query_id, {})[document_id] = 1
+    crowded = [query for query, ids in own.items() if candidates is not None and len(ids) > candidates]
+    if crowded:
+        most = max(len(own[query]) for query in crowded)
+        raise DataFolderError(f"{len(crowded)} queries have more documents of their own than candidates = {candidates} "
+                              f"(up to {most}, e.g. {crowded[0]!r:.60}): the rest would be cut by file order; set "
+                              f"candidates = {most} or more")
     queries = Dataset.from_dict({"id": list(query_ids.values()), "text": list(query_ids)})
     corpus = Dataset.from_dict({"id": list(document_ids.values()), "text": list(document_ids),
                                 "title": [""] * len(document_ids)})
@@ -388,9 +456,33 @@ class LabelledRetrievalTask(RetrievalItems, LabelledTask, AbsTaskRetrieval):
 
     reranking: ClassVar[bool] = False
 
+    #: split -> its queries without a relevant document (MTEB scores only the others)
+    unscored_queries: dict[str, int]
+
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> dict[str, Any]:
         candidates = self.entry.candidates if self.reranking else None
-        return {"default": {split: _retrieval_data(columns, candidates) for split, columns in splits.items()}}
+        data = {split: _retrieval_data(columns, candidates) for split, columns in splits.items()}
+        self.unscored_queries = {self.entry.eval_split: _unscored_queries(self.entry, data[self.entry.eval_split])}
+        return {"default": data}
+
+    def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        arrays, extra = super().item_arrays(data_split, hf_split)
+        return arrays, {**extra, "unscored_queries": self.unscored_queries.get(hf_split, 0)}
+
+
+def _unscored_queries(entry: TaskEntry, split: dict[str, Any]) -> int:
+    """How many queries of the scored split have no relevant document: MTEB leaves them out of the score (as it
+    does for its own retrieval tasks); said in a log line (a warning for a user's task). None at all is an error."""
+    total, scored = len(split["queries"]), len(split["relevant_docs"])
+    if scored == 0:
+        raise DataFolderError(f"no query of split {entry.eval_split!r} has a relevant document (label 1): nothing to "
+                              "score; check the labels (and the source's label_map)")
+    if total > scored:
+        logger.log(logging.INFO if entry.built_in else logging.WARNING,
+                   "task %s: %d of %d queries of split %r have no relevant document (label 1): MTEB does not score "
+                   "them (as for its own retrieval tasks); they stay text to fit on", entry.name, total - scored,
+                   total, entry.eval_split)
+    return total - scored
 
 
 class LabelledRerankingTask(LabelledRetrievalTask):
@@ -444,7 +536,10 @@ _CLASSES: dict[str, type[LabelledTask]] = {}
 
 def task_class(entry: str | TaskEntry | dict[str, Any]) -> type[LabelledTask]:
     """The task class of an entry: a task name (built-in or ``$FLOW_PLUGIN_TASKS``), an entry, or an entry's
-    table as a dict (the few lines of Python that define a task without a TOML file)."""
+    table as a dict (the few lines of Python that define a task without a TOML file; its ``data_dir`` is relative
+    to the current folder). A user's entry named like a task MTEB already has is refused."""
+    from flow_plugin.integrations.mteb.compat import registered_task  # MTEB's registry, loaded by now
+
     if isinstance(entry, dict):
         entry = parse_task_entry(entry, origin=Path.cwd() / "tasks.toml")
     if isinstance(entry, str):
@@ -452,13 +547,25 @@ def task_class(entry: str | TaskEntry | dict[str, Any]) -> type[LabelledTask]:
     known = _CLASSES.get(entry.name)
     if known is not None and known.entry == entry:
         return known
+    taken = registered_task(entry.name)
+    if not entry.built_in and taken is not None and not issubclass(taken, LabelledTask):
+        raise RegistryError(f"task {entry.name} ({entry.origin}): MTEB already has a task of this name "
+                            f"({taken.__module__}); rename yours")
     _CLASSES[entry.name] = make_task_class(entry)
     return _CLASSES[entry.name]
 
 
 def labelled_task_classes() -> tuple[type[LabelledTask], ...]:
-    """Every labelled task's class: built-in entries, then ``$FLOW_PLUGIN_TASKS``' (what the MTEB hook registers)."""
-    return tuple(task_class(entry) for entry in labelled_tasks().values())
+    """Every labelled task's class: built-in entries, then ``$FLOW_PLUGIN_TASKS``' (what the MTEB hook registers).
+    An entry whose class cannot be made (a name MTEB already uses, metadata MTEB refuses) is left out, with a
+    warning naming it."""
+    classes = []
+    for entry in labelled_tasks().values():
+        try:
+            classes.append(task_class(entry))
+        except RegistryError as error:
+            warn_once(f"{error} (it is left out)")
+    return tuple(classes)
 
 
 def listed_labelled_task_classes() -> tuple[type[LabelledTask], ...]:

@@ -122,24 +122,33 @@ def set_aside(path: Path, label: str) -> Path:
     return target
 
 
+def set_aside_if_truncated(path: Path) -> Path | None:
+    """Rename the result file ``path`` aside when it is not valid JSON (a run killed while MTEB wrote it, or a
+    disk that was full), with a warning, so MTEB recomputes the task instead of failing to read it; returns the
+    new name (None: the file is valid JSON, or absent)."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+        return None
+    except FileNotFoundError:
+        return None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    target = set_aside(path, "corrupt")
+    logger.warning("result file %s is not valid JSON (cut short: a killed run or a full disk): renamed to %s; the "
+                   "task will be recomputed", path, target.name)
+    return target
+
+
 def quarantine_truncated_results(output_folder: Path, models: Sequence[str], tasks: Sequence[str]) -> list[Path]:
-    """Rename result files that are not valid JSON (a run killed while MTEB wrote them, or a
-    disk that was full), so MTEB recomputes those tasks instead of failing to read them.
-    Returns the new names."""
+    """:func:`set_aside_if_truncated` for every result file of ``models`` on ``tasks``; returns the new names."""
     moved = []
     for model in models:
         folder = model_folder(output_folder, model)
         for task in tasks:
             for path in sorted(folder.rglob(f"{task}.json")) if folder.is_dir() else []:  # every experiment's
-                try:
-                    json.loads(path.read_text(encoding="utf-8"))
-                    continue
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    pass
-                target = set_aside(path, "corrupt")
-                logger.warning("result file %s is not valid JSON (cut short: a killed run or a full disk): renamed "
-                               "to %s; the task will be recomputed", path, target.name)
-                moved.append(target)
+                target = set_aside_if_truncated(path)
+                if target is not None:
+                    moved.append(target)
     return moved
 
 

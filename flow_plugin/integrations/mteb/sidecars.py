@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -65,5 +66,5 @@ def read_array_sidecar(path: str | os.PathLike[str], file_format: str, version: 
                 raise ValueError(f"not {file_format} version {version}")
             arrays = {name: data[name] for name in data.files if name != "meta"}
         return make(meta, arrays)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as error:  # a cut-short archive
         raise DataFolderError(f"{path}: unreadable {what} ({error}); delete it and rerun the task") from None

@@ -8,7 +8,7 @@
   languages the benchmark selects.
 
 An unknown name is a :class:`~flow_plugin.errors.RegistryError` listing close names from all
-three kinds. A task named twice (say, alone and inside a benchmark) is kept once, first wins.
+three kinds (and the user task files left out, or that ``$FLOW_PLUGIN_TASKS`` is not set). A task named twice (say, alone and inside a benchmark) is kept once, first wins.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.catalog.labelled_tasks import unknown_task_hint
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
 from flow_plugin.errors import DataFolderError, RegistryError
 
@@ -143,7 +144,7 @@ def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = No
             unknown.append(name)
     if unknown:
         candidates = known_task_names()
-        raise RegistryError(" ".join(unknown_task_message(name, candidates) for name in unknown))
+        raise RegistryError(" ".join(unknown_task_message(name, candidates) for name in unknown) + unknown_task_hint())
     unique: dict[str, Any] = {}
     for task in resolved:
         unique.setdefault(task.metadata.name, task)

@@ -1,6 +1,7 @@
 """The linear calibrators as a centring followed by an affine projection, ``z = (x - c) W + b``.
 
-Every closed-form calibrator (raw, SN, NATSV, SN+NATSV, whitening) is affine in the embedding.
+Every closed-form calibrator (raw, SN, NATSV, SN+NATSV, whitening, and the gentle family: centering,
+mean-direction removal, soft whitening) is affine in the embedding.
 It is written here as the calibrator computes it: first subtract its centre ``c`` (the fitted
 mean), then project (``W``, with a bias ``b`` that is 0 but for SN+NATSV, where it is the
 small mean left after standardising). Folding the centre into one bias, ``x W + (b - c W)``,
@@ -33,11 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from flow_plugin.calibration import Calibrator
-from flow_plugin.calibration.names import LINEAR_BASELINES
+from flow_plugin.calibration.names import GENTLE_CALIBRATORS, LINEAR_BASELINES, calibrator_method
 from flow_plugin.errors import InputError
 
 #: the calibrator methods that are affine maps (every method but the flow)
-LINEAR_METHODS: tuple[str, ...] = ("raw", *LINEAR_BASELINES)
+LINEAR_METHODS: tuple[str, ...] = tuple(dict.fromkeys(
+    ["raw", *LINEAR_BASELINES, *(calibrator_method(name) for name in GENTLE_CALIBRATORS)]))
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,12 @@ def centred_affine_map(calibrator: Calibrator) -> CentredAffineMap:
         projection = AffineMap(np.diag(1.0 / _f64(sn.scale_)), -_f64(natsv.mean_)).then(
             _linear(_null_projection(natsv.components_)))
         return CentredAffineMap(_f64(sn.mean_), projection)
-    if method == "whiten":  # (x - mean) @ components: eigenvectors / sqrt(eigenvalues), 0 for null directions
+    if method in ("whiten", "soft-whiten"):  # (x - mean) @ components: U Λ^(-1/2) (whiten), U Λ^(-s/2) Uᵀ (soft)
         return CentredAffineMap(_f64(calibrator.mean_), _linear(_f64(calibrator.components_)))
+    if method == "center":  # x - mean
+        return CentredAffineMap(_f64(calibrator.mean_), _linear(np.eye(n_features)))
+    if method == "remove-mean-dir":  # c - (c u) u with c = x - mean: the projection off the mean's direction u
+        return CentredAffineMap(_f64(calibrator.mean_), _linear(_null_projection(calibrator.direction_[None, :])))
     raise InputError(
         f"a {method!r} calibrator is not an affine map; only {', '.join(LINEAR_METHODS)} export as Dense layers"
     )

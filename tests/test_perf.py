@@ -369,7 +369,7 @@ def test_peers_run_workers_in_rounds_and_write_json_and_markdown(
         assert -100 <= entry["stsb_spearman"] <= 100
     assert report["workload"]["sentences"] == 24 and report["machine"]["cpu_model"]
     markdown = json_path.with_suffix(".md").read_text()
-    assert "| flow-plugin float32 |" in markdown and "not run:" in markdown
+    assert "| flow-plugin float32 (torch " in markdown and "not run:" in markdown
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import mteb
 import pytest
 
 from conftest import full_disk_at
@@ -33,12 +34,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def revision(model: str) -> str:
-    """The folder MTEB files the model's results under: weights commit + configuration digest."""
-    return parse_model_name(model).revision
+    """The folder MTEB files the model's results under: its backbone's weights commit + configuration digest."""
+    return mteb.get_model_meta(model).revision
 
 
 def result_path(output: Path, model: str) -> Path:
-    return output / "results" / model.replace("/", "__") / revision(model) / f"{TASK}.json"
+    """Where MTEB files ``model``'s result (a calibrator's under its backbone, in ``experiments/``)."""
+    from flow_plugin.integrations.mteb.results import result_path as mteb_result_path
+
+    return mteb_result_path(output, mteb.get_model_meta(model), TASK)
 
 
 def finished(output: Path) -> dict[str, int]:

@@ -29,7 +29,7 @@ from flow_plugin.integrations.mteb.item_scores import items_of_result, items_pat
 from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, task_class
 from flow_plugin.integrations.mteb.base_models import registry_model
 
-from conftest import ONE_PER_TYPE
+from conftest import ONE_PER_TYPE, result_file
 
 
 
@@ -375,7 +375,7 @@ def test_mteb_run_on_a_labelled_task_of_each_type_with_minilm_flow(subset_root: 
         assert done.stderr.count(f"flow lowered MTEB {task_type} scores") >= 1, task_type
     assert "lowered MTEB Retrieval" not in done.stderr and "lowered MTEB Reranking" not in done.stderr
     for name in tasks:
-        (path,) = (output / "results" / "flow_plugin__minilm-l6-flow").glob(f"*/{name}.json")
+        path = result_file(output, "flow_plugin/minilm-l6-flow", name)
         result = json.loads(path.read_text())
         score = result["scores"]["test"][0]["main_score"]
         items, why = items_of_result(path, main_score=score, dataset_revision=result["dataset_revision"])

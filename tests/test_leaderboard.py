@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+import conftest
+
 from flow_plugin.catalog.registry import parse_model_name
 from flow_plugin import leaderboard as lb
 from flow_plugin.leaderboard import write as lb_write
@@ -58,9 +60,7 @@ def result_dirs(tmp_path_factory: pytest.TempPathFactory, senteval_dir: Path, mi
 
 
 def result_file(output: Path, model: str, task: str = TASK) -> Path:
-    files = list((output / "results" / model.replace("/", "__")).glob(f"*/{task}.json"))
-    assert len(files) == 1, files
-    return files[0]
+    return conftest.result_file(output, model, task)
 
 
 def copy_results(source: Path, target: Path) -> Path:
@@ -216,8 +216,9 @@ def test_experiment_run_gets_its_own_row_with_its_hardware(result_dirs: dict[str
     board = lb.update_leaderboard([result_dirs["sts"], result_dirs["experiment"]], tmp_path / "board.json").board
     raw = model_row(board, RAW)
     whiten, experiment = (r for r in board.rows if r.model == WHITEN)  # default run first
-    (path,) = (result_dirs["experiment"] / "results" / WHITEN.replace("/", "__")).glob(f"*/experiments/*/{TASK}.json")
-    assert whiten.experiment is None and experiment.experiment == path.parent.name == "fit_corpus_per-call"
+    path = result_file(result_dirs["experiment"], WHITEN)
+    assert path.parent.name == "calibrator_whiten__fit_corpus_per-call"  # MTEB's folder of the kwargs variant
+    assert whiten.experiment is None and experiment.experiment == "fit_corpus_per-call"
     assert experiment.id == f"{WHITEN}@{whiten.revision} [fit_corpus_per-call]"
     assert experiment.experiment_kwargs == {"fit_corpus": "per-call"}
     assert (experiment.calibrator, experiment.fit_corpus) == ("whiten", "per-call")
@@ -226,6 +227,18 @@ def test_experiment_run_gets_its_own_row_with_its_hardware(result_dirs: dict[str
     data = json.loads(path.read_text())
     assert entry.score == round(data["scores"]["test"][0]["main_score"] * 100, 4)
     assert entry.hardware is not None and entry.hardware["device"] == "cpu"  # the run record names the same experiment
+
+
+def _row_id(model_result: Any) -> str:
+    """The row id of an MTEB ``ModelResult``: a calibrated run is MTEB's experiment ``calibrator_<name>[__...]`` of
+    its backbone, which our rows spell as the calibrated model's name, the rest of the experiment after it."""
+    from flow_plugin.catalog.registry import spell_model
+
+    model, experiment = model_result.model_name, model_result.experiment_name
+    if experiment and experiment.startswith("calibrator_"):
+        calibrator, _, rest = experiment.removeprefix("calibrator_").partition("__")
+        model, experiment = spell_model(model, calibrator), rest or None
+    return lb.row_id(model, model_result.model_revision, experiment)
 
 
 def test_scores_are_what_mteb_itself_reads(result_dirs: dict[str, Path], tmp_path: Path) -> None:
@@ -240,7 +253,7 @@ def test_scores_are_what_mteb_itself_reads(result_dirs: dict[str, Path], tmp_pat
     for folder in folders:
         results = ResultCache(folder).load_results(include_remote=False, load_experiments="match_name")
         for model_result in results.model_results:
-            found = rows[lb.row_id(model_result.model_name, model_result.model_revision, model_result.experiment_name)]
+            found = rows[_row_id(model_result)]
             for task_result in model_result.task_results:
                 entry = found.scores[task_result.task_name]
                 assert entry.score == round(float(task_result.get_score(splits=["test"])) * 100, 4)
@@ -362,9 +375,9 @@ def test_a_board_merged_in_two_steps_finds_the_per_pair_cosines_of_both(result_d
     used to look for the raw row's per-pair cosines in its own folder only, so the calibrated row got no
     interval and the board a false "computed by an older procedure ... were not kept" banner."""
     raw_only = copy_results(result_dirs["sts"], tmp_path / "raw-run")
-    shutil.rmtree(raw_only / "results" / WHITEN.replace("/", "__"))
+    shutil.rmtree(result_file(raw_only, WHITEN).parent)  # the calibrated run's experiment folder
     whiten_only = copy_results(result_dirs["sts"], tmp_path / "whiten-run")
-    shutil.rmtree(whiten_only / "results" / RAW.replace("/", "__"))
+    result_file(whiten_only, RAW).unlink()  # the raw result, beside the calibrated run's experiment folder
     at_once = lb.update_leaderboard([result_dirs["sts"]], tmp_path / "once" / "board.json").board
 
     out = tmp_path / "lb" / "board.json"

@@ -16,7 +16,7 @@ from flow_plugin.errors import DataFolderError
 from flow_plugin.integrations.mteb.fit_records import fits_path, read_fits
 from flow_plugin.integrations.mteb.retrieval_tasks import GLUE_ENV, GlueQNLIRetrieval
 
-from conftest import tiny_registry
+from conftest import result_file, tiny_registry
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_qnli_retrieval_through_mteb_run(glue_dir: Path, tiny_minilm_vocab_bert:
     assert done.returncode == 0, done.stderr[-3000:]
     # the one-line summary prints under mteb run (its CLI shows only the mteb logger)
     assert "flow-plugin: flow_plugin/tiny-whiten: fitted whiten for GlueQNLIRetrieval/default" in done.stderr
-    (result_path,) = (output / "results" / "flow_plugin__tiny-whiten").glob("*/GlueQNLIRetrieval.json")
+    result_path = result_file(output, "flow_plugin/tiny-whiten", "GlueQNLIRetrieval")
     scores = json.loads(result_path.read_text())["scores"]["test"][0]
     assert math.isfinite(scores["ndcg_at_10"]) and 0 < scores["ndcg_at_10"] <= 1
     (record,) = read_fits(fits_path(result_path))["fits"]

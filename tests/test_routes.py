@@ -37,15 +37,16 @@ reference = "https://example.org/tiny-bert"
 
 
 def main_scores(output: Path) -> dict[str, float]:
-    """task -> main score of every result of ``MODEL`` under an MTEB output folder."""
+    """task -> main score of ``MODEL``'s result on each task under an MTEB output folder."""
+    from flow_plugin.integrations.mteb.results import result_files
+
     scores = {}
-    for path in output.rglob("*.json"):
-        if "flow_plugin__tiny-flow" not in path.parts or path.stem not in ONE_PER_TYPE.values():
-            continue
-        result = json.loads(path.read_text(encoding="utf-8"))
-        (split,) = result["scores"].values()
-        assert path.stem not in scores, f"two results of {path.stem} under {output}"
-        scores[path.stem] = split[0]["main_score"]
+    for task in ONE_PER_TYPE.values():
+        for path in result_files(output, MODEL, task):
+            result = json.loads(path.read_text(encoding="utf-8"))
+            (split,) = result["scores"].values()
+            assert task not in scores, f"two results of {task} under {output}"
+            scores[task] = split[0]["main_score"]
     return scores
 
 

@@ -135,7 +135,7 @@ def test_a_merge_that_can_recompute_only_some_comparisons_keeps_the_others(seede
     before = json.loads(board.read_text(encoding="utf-8"))["seed_groups"][0]["intervals"]
     # the baseline's per-pair cosines are gone from every folder merged (as if it ran on another machine)
     for folder in copy.rglob("flow-plugin-pairs"):
-        if "minilm-l6-whiten" in str(folder):
+        if "calibrator_whiten" in str(folder):  # the whitening's experiment folder
             shutil.rmtree(folder)
     update = update_leaderboard([copy], board, models=["flow_plugin/minilm-l6", "flow_plugin/minilm-l6-flow"])
     assert update.report.intervals == 1  # the flow's group, against raw

@@ -118,11 +118,14 @@ def run_until(process: subprocess.Popen, output: Path, job: str, timeout: float 
 def result_path(output: Path, model: str, task: str, models: dict[str, str] = MODELS, precision: str = "bf16") -> Path:
     """The result file of ``model`` on ``task``: in the one revision folder of its weights commit, under the
     experiment of its precision (a precision given explicitly is a run setting, as in MTEB)."""
-    folder = output / "results" / model.replace("/", "__")
-    revisions = sorted(folder.glob(f"{models[model]}-*")) if folder.is_dir() else []
-    assert len(revisions) <= 1, revisions  # one configuration per model in these sweeps
-    revision = revisions[0] if revisions else folder / f"{models[model]}-missing"
-    return revision / "experiments" / f"precision_{precision}" / f"{task}.json"
+    import mteb
+
+    from flow_plugin.integrations.mteb.results import result_path as mteb_result_path
+
+    meta = mteb.get_model_meta(model)
+    assert meta.revision.startswith(models[model] + "-"), (meta.revision, models[model])
+    meta = meta.model_copy(update={"experiment_kwargs": {**(meta.experiment_kwargs or {}), "precision": precision}})
+    return mteb_result_path(output, meta, task)
 
 
 def stamps(output: Path) -> dict[Path, int]:

@@ -107,7 +107,10 @@ class CalibratedModel(AbsEncoder):
         return list({id(record): record for record in records}.values())
 
     def calibrator_for(self, task: Any, hf_subset: str = "default", side: str | None = None) -> Any:
-        """The fitted calibrator of a task object's subset (and side), fitting it on first use."""
+        """The fitted calibrator of a task's subset (and side), fitting it on first use; ``task``: a task object,
+        or the name of one this model evaluated or MTEB's registry holds."""
+        if isinstance(task, str):
+            task = self.fits.task_of(task)
         self.fits.remember(task)
         return self.fits.fit_for(task.metadata, hf_subset, side).calibrator
 

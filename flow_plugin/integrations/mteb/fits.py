@@ -140,10 +140,10 @@ class TaskFits:
         return self.fits[key]
 
     def task_of(self, task_metadata: Any) -> Any:
-        """The task object whose text a "target" fit reads: the one our loop prepared, the one MTEB is
-        evaluating (``mteb run``, ``mteb.evaluate``), or MTEB's registry's."""
-        name = task_metadata.name
-        task = self.tasks.get(name) or compat.running_task(task_metadata)
+        """The task object whose text a "target" fit reads (``task_metadata``: its metadata, or its name): the one
+        our loop prepared, the one MTEB is evaluating (``mteb run``, ``mteb.evaluate``), or MTEB's registry's."""
+        name = getattr(task_metadata, "name", task_metadata)
+        task = self.tasks.get(name) or (None if isinstance(task_metadata, str) else compat.running_task(task_metadata))
         if task is not None:
             return task
         import mteb
@@ -160,40 +160,34 @@ class TaskFits:
     def _fit(self, task_metadata: Any, subset: str, parts: list[CorpusPart], source: str,
              task_type: str | None = None, *, file: bool = False) -> Fit:
         where = source if file else f"task {task_metadata.name}, subset {subset}"
-        sides = list(dict.fromkeys(part.side for part in parts))
         started = time.perf_counter()
-        blocks, sentences, sampling = [], [], []
-        for side in sides:
-            sample = sample_corpus([part for part in parts if part.side == side], cap=self.settings.max_fit_sentences,
-                                   seed=self.settings.fit_seed)
-            texts = sample.sentences
+        sample, by_side = _side_sample(parts, self.settings.max_fit_sentences, self.settings.fit_seed)
+        blocks, count, distinct = [], 0, 0
+        for side, texts in by_side.items():
             if self.settings.fit_duplicates == "unique":
                 texts = list(dict.fromkeys(texts))
-            ordered = canonical_order(texts)
-            if ordered:
-                blocks.append(self.embed_texts(ordered, task_metadata, subset, side))
-            sentences += texts
-            sampling.append(sample)
-        if not sentences:
+            count, distinct = count + len(texts), distinct + len(set(texts))
+            if texts:
+                blocks.append(self.embed_texts(canonical_order(texts), task_metadata, subset, side))
+        if not blocks:
             raise TaskCorpusError(f"no sentences to fit {self.model_name} for {where} ({source})")
         context: dict[str, Any] = {"task": None if file else task_metadata.name, "hf_subset": None if file else subset,
                                    "fit_corpus": self.settings.fit_corpus.describe()}
-        if len(sides) > 1 or sides[0] is not None:
-            context["sides"] = [side or "symmetric" for side in sides]
+        if list(by_side) != [None]:
+            context["sides"] = {side or "symmetric": len(texts) for side, texts in by_side.items()}
         if task_type is not None:
             context["task_type"] = task_type
         if file:
             context["corpus_sha256"] = file_sha256(self.settings.fit_corpus.path, "fit corpus file")
-        described = ", ".join(sample.describe() for sample in sampling)
         try:
             calibrator, record = fit_embeddings(
-                self.template, np.concatenate(blocks), model=self.model_name, source=f"{source}, {described}",
-                n_sentences=len(sentences), n_unique_sentences=len(set(sentences)),
-                duplicates=self.settings.fit_duplicates, encode_seconds=time.perf_counter() - started,
-                context=context, sampling=_sampling_record(sampling, sides))
+                self.template, np.concatenate(blocks), model=self.model_name, source=f"{source}, {sample.describe()}",
+                n_sentences=count, n_unique_sentences=distinct, duplicates=self.settings.fit_duplicates,
+                encode_seconds=time.perf_counter() - started, context=context, sampling=sample.as_dict())
         except InputError as error:
-            raise type(error)(f"{self.model_name}: cannot fit {self.template.method} for {where} ({described}): "
-                              f"{error}; fit on more text with fit_corpus=<a text file, one sentence per line>") from None
+            raise type(error)(f"{self.model_name}: cannot fit {self.template.method} for {where} "
+                              f"({sample.describe()}): {error}; fit on more text with "
+                              "fit_corpus=<a text file, one sentence per line>") from None
         self.records.append(record)
         _announce(record)
         return Fit(calibrator, record)
@@ -223,17 +217,30 @@ class TaskFits:
                                            hf_subset=hf_subset, prompt_type=compat.prompt_type(side), **kwargs))
 
 
-def _sampling_record(samples: list[Any], sides: list[str | None]) -> dict[str, Any]:
-    """What the fit record keeps of the samples (one per side): their sums, and each side's own record."""
-    if len(samples) == 1:
-        return samples[0].as_dict()
-    records = [sample.as_dict() for sample in samples]
-    merged = {key: sum(record[key] for record in records) for key in ("corpus_sentences", "corpus_unique_sentences")}
-    merged.update(corpus_unique_exact=all(record["corpus_unique_exact"] for record in records),
-                  sampled=any(record["sampled"] for record in records), max_fit_sentences=records[0]["max_fit_sentences"],
-                  seed=records[0]["seed"], parts={name: n for record in records for name, n in record["parts"].items()},
-                  per_side={side or "symmetric": record for side, record in zip(sides, records)})
-    return merged
+#: joins a side and a text while a corpus of several sides is sampled (a character no text holds)
+_SIDE_MARK = "\x1f"
+
+
+def _side_sample(parts: list[CorpusPart], cap: int, seed: int) -> tuple[Any, dict[str | None, list[str]]]:
+    """One seeded sample of every part (:func:`~flow_plugin.data.sampling.sample_corpus`, at most ``cap``
+    sentences whatever the sides), and its sentences by side: a text on two sides is two sentences, each
+    embedded as its side is."""
+    sides = list(dict.fromkeys(part.side for part in parts))
+    if sides == [None]:
+        sample = sample_corpus(parts, cap=cap, seed=seed)
+        return sample, {None: sample.sentences}
+
+    def tagged(part: CorpusPart) -> CorpusPart:
+        mark = (part.side or "") + _SIDE_MARK
+        return CorpusPart(part.name, lambda: ([mark + text for text in chunk] for chunk in part.chunks()), part.side)
+
+    sample = sample_corpus([tagged(part) for part in parts], cap=cap, seed=seed)
+    by_side: dict[str | None, list[str]] = {side: [] for side in sides}
+    for text in sample.sentences:
+        side, _, sentence = text.partition(_SIDE_MARK)
+        by_side[side or None].append(sentence)
+    sample.sentences = [text.partition(_SIDE_MARK)[2] for text in sample.sentences]
+    return sample, by_side
 
 
 def _announce(record: FitRecord) -> None:

@@ -71,9 +71,9 @@ def result_path(output_folder: Path, meta: ModelMeta, task_name: str) -> Path:
 
     >>> import mteb
     >>> meta = mteb.get_model_meta("flow_plugin/minilm-l6-sn")
-    >>> model, revision, name = result_path(Path("out"), meta, "SentEvalSTS13").relative_to("out").parts[1:]
-    >>> model, revision == meta.revision, revision.startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-"), name
-    ('flow_plugin__minilm-l6-sn', True, True, 'SentEvalSTS13.json')
+    >>> model, revision, *experiment, name = result_path(Path("out"), meta, "SentEvalSTS13").relative_to("out").parts[1:]
+    >>> model, revision == meta.revision, revision.startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-"), experiment, name
+    ('flow_plugin__minilm-l6', True, True, ['experiments', 'calibrator_sn'], 'SentEvalSTS13.json')
     """
     from flow_plugin.integrations.mteb.compat import task_result_path
 

@@ -37,7 +37,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,43 @@ def spell_model(base_name: str, calibrator: str) -> str:
     return f"{MODEL_PREFIX}{base_name.removeprefix(MODEL_PREFIX)}{MODEL_NAME_SUFFIXES[calibrator]}"
 
 
+@dataclass(frozen=True)
+class ForeignBase:
+    """A base model outside the registry, as a run plan sees it: an MTEB model name (``intfloat/e5-small-v2``) or
+    a local sentence-transformers folder (its absolute path), loaded by MTEB's own loader. Its calibrated models
+    are spelled ``flow_plugin/<base>-<calibrator>``; its raw embeddings load as ``flow_plugin/<base>`` and read
+    back under the base's own name.
+
+    >>> base = ForeignBase("intfloat/e5-small-v2")
+    >>> base.model_name("raw"), base.model_name("flow"), base.result_name("raw")
+    ('flow_plugin/intfloat/e5-small-v2', 'flow_plugin/intfloat/e5-small-v2-flow', 'intfloat/e5-small-v2')
+    """
+
+    name: str
+    calibrator_params: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
+
+    def model_name(self, calibrator: str = "raw") -> str:
+        return f"{MODEL_PREFIX}{self.name}{MODEL_NAME_SUFFIXES[calibrator]}"
+
+    def result_name(self, calibrator: str = "raw") -> str:
+        return spell_model(self.name, calibrator)
+
+
+def get_base(name: str, registry: dict[str, BackboneSpec] | None = None) -> BackboneSpec | ForeignBase:
+    """What a study or bench runs calibrators on: a registry backbone, else an MTEB model name (``org/name``) or a
+    local folder (``/...``, ``./...``, ``~/...``: made absolute); any other name is :func:`get_backbone`'s error
+    with close names."""
+    known = registry if registry is not None else default_registry()
+    short = name.removeprefix(MODEL_PREFIX)
+    if short in known:
+        return known[short]
+    if short.startswith(("/", "./", "../", "~")):
+        return ForeignBase(str(Path(short).expanduser().resolve()))
+    if "/" in short:
+        return ForeignBase(short)
+    return get_backbone(name, registry)
+
+
 # ---------------------------------------------------------------------------- the validated file
 #: what a registry file may not set: the backbone's name is the file's name, and the file is where it was read
 _NOT_KEYS = {"name": "the backbone's name is the file's name", "source_file": "it is where the file was read"}
@@ -171,6 +208,10 @@ class BackboneSpec(BaseModel):
 
     def model_name(self, calibrator: str = "raw") -> str:
         return f"{NAMESPACE}/{self.name}{model_name_suffixes()[calibrator]}"
+
+    def result_name(self, calibrator: str = "raw") -> str:
+        """The name a result of this calibrator reads back as (for a registry backbone, its model name)."""
+        return self.model_name(calibrator)
 
     @property
     def model_names(self) -> list[str]:

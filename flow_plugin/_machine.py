@@ -7,9 +7,12 @@ describes the hardware of a result (the leaderboard's ``hardware``, the paper re
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +153,30 @@ def describe_machine(device: Any = None, precision: str | None = None,
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
         info["cuda"] = torch.version.cuda
     return info
+
+
+class StageTimes:
+    """Wall and CPU seconds (this process, all its threads) spent per named stage ("encode", "fit", ...).
+
+    >>> times = StageTimes()
+    >>> with times.measure("fit"):
+    ...     _ = sum(range(1000))
+    >>> sorted(times.as_dict()["fit"]), times.as_dict()["fit"]["wall"] >= 0
+    (['cpu', 'wall'], True)
+    """
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def measure(self, stage: str) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.wall[stage] = self.wall.get(stage, 0.0) + time.perf_counter() - wall
+            self.cpu[stage] = self.cpu.get(stage, 0.0) + time.process_time() - cpu
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        return {stage: {"wall": round(self.wall[stage], 3), "cpu": round(self.cpu[stage], 3)} for stage in self.wall}

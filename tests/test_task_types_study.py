@@ -42,9 +42,17 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
                             seeds=2, tasks=TASKS, show_progress_bar=False)
     assert report.runs == ["flow_plugin/tiny", "flow_plugin/tiny-whiten", "flow_plugin/tiny-flow [seed=1234]",
                            "flow_plugin/tiny-flow [seed=1235]"]
-    assert len(report.steps) == 8 and {step.status for step in report.steps} == {"computed"}
+    # 4 runs x 2 tasks at MTEB's evaluator seed, and the classification task's 2 further evaluator seeds (its
+    # evaluator draws at random; pair classification's does not)
+    main = [step for step in report.steps if step.evaluator_seed == 42]
+    extra = [step for step in report.steps if step.evaluator_seed != 42]
+    assert len(main) == 8 and {step.status for step in report.steps} == {"computed"}
+    assert sorted({(step.task, step.evaluator_seed) for step in extra}) == [(TASKS[0], 43), (TASKS[0], 44)]
+    assert len(extra) == 8 and all("evaluator-seeds" in step.result_path for step in extra)
+    assert len({step.score for step in report.steps if step.task == TASKS[0] and step.label == "flow_plugin/tiny"}) > 1
     study = json.loads((output / STUDY_FILE).read_text())
-    assert len(study["steps"]) == 8 and study["max_fit_sentences"] == 20_000
+    assert len(study["steps"]) == 16 and study["max_fit_sentences"] == 20_000
+    assert set(study["stages"]) == {"encode", "fit", "evaluate"}  # where the time went
     for step in report.steps:
         path = Path(step.result_path)
         assert path.name == f"{step.task}.json" and output in path.parents
@@ -52,17 +60,20 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
         assert read_items(items_path(path)).meta["task"] == step.task
         if step.label != "flow_plugin/tiny":  # raw fits nothing
             assert step.fit is not None and step.fit["n_sentences"] > 0 and step.fit["sampled"] is False
-    seeds = [step.score for step in report.steps if step.seed is not None and step.task == TASKS[0]]
+    seeds = [step.score for step in main if step.seed is not None and step.task == TASKS[0]]
     assert len(seeds) == 2
     again = run_task_types(tiny_minilm_backbone, small_root, output_folder=output, calibrators=["raw", "whiten", "flow"],
                            seeds=2, tasks=TASKS, show_progress_bar=False)
     assert {step.status for step in again.steps} == {"reused"}
     # the study file counts every run in the folder: the board's time is the whole study's, not the last run's
     resumed = json.loads((output / STUDY_FILE).read_text())
-    assert [entry["computed"] for entry in resumed["earlier_runs"]] == [8]
+    assert [entry["computed"] for entry in resumed["earlier_runs"]] == [16]
     assert resumed["earlier_runs"][0]["wall_seconds"] == study["wall_seconds"]
     assert resumed["total"]["wall_seconds"] == pytest.approx(study["wall_seconds"] + resumed["wall_seconds"], abs=0.11)
-    assert [step.score for step in again.steps] == pytest.approx([step.score for step in report.steps], abs=1e-6)
+    def by_key(steps: list) -> dict:
+        return {(step.label, step.task, step.evaluator_seed): step.score for step in steps}
+
+    assert by_key(again.steps) == pytest.approx(by_key(report.steps), abs=1e-6)
 
     # the board of that study, through the leaderboard pipeline: scores as the study's, Δ inside their intervals
     from flow_plugin.leaderboard.compare_types import board_problems
@@ -73,9 +84,14 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     assert [row.calibrator for row in board.rows] == ["raw", "whiten", "flow"] and board.rows[2].seeds == [1234, 1235]
     assert board.types == {"Classification": [TASKS[0]], "PairClassification": [TASKS[1]]}
     assert board.run["wall_seconds"] == resumed["total"]["wall_seconds"] and board.run["hardware"][0]["device"] == "cpu"
-    by_label = {(step.label, step.task): step.score for step in report.steps}
-    assert board.rows[1].scores[TASKS[0]].mean == pytest.approx(100 * by_label["flow_plugin/tiny-whiten", TASKS[0]],
+    by_label = {(step.label, step.task): step.score for step in main}
+    # the classification task's score: the mean over its evaluator seeds
+    whiten = [step.score for step in report.steps if step.label == "flow_plugin/tiny-whiten" and step.task == TASKS[0]]
+    assert len(whiten) == 3
+    assert board.rows[1].scores[TASKS[0]].mean == pytest.approx(100 * sum(whiten) / 3, abs=1e-4)
+    assert board.rows[1].scores[TASKS[1]].mean == pytest.approx(100 * by_label["flow_plugin/tiny-whiten", TASKS[1]],
                                                                 abs=1e-4)
+    assert [task.evaluator_seeds for task in board.tasks] == [[42, 43, 44], [42]]
     assert board_problems(board) == []
     only, _ = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "flow-only.json", calibrators=["flow"])
     assert [row.calibrator for row in only.rows] == ["raw", "flow"]  # raw always: every Δ is against it

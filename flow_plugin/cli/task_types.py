@@ -19,9 +19,11 @@ def _stderr(message: str) -> None:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    from flow_plugin.studies.task_types import STUDY_MAX_FIT_SENTENCES
+    from flow_plugin.studies.task_types import DEFAULT_EVALUATOR_SEEDS, STUDY_MAX_FIT_SENTENCES
 
-    parser.add_argument("-b", "--backbone", required=True, help="registry backbone, e.g. minilm-l6")
+    parser.add_argument("-b", "--backbone", required=True,
+                        help="registry backbone (minilm-l6), MTEB model name (intfloat/e5-small-v2) or local "
+                             "sentence-transformers folder (/path/to/model)")
     parser.add_argument("--data", type=Path, default=None,
                         help="the shared data folder holding senteval/, glue/ and mteb/ (default: "
                              "$FLOW_PLUGIN_SHARED_DATA, else the parent of $FLOW_PLUGIN_SENTEVAL_DATA)")
@@ -33,6 +35,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "every calibrator found)")
     parser.add_argument("--seeds", type=int, default=1, metavar="N",
                         help="seeds of each seeded calibrator: its default and the next N-1")
+    parser.add_argument("--evaluator-seeds", type=int, default=DEFAULT_EVALUATOR_SEEDS, metavar="N",
+                        help="seeds of MTEB's evaluator where it draws at random (classification, clustering): "
+                             f"MTEB's 42 and the next N-1 (default {DEFAULT_EVALUATOR_SEEDS}); their spread enters "
+                             "each interval")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="worker processes that run the steps side by side (default: one per core, at most 4)")
     parser.add_argument("--tasks", nargs="+", metavar="TASK", help="a subset of the study's tasks (default: all)")
     parser.add_argument("--max-fit-sentences", type=int, default=STUDY_MAX_FIT_SENTENCES,
                         help=f"fit on at most this many distinct sentences per task (default {STUDY_MAX_FIT_SENTENCES:,})")
@@ -62,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     senteval = {"task_path": args.senteval_task_path} if args.senteval_task_path is not None else None
     report = run_task_types(args.backbone, args.data, output_folder=args.output_folder, calibrators=args.calibrators or STUDY_CALIBRATORS,
                             seeds=args.seeds, tasks=args.tasks, max_fit_sentences=args.max_fit_sentences,
+                            evaluator_seeds=args.evaluator_seeds, workers=args.workers,
                             options=encoder_options(args), overwrite=args.overwrite, senteval=senteval,
                             progress=_stderr)
     table = report.scores()

@@ -55,8 +55,10 @@ if TYPE_CHECKING:  # pragma: no cover
 #: MTEB's task types in the board's column order
 TYPE_ORDER = ("Classification", "PairClassification", "Clustering", "Reranking", "Retrieval")
 METHOD = ("paired percentile bootstrap over each task's test items (the same resampled items for every row), "
-          "seeds of a seeded row resampled with replacement, shared by its tasks; the resampled deltas re-centred "
-          "on the delta (bias-corrected: the bootstrap's mean minus the delta is subtracted)")
+          "the evaluator's seeds where MTEB's evaluator draws at random (resampled with replacement, the same draw "
+          "for every row of a task), and the seeds of a seeded row (resampled with replacement, shared by its "
+          "tasks); the resampled deltas re-centred on the delta (bias-corrected: the bootstrap's mean minus the "
+          "delta is subtracted)")
 DEFAULT_RESAMPLES = 1000
 DEFAULT_CONFIDENCE = 0.95
 #: resamples scored at once (bounds the memory of a (resamples, items) weight matrix)
@@ -192,68 +194,38 @@ def compare_task_types(results: Sequence[TaskResult], *, name: str, backbone: st
                        run: dict[str, Any] | None = None, n_resamples: int = DEFAULT_RESAMPLES,
                        confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> TaskTypesBoard:
     """The task-types board of one backbone's ``results``: raw and each calibrator (its seeds as one row) on the
-    tasks every row has, grouped by type, with each Δ against raw and its paired bootstrap interval."""
+    tasks every row has, grouped by type, with each Δ against raw and its paired bootstrap interval over the
+    test items, the calibrator's seeds and the evaluator's seeds."""
     import numpy as np
 
-    if not results:
-        raise LeaderboardError(f"{backbone}: no results of the labelled tasks to compare")
-    by_row: dict[str, dict[int | None, dict[str, TaskResult]]] = {}
-    for result in results:
-        seeds = by_row.setdefault(result.calibrator, {})
-        if result.task in seeds.setdefault(result.seed, {}):
-            raise LeaderboardError(f"{result.path}: a second result of {result.model} (seed {result.seed}) on "
-                                   f"{result.task}; keep one result folder per study")
-        seeds[result.seed][result.task] = result
-    if "raw" not in by_row:
-        raise LeaderboardError(f"{backbone}: no raw results: every Δ is against raw; run the study with raw")
+    by_row = _by_row(results, backbone)
     order = {method: index for index, method in enumerate(CALIBRATOR_NAMES)}
     calibrators = sorted(by_row, key=lambda cal: (order.get(cal, len(order)), cal))
-    every = [runs for cal in calibrators for runs in by_row[cal].values()]
-    common = set.intersection(*(set(runs) for runs in every))
-    missing = sorted({task for runs in every for task in runs} - common)
-    if missing:
-        raise LeaderboardError(f"{backbone}: not every row has a result of {', '.join(missing)}; finish the study "
-                               "(flow-plugin task-types reuses the results it has) or leave those tasks out")
     raw_runs = by_row["raw"]
     (raw,) = raw_runs.values() if len(raw_runs) == 1 else (None,)
     if raw is None:
         raise LeaderboardError(f"{backbone}: raw results of several seeds")
-    first = {task: raw[task] for task in common}
-    types: dict[str, list[str]] = {}
-    for task in sorted(common, key=lambda t: (TYPE_ORDER.index(first[t].task_type) if first[t].task_type in TYPE_ORDER
-                                              else len(TYPE_ORDER), first[t].task_type, t)):
-        types.setdefault(first[task].task_type, []).append(task)
-    tasks = [task for members in types.values() for task in members]
+    types, tasks = _task_columns(by_row, raw, backbone)
+    evaluator_seeds = {task: _common_evaluator_seeds(by_row, task) for task in tasks}
+    first = {task: raw[task][evaluator_seeds[task][0]] for task in tasks}
     board_tasks = [BoardTask(name=task, type=first[task].task_type, main_score=first[task].main_score,
-                             n_items=n_items(first[task].items), dataset_revision=first[task].dataset_revision)
+                             n_items=n_items(first[task].items), dataset_revision=first[task].dataset_revision,
+                             evaluator_seeds=evaluator_seeds[task],
+                             evaluator_sd=_evaluator_sd([raw[task][s].score for s in evaluator_seeds[task]]))
                    for task in tasks]
-
-    # resampled scores: row -> seed -> task -> (resamples,) 0-1 scale; the items are shared by every row of a task
-    resampled: dict[str, dict[int | None, dict[str, np.ndarray]]] = {cal: {s: {} for s in by_row[cal]}
-                                                                    for cal in calibrators}
-    for task in tasks:
-        reference = first[task].items
-        size = n_items(reference)
-        generator = np.random.default_rng(_task_seed(seed, task))
-        chunks = [generator.multinomial(size, np.full(size, 1.0 / size), size=min(_CHUNK, n_resamples - start))
-                  for start in range(0, n_resamples, _CHUNK)]
-        for cal in calibrators:
-            for run_seed, runs in by_row[cal].items():
-                items = runs[task].items
-                _same_items(task, reference, items)
-                resampled[cal][run_seed][task] = np.concatenate([resampled_scores(items, chunk) for chunk in chunks])
+    resampled = _resampled(by_row, calibrators, tasks, evaluator_seeds, first, n_resamples, seed)
     alpha = (1.0 - confidence) / 2.0
     raw_seed = next(iter(raw_runs))
     raw_boot = {task: resampled["raw"][raw_seed][task] for task in tasks}
+    raw_scores = {task: _score(raw[task], evaluator_seeds[task]) for task in tasks}
     rows = []
     for cal in calibrators:
         run_seeds = sorted(by_row[cal], key=lambda s: (s is None, s or 0))
-        per_seed = [{task: by_row[cal][s][task].score * 100.0 for task in tasks} for s in run_seeds]
+        per_seed = [{task: _score(by_row[cal][s][task], evaluator_seeds[task]) for task in tasks} for s in run_seeds]
         columns = _columns(per_seed, types)
         scores = {column: _spread([values[column] for values in columns]) for column in columns[0]}
         delta = None
         if cal != "raw":
-            raw_scores = {task: raw[task].score * 100.0 for task in tasks}
             # one draw of seeds per resample, shared by the row's tasks; its own generator, so that a row's interval
             # does not depend on which other rows the board has
             draws = np.random.default_rng(_task_seed(seed, f"seeds of {cal}")).integers(
@@ -263,17 +235,10 @@ def compare_task_types(results: Sequence[TaskResult], *, name: str, backbone: st
                 stacked = np.stack([resampled[cal][s][task] for s in run_seeds])  # (seeds, resamples)
                 mean_over_drawn = stacked[draws, np.arange(n_resamples)[:, None]].mean(axis=1)
                 boot_tasks[task] = (mean_over_drawn - raw_boot[task]) * 100.0
-            boot = _columns_boot(boot_tasks, types)
             points = _columns([{task: statistics.fmean(values[task] for values in per_seed) - raw_scores[task]
                                 for task in tasks}], types)[0]
-            delta = {}
-            for column, value in points.items():
-                # the resamples' deltas re-centred on the delta: V-measure and AP are biased on resamples with
-                # repeated items (plug-in entropies and precisions), the more so the worse the row clusters
-                centred = boot[column] - (boot[column].mean() - value)
-                low, high = (round_points(bound) for bound in np.quantile(centred, [alpha, 1.0 - alpha]))
-                delta[column] = TypeDelta(delta=round_points(value), ci95=(low, high), significant=low > 0 or high < 0)
-        model = by_row[cal][run_seeds[0]][tasks[0]].model
+            delta = _deltas(_columns_boot(boot_tasks, types), points, alpha)
+        model = by_row[cal][run_seeds[0]][tasks[0]][evaluator_seeds[tasks[0]][0]].model
         seeded = run_seeds[0] is not None
         rows.append(TypeRow(id=model + (f" (seeds {run_seeds[0]}-{run_seeds[-1]})" if len(run_seeds) > 1 else ""),
                             model=model, calibrator=cal, seeds=[int(s) for s in run_seeds] if seeded else None,
@@ -283,6 +248,104 @@ def compare_task_types(results: Sequence[TaskResult], *, name: str, backbone: st
                           tasks=board_tasks, types=types, rows=rows,
                           interval_method=IntervalMethod(method=METHOD, confidence=confidence,
                                                          n_resamples=n_resamples, seed=seed), run=run)
+
+
+#: calibrator -> fit seed -> task -> evaluator seed -> result
+_ByRow = dict[str, dict[Any, dict[str, dict[int, Any]]]]
+
+
+def _by_row(results: Sequence[TaskResult], backbone: str) -> _ByRow:
+    """The results by calibrator, fit seed, task and evaluator seed; a second result of one is an error."""
+    if not results:
+        raise LeaderboardError(f"{backbone}: no results of the labelled tasks to compare")
+    by_row: _ByRow = {}
+    for result in results:
+        per_task = by_row.setdefault(result.calibrator, {}).setdefault(result.seed, {}).setdefault(result.task, {})
+        if result.evaluator_seed in per_task:
+            raise LeaderboardError(f"{result.path}: a second result of {result.model} (seed {result.seed}) on "
+                                   f"{result.task}; keep one result folder per study")
+        per_task[result.evaluator_seed] = result
+    if "raw" not in by_row:
+        raise LeaderboardError(f"{backbone}: no raw results: every Δ is against raw; run the study with raw")
+    return by_row
+
+
+def _task_columns(by_row: _ByRow, raw: dict[str, dict[int, Any]], backbone: str
+                  ) -> tuple[dict[str, list[str]], list[str]]:
+    """(type -> its tasks, the tasks in column order): the tasks every row has, grouped by type."""
+    every = [runs for cal in by_row.values() for runs in cal.values()]
+    common = set.intersection(*(set(runs) for runs in every))
+    missing = sorted({task for runs in every for task in runs} - common)
+    if missing:
+        raise LeaderboardError(f"{backbone}: not every row has a result of {', '.join(missing)}; finish the study "
+                               "(flow-plugin task-types reuses the results it has) or leave those tasks out")
+    kind = {task: next(iter(raw[task].values())).task_type for task in common}
+    types: dict[str, list[str]] = {}
+    for task in sorted(common, key=lambda t: (TYPE_ORDER.index(kind[t]) if kind[t] in TYPE_ORDER else len(TYPE_ORDER),
+                                              kind[t], t)):
+        types.setdefault(kind[task], []).append(task)
+    return types, [task for members in types.values() for task in members]
+
+
+def _common_evaluator_seeds(by_row: _ByRow, task: str) -> list[int]:
+    """The evaluator seeds every row has for ``task`` (the others are left out, so the rows stay paired)."""
+    seeds = set.intersection(*(set(runs[task]) for cal in by_row.values() for runs in cal.values()))
+    if not seeds:
+        raise LeaderboardError(f"{task}: the rows share no evaluator seed; rerun the study with the same "
+                               "--evaluator-seeds for every row")
+    return sorted(seeds)
+
+
+def _score(by_seed: dict[int, Any], evaluator_seeds: list[int]) -> float:
+    """A row's score on a task, in points: the mean over the evaluator seeds."""
+    return statistics.fmean(by_seed[seed].score for seed in evaluator_seeds) * 100.0
+
+
+def _evaluator_sd(scores: list[float]) -> float | None:
+    """The standard deviation of raw's score over the evaluator seeds, in points (None for one seed)."""
+    return round_points(statistics.stdev(scores) * 100.0) if len(scores) > 1 else None
+
+
+def _resampled(by_row: _ByRow, calibrators: list[str], tasks: list[str], evaluator_seeds: dict[str, list[int]],
+               first: dict[str, Any], n_resamples: int, seed: int) -> dict[str, dict[Any, dict[str, Any]]]:
+    """row -> fit seed -> task -> (resamples,) scores, 0-1: each resample draws the test items (the same for every
+    row and evaluator seed of a task) and the evaluator seeds (with replacement, the same for every row, so the
+    rows stay paired), and averages the drawn seeds' resampled scores."""
+    import numpy as np
+
+    out: dict[str, dict[Any, dict[str, Any]]] = {cal: {s: {} for s in by_row[cal]} for cal in calibrators}
+    for task in tasks:
+        reference = first[task].items
+        size = n_items(reference)
+        generator = np.random.default_rng(_task_seed(seed, task))
+        chunks = [generator.multinomial(size, np.full(size, 1.0 / size), size=min(_CHUNK, n_resamples - start))
+                  for start in range(0, n_resamples, _CHUNK)]
+        seeds = evaluator_seeds[task]
+        drawn = np.random.default_rng(_task_seed(seed, f"evaluator seeds of {task}")).integers(
+            0, len(seeds), size=(n_resamples, len(seeds)))
+        for cal in calibrators:
+            for run_seed, runs in by_row[cal].items():
+                per_seed = []
+                for evaluator_seed in seeds:
+                    items = runs[task][evaluator_seed].items
+                    _same_items(task, reference, items)
+                    per_seed.append(np.concatenate([resampled_scores(items, chunk) for chunk in chunks]))
+                stacked = np.stack(per_seed)  # (evaluator seeds, resamples)
+                out[cal][run_seed][task] = stacked[drawn, np.arange(n_resamples)[:, None]].mean(axis=1)
+    return out
+
+
+def _deltas(boot: dict[str, Any], points: dict[str, float], alpha: float) -> dict[str, TypeDelta]:
+    """Each column's Δ with its interval: the resampled deltas re-centred on the delta (V-measure and AP are
+    biased on resamples with repeated items, the more so the worse the row clusters)."""
+    import numpy as np
+
+    delta = {}
+    for column, value in points.items():
+        centred = boot[column] - (boot[column].mean() - value)
+        low, high = (round_points(bound) for bound in np.quantile(centred, [alpha, 1.0 - alpha]))
+        delta[column] = TypeDelta(delta=round_points(value), ci95=(low, high), significant=low > 0 or high < 0)
+    return delta
 
 
 def _columns(per_seed: list[dict[str, float]], types: dict[str, list[str]]) -> list[dict[str, float]]:

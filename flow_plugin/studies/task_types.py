@@ -37,6 +37,7 @@ from typing import Any
 
 from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.errors import DataFolderError, OutputError, RegistryError, WeightsUnavailableError
+from flow_plugin.studies.study_steps import MTEB_SEED, StepJob, StudyStep, job_order, run_steps
 
 logger = logging.getLogger(__name__)
 
@@ -45,28 +46,9 @@ logger = logging.getLogger(__name__)
 #: backbone's pass over SST-2 at 20,000 + 2,000 scored sentences instead of 70,042
 STUDY_MAX_FIT_SENTENCES = 20_000
 STUDY_FILE = "task-types-study.json"
-
-
-@dataclass
-class StudyStep:
-    """One (run, task): its main score (0-1), seconds, and the fit that served it."""
-
-    model: str
-    label: str
-    seed: int | None
-    task: str
-    task_type: str
-    main_score: str
-    score: float | None
-    status: str  # "computed" | "reused" | "failed"
-    seconds: float
-    #: CPU seconds this process spent on the step (all its threads): on a shared machine, wall time also counts
-    #: the other processes' turns
-    cpu_seconds: float = 0.0
-    error: str | None = None
-    fit: dict[str, Any] | None = None
-    #: the MTEB result file (its per-item data: ``flow-plugin-items/<Task>.items.npz`` beside it)
-    result_path: str | None = None
+#: evaluator seeds of a study (MTEB's 42 and the next ones) for the task types whose evaluator draws at random:
+#: their spread enters each interval (docs/results.md)
+DEFAULT_EVALUATOR_SEEDS = 3
 
 
 @dataclass
@@ -84,6 +66,18 @@ class StudyReport:
     #: the earlier runs of the study in the same output folder (a resumed or extended study): their runs, wall and
     #: CPU seconds, and how many results each computed, oldest first
     earlier_runs: list[dict[str, Any]] = field(default_factory=list)
+    #: the embedding cache's warm-up before the workers start (a registry backbone): its wall and CPU seconds
+    warm_up: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def stages(self) -> dict[str, dict[str, float]]:
+        """Wall and CPU seconds of this run per stage, summed over its steps (each in the process that ran it) and
+        the warm-up: "encode" (the backbone), "fit" (the calibrators), "evaluate" (MTEB's evaluators)."""
+        totals: dict[str, dict[str, float]] = {}
+        for times in [self.warm_up, *(step.times for step in self.steps)]:
+            for stage, spent in times.items():
+                for key, value in spent.items():
+                    totals.setdefault(stage, {"wall": 0.0, "cpu": 0.0})[key] += value
+        return {stage: {key: round(value, 1) for key, value in spent.items()} for stage, spent in totals.items()}
 
     def summary(self) -> dict[str, Any]:
         """This run as one entry of a later run's :attr:`earlier_runs`."""
@@ -96,10 +90,11 @@ class StudyReport:
         return {key: round(sum(entry[key] for entry in entries), 1) for key in ("wall_seconds", "cpu_seconds")}
 
     def scores(self) -> dict[str, dict[str, float | None]]:
-        """task -> run label -> main score (0-1)."""
+        """task -> run label -> main score (0-1) at MTEB's own evaluator seed."""
         table: dict[str, dict[str, float | None]] = {}
         for step in self.steps:
-            table.setdefault(step.task, {})[step.label] = step.score
+            if step.evaluator_seed == MTEB_SEED:
+                table.setdefault(step.task, {})[step.label] = step.score
         return table
 
     def as_dict(self) -> dict[str, Any]:
@@ -107,7 +102,7 @@ class StudyReport:
                 "tasks": self.tasks, "runs": self.runs, "max_fit_sentences": self.max_fit_sentences,
                 "wall_seconds": round(self.wall_seconds, 1), "cpu_seconds": round(self.cpu_seconds, 1),
                 "machine": _machine_note(), "interrupted": self.interrupted,
-                "earlier_runs": self.earlier_runs, "total": self.totals(),
+                "earlier_runs": self.earlier_runs, "total": self.totals(), "stages": self.stages(),
                 "steps": [asdict(step) for step in self.steps]}
         if self.senteval is not None:
             data["senteval"] = self.senteval.as_dict()
@@ -162,22 +157,29 @@ def run_task_types(
     seeds: int = 1,
     tasks: Sequence[str] | None = None,
     max_fit_sentences: int = STUDY_MAX_FIT_SENTENCES,
+    evaluator_seeds: int = DEFAULT_EVALUATOR_SEEDS,
+    workers: int | None = None,
     options: Any = None,
     overwrite: bool = False,
     senteval: dict[str, Any] | None = None,
     progress: Callable[[str], None] = logger.info,
     show_progress_bar: bool = True,
 ) -> StudyReport:
-    """Run ``calibrators`` of ``backbone`` (a seeded one with ``seeds`` seeds) over the study's tasks
-    (:func:`study_tasks`), writing MTEB results, fit records and per-item data under ``output_folder``.
+    """Run ``calibrators`` of ``backbone`` (a registry backbone, an MTEB model name or a local folder; a seeded
+    calibrator with ``seeds`` seeds) over the study's tasks (:func:`study_tasks`), writing MTEB results, fit
+    records and per-item data under ``output_folder``.
 
-    Finished results are reused unless ``overwrite``. A failing step is reported and the others go on.
-    With ``senteval`` (keyword arguments of :func:`flow_plugin.studies.senteval_transfer.run_transfer`, at least
-    ``task_path``), SentEval's transfer tasks run too, written to ``senteval-transfer.json``.
+    The tasks whose evaluator draws at random (classification, clustering) are evaluated with ``evaluator_seeds``
+    seeds: MTEB's own (42) and the next ones, each further seed in ``<output>/evaluator-seeds/<seed>/``.
+
+    A registry backbone first encodes every task's text once, with every core, into the study's embedding cache
+    (its raw runs, and the fit sample every calibrator draws); then the other runs go to ``workers`` processes
+    (default: one per core, at most 4) that read the embeddings from the cache. Finished results are reused unless
+    ``overwrite``. A failing step is reported and the others go on. With ``senteval`` (keyword arguments of
+    :func:`flow_plugin.studies.senteval_transfer.run_transfer`, at least ``task_path``), SentEval's transfer tasks
+    run too, written to ``senteval-transfer.json``.
     """
-    from tqdm.auto import tqdm
-
-    from flow_plugin._io import atomic_write_json, make_output_folder
+    from flow_plugin._io import make_output_folder
     from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_base
     from flow_plugin.data.sampling import check_cap
     from flow_plugin.encoding.options import EncoderOptions
@@ -190,48 +192,142 @@ def run_task_types(
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
     check_cap(max_fit_sentences, 0)
+    if isinstance(evaluator_seeds, bool) or not isinstance(evaluator_seeds, int) or evaluator_seeds < 1:
+        raise RegistryError(f"evaluator_seeds must be a positive number of seeds, got {evaluator_seeds!r}; give "
+                            "--evaluator-seeds 1 or more")
     runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     task_objects = study_tasks(data, tasks)
     output = make_output_folder(output_folder)
-    options = options or EncoderOptions()
-    options = options.replace(cache_dir=bench_cache_dir(output, options.cache_dir))
+    options = (options or EncoderOptions()).replace(cache_dir=bench_cache_dir(output, (options or EncoderOptions()).cache_dir))
     report = StudyReport(spec.name, output, [task.metadata.name for task in task_objects], [run.label for run in runs],
                          max_fit_sentences, earlier_runs=_earlier_runs(output / STUDY_FILE, spec.name))
-    total = len(runs) * len(task_objects)
-    progress(f"task types: {spec.name}: {len(runs)} runs × {len(task_objects)} tasks = {total} results in "
-             f"{output / 'results'}; embedding cache {options.cache_dir}")
-    bar = tqdm(total=total, desc=f"task types ({spec.name})", unit="result", disable=not show_progress_bar)
+    plan = _Plan(spec, runs, task_objects, data, output, options, max_fit_sentences, overwrite,
+                 tuple(range(MTEB_SEED + 1, MTEB_SEED + evaluator_seeds)))
+    workers = default_workers() if workers is None else workers
+    progress(f"task types: {spec.name}: {len(runs)} runs × {len(task_objects)} tasks = {len(plan.jobs)} results "
+             f"({evaluator_seeds} evaluator seeds where MTEB's evaluator draws at random) in {output / 'results'}; "
+             f"{workers} worker(s); embedding cache {options.cache_dir}")
     try:
-        for task in task_objects:
-            for run in runs:
-                bar.set_postfix_str(f"{task.metadata.name} × {run.label.removeprefix('flow_plugin/')}")
-                step = _run_step(run, task, output, options, max_fit_sentences, overwrite,
-                                 fits=run.model != spec.model_name("raw"))
-                report.steps.append(step)
-                bar.update(1)
-                shown = f"{step.main_score} {step.score:.4f}" if step.score is not None else f"FAILED: {step.error}"
-                progress(f"task types [{len(report.steps)}/{total}] {run.label} × {task.metadata.name}: {shown} "
-                         f"({step.status}, {step.seconds:.1f} s)")
-                report.wall_seconds = time.perf_counter() - started
-                report.cpu_seconds = time.process_time() - cpu_started
-                atomic_write_json(output / STUDY_FILE, report.as_dict())
-                if step.status == "failed" and step.error and step.error.split(":")[0] in (
-                        OutputError.__name__, WeightsUnavailableError.__name__):
-                    raise RuntimeError(f"task types: stopped: {step.error}")
+        _run_plan(plan, report, workers, progress, show_progress_bar, (started, cpu_started))
     except KeyboardInterrupt:
         report.interrupted = True
-    finally:
-        bar.close()
     if senteval is not None and not report.interrupted:
         from flow_plugin.studies.senteval_transfer import run_transfer
 
         arguments = {"calibrators": calibrators, "seeds": seeds, "output": output / "senteval-transfer.json",
                      "progress": progress, **senteval}
         report.senteval = run_transfer(spec.name, arguments.pop("task_path"), **arguments)
+    _save(report, started, cpu_started)
+    return report
+
+
+def default_workers() -> int:
+    """Worker processes of a study: one per core, at most 4 (each holds MTEB, the task data and its embeddings)."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+@dataclass
+class _Plan:
+    """A study's jobs: the raw runs (and the cache warm-up) in this process first for a registry backbone, then
+    every other (run, task) in the workers, costliest first."""
+
+    spec: Any
+    runs: Sequence[Any]
+    tasks: Sequence[Any]
+    data: Any
+    output: Path
+    options: Any
+    max_fit_sentences: int
+    overwrite: bool
+    evaluator_seeds: tuple[int, ...]
+
+    def job(self, run: Any, task: Any) -> StepJob:
+        from dataclasses import asdict as fields_of
+
+        from flow_plugin.data.sampling import DEFAULT_MAX_FIT_SENTENCES
+
+        kwargs = dict(run.kwargs)
+        if run.model != self.spec.model_name("raw") and self.max_fit_sentences != DEFAULT_MAX_FIT_SENTENCES:
+            kwargs["max_fit_sentences"] = self.max_fit_sentences
+        return StepJob(run.model, run.label, run.seed, kwargs, task.metadata.name,
+                       None if self.data is None else str(self.data), str(self.output), fields_of(self.options),
+                       self.overwrite, self.evaluator_seeds)
+
+    @property
+    def jobs(self) -> list[StepJob]:
+        return [self.job(run, task) for task in self.tasks for run in self.runs]
+
+    @property
+    def first(self) -> list[StepJob]:
+        """The jobs this process runs before the workers start: a registry backbone's raw runs."""
+        from flow_plugin.catalog.registry import BackboneSpec
+
+        raw = self.spec.model_name("raw")
+        return [job for job in self.jobs if job.model == raw] if isinstance(self.spec, BackboneSpec) else []
+
+
+def _run_plan(plan: _Plan, report: StudyReport, workers: int, progress: Callable[[str], None], bar_shown: bool,
+              clocks: tuple[float, float]) -> None:
+    """The raw runs and the cache warm-up here, then every other job in the workers; each step lands in the
+    report and the study file as it finishes."""
+    from tqdm.auto import tqdm
+
+    first = plan.first
+    rest = [job for job in plan.jobs if job not in first]
+    bar = tqdm(total=len(plan.jobs), desc=f"task types ({plan.spec.name})", unit="result", disable=not bar_shown)
+
+    def landed(steps: list[StudyStep]) -> None:
+        report.steps.extend(steps)
+        bar.update(1)
+        step = steps[0]
+        bar.set_postfix_str(f"{step.task} × {step.label.removeprefix('flow_plugin/')}")
+        shown = (" ".join(f"{s.score:.4f}" for s in steps) if step.score is not None else f"FAILED: {step.error}")
+        progress(f"task types [{bar.n}/{len(plan.jobs)}] {step.label} × {step.task}: {step.main_score} {shown} "
+                 f"({step.status}, {step.seconds:.1f} s)")
+        _save(report, *clocks)
+        if step.status == "failed" and step.error and step.error.split(":")[0] in (
+                OutputError.__name__, WeightsUnavailableError.__name__):
+            raise RuntimeError(f"task types: stopped: {step.error}")
+
+    try:
+        run_steps(first, 1, landed)
+        if first:
+            _warm_fit_samples(plan, report)
+        run_steps(list(job_order(rest, _cost)), workers, landed)
+    finally:
+        bar.close()
+
+
+def _warm_fit_samples(plan: _Plan, report: StudyReport) -> None:
+    """Encode the fit sample of every task (the one every calibrator draws: same cap, same seed) into the study's
+    embedding cache, with every core, so the workers read their fits' embeddings instead of loading the model."""
+    from flow_plugin._machine import StageTimes
+    from flow_plugin.catalog.registry import RegistryModel
+    from flow_plugin.encoding.cache import clear_shared_encoders
+    from flow_plugin.integrations.mteb.base_models import registry_model
+
+    times = StageTimes()
+    with times.measure("encode"):
+        for task in plan.tasks:
+            model = registry_model(RegistryModel(plan.spec, "sn"), max_fit_sentences=plan.max_fit_sentences,
+                                   **{key: value for key, value in asdict(plan.options).items() if value is not None})
+            model.prepare(task)
+    report.warm_up = times.as_dict()
+    clear_shared_encoders()  # the workers read the cache; this process lets its copy go
+
+
+def _cost(job: StepJob) -> float:
+    """A rough cost of a job, to start the costliest first: the flows take longest, an ensemble five times."""
+    calibrator = job.model.rsplit("-", 1)[-1]
+    return {"ens": 10.0, "flow": 2.0, "es": 4.0, "glow": 3.0, "affine": 2.5, "lu": 2.5, "white": 2.0}.get(calibrator, 1.0)
+
+
+def _save(report: StudyReport, started: float, cpu_started: float) -> None:
+    from flow_plugin._io import atomic_write_json
+
     report.wall_seconds = time.perf_counter() - started
     report.cpu_seconds = time.process_time() - cpu_started
-    atomic_write_json(output / STUDY_FILE, report.as_dict())
-    return report
+    atomic_write_json(report.output_folder / STUDY_FILE, report.as_dict())
 
 
 def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str | os.PathLike[str], *,
@@ -303,41 +399,5 @@ def _machine_note() -> dict[str, Any]:
     return note
 
 
-def _run_step(run: Any, task: Any, output: Path, options: Any, max_fit_sentences: int, overwrite: bool, *,
-              fits: bool) -> StudyStep:
-    """One run on one task through :func:`flow_plugin.integrations.mteb.evaluate.evaluate_models` (``fits``: the
-    run fits a calibrator, so the fit cap is one of its arguments; raw fits nothing)."""
-    from flow_plugin.data.sampling import DEFAULT_MAX_FIT_SENTENCES
-    from flow_plugin.evaluation.blas_threads import evaluator_threads
-    from flow_plugin.integrations.mteb.evaluate import evaluate_models
-    from flow_plugin.integrations.mteb.fit_records import fits_path, read_fits
-
-    kwargs = dict(run.kwargs)
-    if fits and max_fit_sentences != DEFAULT_MAX_FIT_SENTENCES:
-        kwargs["max_fit_sentences"] = max_fit_sentences
-    metadata = task.metadata
-    begin, cpu_begin = time.perf_counter(), time.process_time()
-    try:
-        with evaluator_threads():  # MTEB's logistic regressions and k-means: the faster BLAS thread count here
-            (evaluation,) = evaluate_models([run.model], None, [task], output, options=options, model_kwargs=kwargs,
-                                            overwrite=overwrite, command="flow-plugin task-types")
-        (result,) = evaluation.runs
-    except Exception as error:  # noqa: BLE001 -- report it, go on with the other steps
-        logger.debug("task types: %s on %s failed", run.label, metadata.name, exc_info=True)
-        return StudyStep(run.model, run.label, run.seed, metadata.name, str(metadata.type), metadata.main_score, None,
-                         "failed", time.perf_counter() - begin, time.process_time() - cpu_begin,
-                         error=f"{type(error).__name__}: {error}")
-    fit = None
-    if result.path is not None and fits_path(result.path).is_file():
-        records = read_fits(fits_path(result.path)).get("fits", [])
-        if records:
-            record = records[-1]
-            fit = {key: record.get(key) for key in ("calibrator", "n_sentences", "n_unique_sentences", "encode_seconds",
-                                                    "fit_seconds", "adapted")}
-            fit["sampled"] = (record.get("sampling") or {}).get("sampled")
-    return StudyStep(run.model, run.label, run.seed, metadata.name, str(metadata.type), metadata.main_score,
-                     result.score, result.status, time.perf_counter() - begin, time.process_time() - cpu_begin, fit=fit,
-                     result_path=str(result.path) if result.path is not None else None)
-
-
-__all__ = ["STUDY_MAX_FIT_SENTENCES", "StudyReport", "StudyStep", "build_board", "run_task_types", "study_tasks"]
+__all__ = ["DEFAULT_EVALUATOR_SEEDS", "STUDY_MAX_FIT_SENTENCES", "StudyReport", "StudyStep", "build_board",
+           "default_workers", "run_task_types", "study_tasks"]

@@ -117,8 +117,9 @@ class CalibratedModel(AbsEncoder):
     def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
                **kwargs: Any) -> np.ndarray:
         if self.is_raw:
-            return self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
-                                    prompt_type=prompt_type, **kwargs)
+            with self.fits.times.measure("encode"):
+                return self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
+                                        prompt_type=prompt_type, **kwargs)
         self._caution(task_metadata)
         if task_metadata.name not in self.fits.tasks:  # not our loop: `mteb run`, a user's mteb.evaluate
             follow(self, task_metadata)

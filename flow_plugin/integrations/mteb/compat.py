@@ -28,9 +28,10 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
   cosines of the offline STS tasks.
 - :func:`task_result_path`: ``ResultCache.get_task_result_path`` (public) on a temporary cache,
   since constructing a ``ResultCache`` creates its folder and a dry run must create nothing.
-- :func:`fresh_evaluator_state`: a task's ``rng_state`` and ``np_rng``, the random generators ``AbsTask.__init__``
-  seeds and MTEB's evaluators draw from (clustering's bootstrap draws), which advance with every evaluation of
-  the same task object.
+- :func:`fresh_evaluator_state`, :func:`reseeded`: a task's ``seed``, ``rng_state`` and ``np_rng``, the seed and
+  the random generators ``AbsTask.__init__`` makes and MTEB's evaluators draw from (clustering's bootstrap draws),
+  which advance with every evaluation of the same task object; a copy of a loaded task with another seed.
+- :func:`text_loader`: ``mteb._create_dataloaders.create_dataloader``, the DataLoader MTEB feeds a model with.
 
 Importing this module checks the installed mteb and transformers first
 (:func:`flow_plugin.integrations.mteb.versions.require_supported`): outside the supported range it
@@ -300,6 +301,26 @@ def fresh_evaluator_state(task: AbsTask) -> None:
     import numpy as np  # (loaded with MTEB anyway)
 
     task.rng_state, task.np_rng = random.Random(task.seed), np.random.default_rng(task.seed)
+
+
+def evaluator_is_random(task: AbsTask) -> bool:
+    """Whether MTEB's evaluator of ``task`` draws at random from the task's seed: classification (the training
+    items of each experiment, the logistic regression's start) and clustering (the bootstrap draws, k-means'
+    start). Pair classification, STS, retrieval and reranking score every item the same way every time."""
+    from mteb.abstasks import AbsTaskClassification, AbsTaskClustering, AbsTaskClusteringLegacy
+
+    return isinstance(task, (AbsTaskClassification, AbsTaskClustering, AbsTaskClusteringLegacy))
+
+
+def reseeded(task: AbsTask, seed: int) -> AbsTask:
+    """A copy of ``task`` (sharing its loaded data) whose evaluator draws from ``seed``, as a task built with
+    ``seed=`` would (MTEB's ``AbsTask(seed=...)``: its ``seed`` attribute and the generators made from it)."""
+    import copy
+
+    twin = copy.copy(task)
+    twin.seed = seed
+    fresh_evaluator_state(twin)
+    return twin
 
 
 # ----------------------------------------------------------------------------- STS scoring

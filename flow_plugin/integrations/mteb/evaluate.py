@@ -42,6 +42,12 @@ def _loader_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Iterator[None
             os.environ[CACHE_DIR_ENV] = saved
 
 
+#: where the results of a further evaluator seed go, under the output folder: ``evaluator-seeds/<seed>/``
+EVALUATOR_SEEDS_FOLDER = "evaluator-seeds"
+#: the evaluator seed of a task's main result: MTEB's default (``AbsTask(seed=42)``)
+MTEB_SEED = 42
+
+
 @dataclass
 class TaskRun:
     """One (model, task) of an evaluation: computed now, or an earlier result reused."""
@@ -63,6 +69,11 @@ class ModelEvaluation:
     runs: list[TaskRun] = field(default_factory=list)
     #: how the backbone's precision was chosen (``PrecisionChoice.describe()``: "auto -> float32 (bf16 0.52x ...)")
     precision: str | None = None
+    #: the runs of each further evaluator seed (the tasks whose evaluator draws at random, each in
+    #: ``<output>/evaluator-seeds/<seed>/``)
+    seed_runs: dict[int, list[TaskRun]] = field(default_factory=dict)
+    #: wall and CPU seconds per stage: "encode" (the base model), "fit", "evaluate" (MTEB's evaluator, the rest)
+    times: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def check_model_names(models: list[str]) -> None:
@@ -105,6 +116,7 @@ def evaluate_models(
     model_kwargs: dict[str, Any] | None = None,
     overwrite: bool = False,
     command: str = "flow-plugin eval",
+    evaluator_seeds: Sequence[int] = (),
 ) -> list[ModelEvaluation]:
     """Run ``mteb.evaluate`` for every model over ``tasks``.
 
@@ -118,6 +130,10 @@ def evaluate_models(
     is ``options.cache_dir``, else the process's ``$FLOW_PLUGIN_CACHE_DIR``. ``model_kwargs`` (``fit_corpus``,
     ``calibrator_params``) go to ``mteb.get_model``; MTEB records loader arguments as experiment
     parameters (they name a separate result folder), so pass only settings that change the numbers.
+
+    ``evaluator_seeds``: further seeds of the evaluator (MTEB's ``AbsTask(seed=...)``; each task's own, MTEB's
+    42, is the main run): the tasks whose evaluator draws at random (classification, clustering) are evaluated
+    once more per seed, into ``<output_folder>/evaluator-seeds/<seed>/``, with the same fitted calibrator.
 
     This is the evaluation loop our commands own: each task gets a fresh evaluator state and is handed to
     the model (whose fit reads that task object's text), MTEB evaluates, and the fit records of every result
@@ -146,8 +162,37 @@ def evaluate_models(
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
     output = make_output_folder(output_folder)
     with output_errors(output, "output folder"):  # MTEB's writes, and ours: a full disk is named as such
-        return [_evaluate_model(name, load_model(name, options, loader_kwargs), task_objects, output, overwrite,
-                                batch_size, command) for name in models]
+        return [_evaluate_seeds(name, load_model(name, options, loader_kwargs), task_objects, output, overwrite,
+                                batch_size, command, evaluator_seeds) for name in models]
+
+
+def _evaluate_seeds(model_name: str, model: Any, tasks: Sequence[Any], output: Path, overwrite: bool, batch_size: int,
+                    command: str, evaluator_seeds: Sequence[int]) -> ModelEvaluation:
+    """One model over ``tasks`` with their own evaluator seed, then over the random ones' other seeds."""
+    from flow_plugin._machine import StageTimes
+    from flow_plugin.integrations.mteb.compat import evaluator_is_random, reseeded
+
+    times = StageTimes()
+    with times.measure("total"):
+        evaluation = _evaluate_model(model_name, model, tasks, output, overwrite, batch_size, command)
+        random_tasks = [task for task in tasks if evaluator_is_random(task)]
+        for seed in dict.fromkeys(seed for seed in evaluator_seeds if random_tasks):
+            twins = [reseeded(task, seed) for task in random_tasks if task.seed != seed]
+            if twins:
+                folder = output / EVALUATOR_SEEDS_FOLDER / str(seed)
+                evaluation.seed_runs[seed] = _evaluate_model(model_name, model, twins, folder, overwrite,
+                                                             batch_size, command).runs
+    evaluation.times = _stage_times(times, model.fits.times)
+    return evaluation
+
+
+def _stage_times(total: Any, stages: Any) -> dict[str, dict[str, float]]:
+    """The model's "encode" and "fit" seconds, and "evaluate": the rest of the evaluation (MTEB's evaluator)."""
+    found = stages.as_dict()
+    spent = total.as_dict()["total"]
+    found["evaluate"] = {key: round(max(0.0, spent[key] - sum(stage[key] for stage in found.values())), 3)
+                         for key in ("wall", "cpu")}
+    return found
 
 
 def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: Path, overwrite: bool,
@@ -218,4 +263,5 @@ def _precision(model: Any) -> str | None:
     return backbone.precision_choice.describe() if backbone is not None else None
 
 
-__all__ = ["ModelEvaluation", "TaskRun", "check_model_names", "evaluate_models", "load_model"]
+__all__ = ["EVALUATOR_SEEDS_FOLDER", "MTEB_SEED", "ModelEvaluation", "TaskRun", "check_model_names", "evaluate_models",
+           "load_model"]

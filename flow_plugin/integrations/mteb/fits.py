@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from flow_plugin._io import file_sha256
+from flow_plugin._machine import StageTimes
 from flow_plugin.calibration import Calibrator
 from flow_plugin.catalog.fitting import FitRecord, canonical_order, fit_embeddings
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET, FitCorpus
@@ -108,6 +109,8 @@ class TaskFits:
         self.records: list[FitRecord] = []
         self.tasks: dict[str, Any] = {}  # task name -> the task object our loop prepared
         self.memo = EmbeddingMemo()
+        #: seconds spent embedding with the base model ("encode") and fitting ("fit")
+        self.times = StageTimes()
 
     def remember(self, task: Any) -> None:
         self.tasks[task.metadata.name] = task
@@ -180,10 +183,12 @@ class TaskFits:
         if file:
             context["corpus_sha256"] = file_sha256(self.settings.fit_corpus.path, "fit corpus file")
         try:
-            calibrator, record = fit_embeddings(
-                self.template, np.concatenate(blocks), model=self.model_name, source=f"{source}, {sample.describe()}",
-                n_sentences=count, n_unique_sentences=distinct, duplicates=self.settings.fit_duplicates,
-                encode_seconds=time.perf_counter() - started, context=context, sampling=sample.as_dict())
+            with self.times.measure("fit"):
+                calibrator, record = fit_embeddings(
+                    self.template, np.concatenate(blocks), model=self.model_name,
+                    source=f"{source}, {sample.describe()}", n_sentences=count, n_unique_sentences=distinct,
+                    duplicates=self.settings.fit_duplicates, encode_seconds=time.perf_counter() - started,
+                    context=context, sampling=sample.as_dict())
         except InputError as error:
             raise type(error)(f"{self.model_name}: cannot fit {self.template.method} for {where} "
                               f"({sample.describe()}): {error}; fit on more text with "
@@ -200,8 +205,10 @@ class TaskFits:
         if found is not None:
             return found
         loader = compat.text_loader(texts, task_metadata)
-        embeddings = as_float32(self.base.encode(loader, task_metadata=task_metadata, hf_split=_split(task_metadata),
-                                                 hf_subset=hf_subset, prompt_type=compat.prompt_type(side)))
+        with self.times.measure("encode"):
+            embeddings = as_float32(self.base.encode(loader, task_metadata=task_metadata,
+                                                     hf_split=_split(task_metadata), hf_subset=hf_subset,
+                                                     prompt_type=compat.prompt_type(side)))
         self.memo.put(key, texts, embeddings)
         return embeddings
 
@@ -213,8 +220,9 @@ class TaskFits:
         found = None if _has_more_than_text(inputs) else self.memo.get(key, texts)
         if found is not None:
             return found
-        return as_float32(self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split,
-                                           hf_subset=hf_subset, prompt_type=compat.prompt_type(side), **kwargs))
+        with self.times.measure("encode"):
+            return as_float32(self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split,
+                                               hf_subset=hf_subset, prompt_type=compat.prompt_type(side), **kwargs))
 
 
 #: joins a side and a text while a corpus of several sides is sampled (a character no text holds)

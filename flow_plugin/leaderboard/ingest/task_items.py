@@ -20,6 +20,7 @@ from flow_plugin.calibration.names import CALIBRATOR_NAMES
 from flow_plugin.catalog.labelled_tasks import labelled_task_names
 from flow_plugin.catalog.registry import get_base
 from flow_plugin.errors import LeaderboardError
+from flow_plugin.integrations.mteb.evaluate import EVALUATOR_SEEDS_FOLDER, MTEB_SEED
 from flow_plugin.integrations.mteb.item_scores import ItemScores, items_of_result
 from flow_plugin.integrations.mteb.results import (
     load_task_result,
@@ -33,7 +34,7 @@ from flow_plugin.integrations.mteb.results import (
 
 @dataclass(frozen=True)
 class TaskResult:
-    """One (calibrator, seed, task) result of a study: its main score (0-1) and its per-item data."""
+    """One (calibrator, seed, task, evaluator seed) result of a study: its main score (0-1) and its per-item data."""
 
     model: str
     calibrator: str
@@ -45,6 +46,8 @@ class TaskResult:
     dataset_revision: str
     items: ItemScores
     path: Path
+    #: the evaluator's seed (MTEB's task seed; 42, MTEB's own, for a task whose evaluator draws nothing at random)
+    evaluator_seed: int = MTEB_SEED
 
 
 def _calibrator_of(model: str, base: Any) -> str | None:
@@ -55,11 +58,25 @@ def _calibrator_of(model: str, base: Any) -> str | None:
 def read_task_results(folder: str | os.PathLike[str], backbone: str, tasks: list[str] | None = None, *,
                       calibrators: list[str] | None = None) -> list[TaskResult]:
     """Every result of ``backbone``'s models (or those of ``calibrators``; raw is always read, every Δ is against it)
-    on the labelled tasks (or those of ``tasks``) in the MTEB output
-    folder ``folder``, with its per-item data. A result whose per-item data is missing or does not reproduce its
-    score is a :class:`~flow_plugin.errors.LeaderboardError` naming the file and the remedy."""
+    on the labelled tasks (or those of ``tasks``) in the MTEB output folder ``folder`` and in its further evaluator
+    seeds' folders (``evaluator-seeds/<seed>/``), with its per-item data. A result whose per-item data is missing
+    or does not reproduce its score is a :class:`~flow_plugin.errors.LeaderboardError` naming the file and the
+    remedy."""
     base = get_base(backbone)
     wanted = set(tasks or labelled_task_names())
+    found = _read_folder(Path(folder), base, wanted, calibrators, MTEB_SEED)
+    seeds_folder = Path(folder) / EVALUATOR_SEEDS_FOLDER
+    for seed_folder in sorted(seeds_folder.iterdir()) if seeds_folder.is_dir() else []:
+        if seed_folder.name.isdigit():
+            found += _read_folder(seed_folder, base, wanted, calibrators, int(seed_folder.name))
+    return found
+
+
+def _read_folder(folder: Path, base: Any, wanted: set[str], calibrators: list[str] | None,
+                 evaluator_seed: int) -> list[TaskResult]:
+    """The results of one output folder (one evaluator seed)."""
+    if not (folder / "results").is_dir():
+        return []
     cache = open_result_cache(folder)
     found: list[TaskResult] = []
     for path in task_result_paths(cache):
@@ -83,7 +100,8 @@ def read_task_results(folder: str | os.PathLike[str], backbone: str, tasks: list
         params = identity.experiment_kwargs.get("calibrator_params") or {}
         seed = params.get("seed", default_seed(calibrator))
         found.append(TaskResult(identity.model, calibrator, seed, path.stem, items.task_type,
-                                str(items.meta["main_score"]), score, result.dataset_revision, items, path))
+                                str(items.meta["main_score"]), score, result.dataset_revision, items, path,
+                                evaluator_seed))
     return found
 
 

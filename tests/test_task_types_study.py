@@ -91,7 +91,7 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     assert board.rows[1].scores[TASKS[0]].mean == pytest.approx(100 * sum(whiten) / 3, abs=1e-4)
     assert board.rows[1].scores[TASKS[1]].mean == pytest.approx(100 * by_label["flow_plugin/tiny-whiten", TASKS[1]],
                                                                 abs=1e-4)
-    assert [task.evaluator_seeds for task in board.tasks] == [[42, 43, 44], [42]]
+    assert [task.evaluator_seeds for task in board.tasks] == [[42, 43, 44], None]  # None: MTEB's 42 alone
     assert board_problems(board) == []
     only, _ = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "flow-only.json", calibrators=["flow"])
     assert [row.calibrator for row in only.rows] == ["raw", "flow"]  # raw always: every Δ is against it

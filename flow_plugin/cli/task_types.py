@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     if args.board is not None and not failed:
         _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks,
-                               calibrators=args.calibrators or STUDY_CALIBRATORS, study={"wall_seconds": report.wall_seconds, "cpu_seconds": report.cpu_seconds})
+                               calibrators=args.calibrators or STUDY_CALIBRATORS, study=report.totals())
         print(f"task-types board written: {', '.join(str(path) for path in paths)}")
     return 1 if failed else 0
 

@@ -210,7 +210,7 @@ def compare_task_types(results: Sequence[TaskResult], *, name: str, backbone: st
     first = {task: raw[task][evaluator_seeds[task][0]] for task in tasks}
     board_tasks = [BoardTask(name=task, type=first[task].task_type, main_score=first[task].main_score,
                              n_items=n_items(first[task].items), dataset_revision=first[task].dataset_revision,
-                             evaluator_seeds=evaluator_seeds[task],
+                             evaluator_seeds=evaluator_seeds[task] if len(evaluator_seeds[task]) > 1 else None,
                              evaluator_sd=_evaluator_sd([raw[task][s].score for s in evaluator_seeds[task]]))
                    for task in tasks]
     resampled = _resampled(by_row, calibrators, tasks, evaluator_seeds, first, n_resamples, seed)

@@ -259,16 +259,16 @@ TASK_TYPES_FORMAT_VERSION = 1
 class BoardTask(_Part):
     """One labelled task of a task-types board."""
 
-    _ABSENT_WHEN_NONE = ("evaluator_sd",)
+    _ABSENT_WHEN_NONE = ("evaluator_seeds", "evaluator_sd")
 
     name: str = Field(description='MTEB task name, e.g. "FlowPluginMRClassification"')
     type: str = Field(description='MTEB task type: "Classification", "PairClassification", "Clustering", ...')
     main_score: str = Field(description='MTEB\'s main score of the task, e.g. "accuracy", "max_ap", "v_measure"')
     n_items: int = Field(description="test items the bootstrap resamples (items, pairs, texts or queries)")
     dataset_revision: str
-    evaluator_seeds: list[int] = Field(default=[42], description="the seeds of MTEB's evaluator every row was "
-                                       "scored with (its own, 42, alone where the evaluator draws nothing at random); "
-                                       "a score is the mean over them")
+    evaluator_seeds: list[int] | None = Field(default=None, description="the seeds of MTEB's evaluator every row "
+                                              "was scored with, a score being the mean over them (null: MTEB's own, "
+                                              "42, alone: the evaluator draws nothing at random)")
     evaluator_sd: float | None = Field(default=None, description="raw's standard deviation over the evaluator seeds, "
                                        "in points (null for one seed)")
 

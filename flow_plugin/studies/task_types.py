@@ -68,6 +68,8 @@ class StudyReport:
     earlier_runs: list[dict[str, Any]] = field(default_factory=list)
     #: the embedding cache's warm-up before the workers start (a registry backbone): its wall and CPU seconds
     warm_up: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: CPU seconds of the steps the worker processes ran (this process's own are its process time)
+    worker_cpu_seconds: float = 0.0
 
     def stages(self) -> dict[str, dict[str, float]]:
         """Wall and CPU seconds of this run per stage, summed over its steps (each in the process that ran it) and
@@ -82,12 +84,22 @@ class StudyReport:
     def summary(self) -> dict[str, Any]:
         """This run as one entry of a later run's :attr:`earlier_runs`."""
         return _run_entry(self.runs, self.wall_seconds, self.cpu_seconds, [step.status for step in self.steps],
-                          self.interrupted)
+                          self.interrupted, self.stages())
 
-    def totals(self) -> dict[str, float]:
-        """Wall and CPU seconds of every run of the study in this folder, this one included."""
+    def totals(self) -> dict[str, Any]:
+        """Wall and CPU seconds of every run of the study in this folder, this one included, and per stage."""
         entries = [*self.earlier_runs, self.summary()]
-        return {key: round(sum(entry[key] for entry in entries), 1) for key in ("wall_seconds", "cpu_seconds")}
+        totals: dict[str, Any] = {key: round(sum(entry[key] for entry in entries), 1)
+                                  for key in ("wall_seconds", "cpu_seconds")}
+        stages: dict[str, dict[str, float]] = {}
+        for entry in entries:
+            for stage, spent in (entry.get("stages") or {}).items():
+                for key, value in spent.items():
+                    spent_so_far = stages.setdefault(stage, {"wall": 0.0, "cpu": 0.0})
+                    spent_so_far[key] = round(spent_so_far[key] + value, 1)
+        if stages:
+            totals["stages"] = stages
+        return totals
 
     def scores(self) -> dict[str, dict[str, float | None]]:
         """task -> run label -> main score (0-1) at MTEB's own evaluator seed."""
@@ -276,8 +288,9 @@ def _run_plan(plan: _Plan, report: StudyReport, workers: int, progress: Callable
     rest = [job for job in plan.jobs if job not in first]
     bar = tqdm(total=len(plan.jobs), desc=f"task types ({plan.spec.name})", unit="result", disable=not bar_shown)
 
-    def landed(steps: list[StudyStep]) -> None:
+    def landed(steps: list[StudyStep], in_workers: bool = False) -> None:
         report.steps.extend(steps)
+        report.worker_cpu_seconds += sum(step.cpu_seconds for step in steps) if in_workers else 0.0
         bar.update(1)
         step = steps[0]
         bar.set_postfix_str(f"{step.task} × {step.label.removeprefix('flow_plugin/')}")
@@ -293,7 +306,7 @@ def _run_plan(plan: _Plan, report: StudyReport, workers: int, progress: Callable
         run_steps(first, 1, landed)
         if first:
             _warm_fit_samples(plan, report)
-        run_steps(list(job_order(rest, _cost)), workers, landed)
+        run_steps(list(job_order(rest, _cost)), workers, lambda steps: landed(steps, workers > 1))
     finally:
         bar.close()
 
@@ -326,7 +339,7 @@ def _save(report: StudyReport, started: float, cpu_started: float) -> None:
     from flow_plugin._io import atomic_write_json
 
     report.wall_seconds = time.perf_counter() - started
-    report.cpu_seconds = time.process_time() - cpu_started
+    report.cpu_seconds = time.process_time() - cpu_started + report.worker_cpu_seconds
     atomic_write_json(report.output_folder / STUDY_FILE, report.as_dict())
 
 
@@ -349,11 +362,15 @@ def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str
 
 
 def _run_entry(runs: Sequence[str], wall_seconds: float, cpu_seconds: float, statuses: Sequence[str | None],
-               interrupted: bool | None) -> dict[str, Any]:
-    """One run of a study as the study file keeps it in ``earlier_runs``: its runs, wall and CPU seconds, how many
-    results it computed (of its steps' ``statuses``) and whether it was interrupted."""
-    return {"runs": list(runs), "wall_seconds": round(float(wall_seconds), 1), "cpu_seconds": round(float(cpu_seconds), 1),
-            "computed": sum(status == "computed" for status in statuses), "interrupted": bool(interrupted)}
+               interrupted: bool | None, stages: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One run of a study as the study file keeps it in ``earlier_runs``: its runs, wall and CPU seconds (and per
+    stage), how many results it computed (of its steps' ``statuses``) and whether it was interrupted."""
+    entry = {"runs": list(runs), "wall_seconds": round(float(wall_seconds), 1),
+             "cpu_seconds": round(float(cpu_seconds), 1), "computed": sum(status == "computed" for status in statuses),
+             "interrupted": bool(interrupted)}
+    if stages:
+        entry["stages"] = stages
+    return entry
 
 
 def _read_study_file(path: Path) -> dict[str, Any] | None:
@@ -383,7 +400,8 @@ def _earlier_runs(path: Path, backbone: str) -> list[dict[str, Any]]:
                               "folder of its own")
     try:
         last = _run_entry(recorded["runs"], recorded["wall_seconds"], recorded["cpu_seconds"],
-                          [step.get("status") for step in recorded["steps"]], recorded.get("interrupted"))
+                          [step.get("status") for step in recorded["steps"]], recorded.get("interrupted"),
+                          recorded.get("stages"))
         return [*recorded.get("earlier_runs", []), last]
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise DataFolderError(f"unreadable study file {path} ({type(error).__name__}: {error}); delete it and "

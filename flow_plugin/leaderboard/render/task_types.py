@@ -30,6 +30,30 @@ INTERVAL_NOTE = ("Each Δ is against raw, in points, with its 95% interval [low,
                  "marks an interval that excludes 0: only those count as differences.")
 
 
+EVALUATOR_NOTE = ("Where MTEB's evaluator draws at random (classification: the training items of each experiment; "
+                  "clustering: the bootstrap draws and k-means' start), every row is scored at the same evaluator "
+                  "seeds (Tasks, below), a score is the mean over them, and the bootstrap resamples the seeds too "
+                  "(the same draw for every row): the intervals cover the evaluator's randomness.")
+
+
+def interval_notes(board: TaskTypesBoard) -> str:
+    """What the intervals cover, as the board's own results say (the evaluator's seeds where it has several)."""
+    several = any(task.evaluator_seeds for task in board.tasks)
+    return f"{INTERVAL_NOTE} {EVALUATOR_NOTE}" if several else INTERVAL_NOTE
+
+
+def task_rows(board: TaskTypesBoard) -> tuple[list[str], list[list[str]]]:
+    """The Tasks table's head and rows; with the evaluator's seeds and raw's spread over them where it has several."""
+    several = any(task.evaluator_seeds for task in board.tasks)
+    head = ["Task", "Type", "Main score", "Test items"]
+    rows = [[task.name, type_label(task.type), task.main_score, f"{task.n_items:,}"] for task in board.tasks]
+    if several:
+        head += ["Evaluator seeds", "raw's sd over them"]
+        for row, task in zip(rows, board.tasks):
+            row += [", ".join(map(str, task.evaluator_seeds or [42])), fmt(task.evaluator_sd)]
+    return head, rows
+
+
 def type_label(kind: str) -> str:
     """A task type as the board names it.
 
@@ -101,6 +125,9 @@ def run_text(board: TaskTypesBoard) -> str:
     text = "; ".join(parts) or "not recorded"
     times = [f"{run[name]:,.0f} s {label}" for name, label in (("wall_seconds", "wall"), ("cpu_seconds", "CPU"))
              if isinstance(run.get(name), (int, float))]
+    stages = run.get("stages") or {}
+    if stages:
+        times.append("of which " + ", ".join(f"{stage} {spent['cpu']:,.0f} s CPU" for stage, spent in stages.items()))
     return f"Computed on: {text}" + (f" ({', '.join(times)} for the study)" if times else "") + "."
 
 
@@ -146,7 +173,8 @@ def render_task_types_markdown(board: TaskTypesBoard) -> str:
     lines = [f"# Task types: {board.backbone}", "",
              f"Does calibration help beyond STS? Every calibrator of {board.backbone}, fitted on each task's own "
              "unlabeled text (both sides, every split; no labels), scored by MTEB's own evaluators on offline "
-             "labelled tasks of every type. Scores are MTEB's main scores × 100.", "", INTERVAL_NOTE, "", SEEDS_NOTE,
+             "labelled tasks of every type. Scores are MTEB's main scores × 100.", "", interval_notes(board), "",
+             SEEDS_NOTE,
              "", run_text(board), "", "## Δ against raw per task type", "", *summary_table(board), ""]
     for kind, tasks in board.types.items():
         columns = [*tasks, kind]
@@ -158,8 +186,9 @@ def render_task_types_markdown(board: TaskTypesBoard) -> str:
         lines += [f"| {row_label(row)} | " + " | ".join(delta_text(row.delta.get(c)) for c in columns) + " |"
                   for row in board.rows if row.delta is not None]
         lines.append("")
-    lines += ["## Tasks", "", "| Task | Type | Main score | Test items |", "|---|---|---|---|"]
-    lines += [f"| {task.name} | {type_label(task.type)} | {task.main_score} | {task.n_items:,} |" for task in board.tasks]
+    head, rows = task_rows(board)
+    lines += ["## Tasks", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     method = board.interval_method
     lines += ["", f"Intervals: {method.method}; {method.n_resamples:,} resamples, {method.confidence:.0%}, seed "
               f"{method.seed}. Updated {board.updated} by {board.generated_by}.", ""]
@@ -196,7 +225,7 @@ def render_task_types_html(board: TaskTypesBoard, stem: str | None = None) -> st
         f'<a href="{_e(stem)}.md">Markdown</a></p>\n<h1>Task types: {_e(board.backbone)}</h1>\n</header>\n<main>\n',
         f"<p>Does calibration help beyond STS? Every calibrator of {_e(board.backbone)}, fitted on each task's own "
         "unlabeled text (no labels), scored by MTEB's own evaluators. Scores are MTEB's main scores × 100.</p>\n",
-        f"<p>{_e(INTERVAL_NOTE)} {_e(SEEDS_NOTE)}</p>\n<p>{_e(run_text(board))}</p>\n",
+        f"<p>{_e(interval_notes(board))} {_e(SEEDS_NOTE)}</p>\n<p>{_e(run_text(board))}</p>\n",
         "<h2>Δ against raw per task type</h2>\n",
         _table("Δ against raw (points) with 95% intervals; the first row is raw's score",
                ["Calibrator", *(type_label(c) if c != AVERAGE else "Average" for c in columns)], summary),
@@ -209,8 +238,7 @@ def render_task_types_html(board: TaskTypesBoard, stem: str | None = None) -> st
                   _table("Δ against raw", head, [[row_label(row), *(delta_text(row.delta.get(c)) for c in cols)]
                                                  for row in board.rows if row.delta is not None])]
     parts += ["<h2>Tasks</h2>\n",
-              _table("The labelled tasks", ["Task", "Type", "Main score", "Test items"],
-                     [[task.name, type_label(task.type), task.main_score, f"{task.n_items:,}"] for task in board.tasks]),
+              _table("The labelled tasks", *task_rows(board)),
               f'<p class="legend">* significant Δ (its 95% interval excludes 0); ± sample standard deviation over seeds. '
               f"Intervals: {_e(board.interval_method.method)}; {board.interval_method.n_resamples:,} resamples.</p>\n",
               "</main>\n</body>\n</html>\n"]

@@ -110,3 +110,32 @@ def test_study_refuses_unknown_names_before_running(tmp_path: Path) -> None:
         run_task_types("minilm-l6", tmp_path, calibrators=["flowz"])
     with pytest.raises(RegistryError, match="unknown task"):
         run_task_types("minilm-l6", tmp_path, tasks=["NoSuchTask"])
+
+
+@pytest.mark.slow
+def test_each_evaluator_seeds_value_lies_inside_the_boards_interval(tiny_minilm_backbone: str, subset_root: Path,
+                                                                   tmp_path: Path) -> None:
+    """The interval covers the evaluator's randomness: on a small clustering task (k-means on bootstrap draws),
+    the Δ a single evaluator seed gives (MTEB's 42, which every route gives, and a seed the board never saw) lies
+    inside the board's interval, which was built from three seeds."""
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
+    from flow_plugin.integrations.mteb.labelled_tasks import task_class
+    from flow_plugin.studies.task_types import build_board, run_task_types
+
+    task = "FlowPluginTRECClustering"
+    output = tmp_path / "study"
+    run_task_types(tiny_minilm_backbone, subset_root, output_folder=output, calibrators=["raw", "whiten"],
+                   tasks=[task], evaluator_seeds=3, workers=1, show_progress_bar=False)
+    board, _ = build_board(output, tiny_minilm_backbone, tmp_path / "board.json")
+    (row,) = [row for row in board.rows if row.calibrator == "whiten"]
+    low, high = row.delta[task].ci95
+    unseen = 57
+    scores = {}
+    for model in ("flow_plugin/tiny", "flow_plugin/tiny-whiten"):
+        (evaluation,) = evaluate_models([model], None, [task_class(task)(data_dir=subset_root)], tmp_path / "other",
+                                        evaluator_seeds=[unseen])
+        scores[model] = {42: evaluation.runs[0].score, unseen: evaluation.seed_runs[unseen][0].score}
+    for seed in (42, unseen):
+        delta = 100 * (scores["flow_plugin/tiny-whiten"][seed] - scores["flow_plugin/tiny"][seed])
+        assert low <= delta <= high, (seed, delta, (low, high))
+    assert board.tasks[0].evaluator_seeds == [42, 43, 44] and board.tasks[0].evaluator_sd > 0

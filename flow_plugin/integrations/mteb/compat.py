@@ -32,6 +32,8 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
   the random generators ``AbsTask.__init__`` makes and MTEB's evaluators draw from (clustering's bootstrap draws),
   which advance with every evaluation of the same task object; a copy of a loaded task with another seed.
 - :func:`text_loader`: ``mteb._create_dataloaders.create_dataloader``, the DataLoader MTEB feeds a model with.
+- :class:`FastLabelClassification`: overrides ``AbsTaskClassification._undersample_data`` and ``_calculate_scores``
+  (underscored) to read the label column as a list once instead of item by item.
 
 Importing this module checks the installed mteb and transformers first
 (:func:`flow_plugin.integrations.mteb.versions.require_supported`): outside the supported range it
@@ -350,3 +352,36 @@ class PairScoredSTS(AbsTaskSTS):
         metrics.update(self.pair_scores(normalized_scores, scores["cosine_scores"], hf_split=hf_split,
                                         hf_subset=hf_subset))
         return metrics
+
+
+# ----------------------------------------------------------------------------- classification's label columns
+class _ListColumns:
+    """A ``datasets.Dataset`` whose columns read as Python lists in one go (``dataset[column][:]``): MTEB reads a
+    ``datasets`` column item by item, each item a row lookup (on TREC's 5,452 training items, 0.7 s per experiment)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.dataset[key][:] if isinstance(key, str) else self.dataset[key]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def select(self, *args: Any, **kwargs: Any) -> Any:
+        return self.dataset.select(*args, **kwargs)
+
+
+class FastLabelClassification:
+    """Overrides ``AbsTaskClassification._undersample_data`` and ``_calculate_scores`` (MTEB's methods, underscored)
+    so that they read the label column as a list once: the same draws and the same scores, without MTEB's
+    item-by-item reads of a ``datasets`` column (a classification evaluation of TREC took about 10 s longer). Put it
+    before ``AbsTaskClassification`` in a task class's bases."""
+
+    def _undersample_data(self, dataset: Any, experiment_num: int, idxs: Any = None) -> Any:
+        return super()._undersample_data(_ListColumns(dataset), experiment_num, idxs)  # type: ignore[misc]
+
+    def _calculate_scores(self, y_test: Any, y_pred: Any) -> Any:
+        import numpy as np
+
+        return super()._calculate_scores(np.asarray(y_test[:]), y_pred)  # type: ignore[misc]

@@ -74,6 +74,7 @@ from flow_plugin.data.labelled import (
     stratified_split,
 )
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, RegistryError
+from flow_plugin.integrations.mteb.compat import FastLabelClassification
 
 logger = logging.getLogger(__name__)
 
@@ -271,7 +272,7 @@ def _codes(values: list[Any]) -> tuple[list[int], list[str]]:
     return [index[str(value)] for value in values], names
 
 
-class LabelledClassificationTask(LabelledTask, AbsTaskClassification):
+class LabelledClassificationTask(LabelledTask, FastLabelClassification, AbsTaskClassification):
     """Classification: MTEB's protocol (a logistic regression on ``samples_per_label`` train items per label,
     ``n_experiments`` times, scored on the eval split)."""
 

@@ -118,11 +118,11 @@ def run_until(process: subprocess.Popen, output: Path, job: str, timeout: float 
 def result_path(output: Path, model: str, task: str, models: dict[str, str] = MODELS, precision: str = "bf16") -> Path:
     """The result file of ``model`` on ``task``: in the one revision folder of its weights commit, under the
     experiment of its precision (a precision given explicitly is a run setting, as in MTEB)."""
-    import mteb
-
+    from flow_plugin.catalog.registry import parse_model_name
+    from flow_plugin.integrations.mteb.meta import model_meta
     from flow_plugin.integrations.mteb.results import result_path as mteb_result_path
 
-    meta = mteb.get_model_meta(model)
+    meta = model_meta(parse_model_name(model), None)
     assert meta.revision.startswith(models[model] + "-"), (meta.revision, models[model])
     meta = meta.model_copy(update={"experiment_kwargs": {**(meta.experiment_kwargs or {}), "precision": precision}})
     return mteb_result_path(output, meta, task)

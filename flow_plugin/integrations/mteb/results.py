@@ -84,12 +84,11 @@ def result_files(output_folder: Path, model: str, task: str) -> dict[Path, tuple
     """Every ``<task>.json`` of a model (any revision; a model name, or the spelling of a calibrated one, whose
     results sit in its base's folder under ``experiments/``) -> (mtime_ns, size). A base model's name finds
     every experiment in its folder."""
-    from flow_plugin.catalog.registry import default_registry, spelled_model
+    from flow_plugin.catalog.registry import MODEL_PREFIX, spelled_model
 
     base, calibrator = spelled_model(model)
-    folder_name = f"flow_plugin/{base}" if base in default_registry() else base
-    if calibrator == "raw":
-        folder_name = model
+    registry_like = model.startswith(MODEL_PREFIX) and "/" not in base and not base.startswith(("/", ".", "~"))
+    folder_name = model if calibrator == "raw" else (MODEL_PREFIX + base if registry_like else base)
     folder = model_folder(output_folder, folder_name)
     if not folder.is_dir():
         return {}

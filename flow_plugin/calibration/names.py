@@ -67,8 +67,8 @@ FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "flow-ens": ("flow", {"ensemble": 5}),
 }
 
-#: what a study of every task type compares by default: the six methods and the flow ensemble
-STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens")
+#: what a study of every task type compares by default: the six methods, the flow ensemble and the gentle family
+STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens", *GENTLE_CALIBRATORS)
 
 #: every name: the six methods, the gentle family, the flow variants
 CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *GENTLE_CALIBRATORS, *FLOW_VARIANTS)

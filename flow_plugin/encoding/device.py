@@ -144,3 +144,15 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     """Turn ``precision`` into a concrete ``float32``/``bf16``/``fp16`` for ``device``
     (:func:`choose_precision`'s precision, for BERT-base's shapes on a CPU)."""
     return choose_precision(precision, device).precision
+
+
+def limit_process_threads(threads: int) -> None:
+    """This process's torch and BLAS (NumPy, SciPy, scikit-learn) use ``threads`` threads from now on: what each
+    worker of a pool that fills the cores together runs with."""
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(threads)
+    _LIMITS.append(threadpool_limits(limits=threads))  # kept for the life of the process
+
+
+_LIMITS: list[Any] = []

@@ -13,12 +13,14 @@ from its seed.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.errors import DataFolderError, RegistryError
 from flow_plugin.integrations.mteb.evaluate import MTEB_SEED
 
 logger = logging.getLogger(__name__)
@@ -72,12 +74,49 @@ _TASKS: dict[tuple[str, str | None], Any] = {}  # (task, data root) -> the task 
 
 def _task(name: str, data: str | None) -> Any:
     """The study task ``name`` (loaded once per process)."""
-    from flow_plugin.studies.task_types import study_tasks
-
     key = (name, data)
     if key not in _TASKS:
         (_TASKS[key],) = study_tasks(data, [name])
     return _TASKS[key]
+
+
+def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str] | None = None) -> list[Any]:
+    """The study's MTEB task objects (every labelled task, or those of ``names``): a built-in task reads the data root
+    ``data`` (default: :func:`flow_plugin.catalog.labelled_tasks.data_root`), a user's task its own folder. The data
+    root (needed by the built-in tasks) and every file the tasks read are checked here, before anything runs, and a
+    user's task is loaded (what cannot be scored is refused)."""
+    import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
+
+    from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
+    from flow_plugin.integrations.mteb.labelled_tasks import task_class
+
+    entries = labelled_tasks()
+    chosen = list(dict.fromkeys(names)) if names else list(entries)
+    unknown = [name for name in chosen if name not in entries]
+    if unknown:
+        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; the study's tasks: {', '.join(entries)}"
+                            f"{unknown_task_hint()}")
+    needed = data is not None or any(entries[name].built_in for name in chosen)
+    root = _study_data_root(data) if needed else None
+    tasks = [task_class(name)(data_dir=root) for name in chosen]
+    for task in tasks:
+        task.check_files()
+        if not task.entry.built_in:  # a user's task that cannot be scored is refused now, before anything is written
+            task.load_data()
+    return tasks
+
+
+def _study_data_root(data: str | os.PathLike[str] | None) -> Path:
+    """The study's data root: ``data``, else the configured one; a missing one is a one-line error."""
+    from flow_plugin.catalog.labelled_tasks import data_root as configured
+
+    root = configured(data)
+    remedy = "give the shared data folder (holding senteval/, glue/ and mteb/) with --data, or set FLOW_PLUGIN_SHARED_DATA"
+    if root is None:
+        raise DataFolderError(f"the study's built-in tasks read the shared data folder: {remedy}")
+    if not root.is_dir():
+        raise DataFolderError(f"data root {root} is not a folder: {remedy}")
+    return root
 
 
 def run_step(job: StepJob) -> list[StudyStep]:
@@ -127,11 +166,9 @@ def _fit_summary(result_path: Path | None) -> dict[str, Any] | None:
 
 def _init_worker(threads: int) -> None:
     """A worker of the pool: ``threads`` torch and BLAS threads (the workers together fill the cores)."""
-    import torch
-    from threadpoolctl import threadpool_limits
+    from flow_plugin.encoding.device import limit_process_threads
 
-    torch.set_num_threads(threads)
-    _init_worker.limits = threadpool_limits(limits=threads)  # type: ignore[attr-defined]  # held for the process
+    limit_process_threads(threads)
 
 
 def run_steps(jobs: Sequence[StepJob], workers: int, on_step: Callable[[list[StudyStep]], None]) -> None:
@@ -163,4 +200,4 @@ def job_order(jobs: list[StepJob], cost: Callable[[StepJob], float]) -> Iterator
     yield from sorted(jobs, key=lambda job: -cost(job))
 
 
-__all__ = ["MTEB_SEED", "StepJob", "StudyStep", "job_order", "run_step", "run_steps"]
+__all__ = ["MTEB_SEED", "StepJob", "StudyStep", "job_order", "run_step", "run_steps", "study_tasks"]

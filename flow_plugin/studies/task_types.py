@@ -37,7 +37,7 @@ from typing import Any
 
 from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.errors import DataFolderError, OutputError, RegistryError, WeightsUnavailableError
-from flow_plugin.studies.study_steps import MTEB_SEED, StepJob, StudyStep, job_order, run_steps
+from flow_plugin.studies.study_steps import MTEB_SEED, StepJob, StudyStep, job_order, run_steps, study_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -119,45 +119,6 @@ class StudyReport:
         if self.senteval is not None:
             data["senteval"] = self.senteval.as_dict()
         return data
-
-
-def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str] | None = None) -> list[Any]:
-    """The study's MTEB task objects (every labelled task, or those of ``names``): a built-in task reads the data root
-    ``data`` (default: :func:`flow_plugin.catalog.labelled_tasks.data_root`), a user's task its own folder. The data
-    root (needed by the built-in tasks) and every file the tasks read are checked here, before anything runs, and a
-    user's task is loaded (what cannot be scored is refused)."""
-    import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
-
-    from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
-    from flow_plugin.integrations.mteb.labelled_tasks import task_class
-
-    entries = labelled_tasks()
-    chosen = list(dict.fromkeys(names)) if names else list(entries)
-    unknown = [name for name in chosen if name not in entries]
-    if unknown:
-        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; the study's tasks: {', '.join(entries)}"
-                            f"{unknown_task_hint()}")
-    needed = data is not None or any(entries[name].built_in for name in chosen)
-    root = _study_data_root(data) if needed else None
-    tasks = [task_class(name)(data_dir=root) for name in chosen]
-    for task in tasks:
-        task.check_files()
-        if not task.entry.built_in:  # a user's task that cannot be scored is refused now, before anything is written
-            task.load_data()
-    return tasks
-
-
-def _study_data_root(data: str | os.PathLike[str] | None) -> Path:
-    """The study's data root: ``data``, else the configured one; a missing one is a one-line error."""
-    from flow_plugin.catalog.labelled_tasks import data_root as configured
-
-    root = configured(data)
-    remedy = "give the shared data folder (holding senteval/, glue/ and mteb/) with --data, or set FLOW_PLUGIN_SHARED_DATA"
-    if root is None:
-        raise DataFolderError(f"the study's built-in tasks read the shared data folder: {remedy}")
-    if not root.is_dir():
-        raise DataFolderError(f"data root {root} is not a folder: {remedy}")
-    return root
 
 
 def run_task_types(
@@ -350,8 +311,6 @@ def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str
     study's output folder, written to ``board`` (``leaderboards/task-types-<backbone>.json``) with its Markdown and
     HTML; ``calibrators``: the rows (default: every calibrator with results); ``study``: the study's ``wall_seconds`` and ``cpu_seconds`` (default: its ``task-types-study.json``'s
     total over every run in that folder)."""
-    import json
-
     from flow_plugin.leaderboard.pipeline import update_task_types_board
 
     if study is None:

@@ -185,7 +185,8 @@ class TaskFits:
         try:
             with self.times.measure("fit"):
                 calibrator, record = fit_embeddings(
-                    self.template, np.concatenate(blocks), model=self.model_name,
+                    self._template_for(task_type or getattr(task_metadata, "type", None)), np.concatenate(blocks),
+                    model=self.model_name,
                     source=f"{source}, {sample.describe()}", n_sentences=count, n_unique_sentences=distinct,
                     duplicates=self.settings.fit_duplicates, encode_seconds=time.perf_counter() - started,
                     context=context, sampling=sample.as_dict())
@@ -196,6 +197,13 @@ class TaskFits:
         self.records.append(record)
         _announce(record)
         return Fit(calibrator, record)
+
+    def _template_for(self, task_type: str | None) -> Calibrator:
+        """The calibrator to fit for a task of ``task_type``: the template, told the type where it takes one
+        (``auto`` chooses by it)."""
+        if "task_type" not in self.template.get_params(deep=False):
+            return self.template
+        return self.template.clone().set_params(task_type=None if task_type is None else str(task_type))
 
     # ------------------------------------------------------------------ the base model's embeddings
     def embed_texts(self, texts: list[str], task_metadata: Any, hf_subset: str, side: str | None) -> np.ndarray:

@@ -135,11 +135,13 @@ class AutoCalibrator(Calibrator, method="auto"):
         return n_features
 
     def _get_state(self) -> dict[str, np.ndarray]:
-        return {f"chosen/{key}": value for key, value in self.calibrator_._get_state().items()}
+        state = {f"chosen/{key}": value for key, value in self.calibrator_._get_state().items()}
+        return {**state, "choice": np.array(self.choice_)}
 
     def _set_state(self, state: dict[str, np.ndarray]) -> None:
+        self.choice_ = str(state["choice"])
         chosen = _make(self.choice_)
-        chosen._set_state({key.removeprefix("chosen/"): value for key, value in state.items()})
+        chosen._set_state({key.removeprefix("chosen/"): value for key, value in state.items() if key != "choice"})
         chosen.n_features_in_ = getattr(self, "n_features_in_", None)
         self.calibrator_ = chosen
 

@@ -30,7 +30,7 @@ from mteb.models.model_meta import ModelMeta
 from flow_plugin.calibration import make_calibrator
 from flow_plugin.catalog.registry import spell_model
 from flow_plugin.catalog.task_type_effects import caution
-from flow_plugin.integrations.mteb.fit_records import follow
+from flow_plugin.integrations.mteb.compat import follow_fit_records
 from flow_plugin.integrations.mteb.fits import FitSettings, TaskFits, texts_of
 from flow_plugin.integrations.mteb.meta import calibrated_meta
 
@@ -122,7 +122,7 @@ class CalibratedModel(AbsEncoder):
                                         prompt_type=prompt_type, **kwargs)
         self._caution(task_metadata)
         if task_metadata.name not in self.fits.tasks:  # not our loop: `mteb run`, a user's mteb.evaluate
-            follow(self, task_metadata)
+            follow_fit_records(self, task_metadata)
         side = getattr(prompt_type, "value", prompt_type)
         texts = texts_of(inputs)
         fit = self.fits.fit_for(task_metadata, hf_subset, side, texts)

@@ -6,8 +6,6 @@ nothing); the public names below load on first use.
 
 from __future__ import annotations
 
-import importlib
-
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -39,6 +37,8 @@ def __getattr__(name: str) -> object:
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'flow_plugin' has no attribute {name!r}")
+    import importlib  # here, not at the top: the MTEB start-up hook imports this package in every process
+
     value = getattr(importlib.import_module(module_name), name)
     globals()[name] = value
     return value

@@ -277,3 +277,14 @@ def result_file(output: Path, model: str, task: str) -> Path:
     files = list(result_files(output, model, task))
     assert len(files) == 1, f"expected one {task}.json for {model} under {output}, found {files}"
     return files[0]
+
+
+@pytest.fixture
+def restored_task_registry() -> Iterator[None]:
+    """MTEB's task registry as it was before the test: a user task a test registers stays in that test."""
+    from mteb.get_tasks import _TASKS_REGISTRY
+
+    saved = dict(_TASKS_REGISTRY)
+    yield
+    _TASKS_REGISTRY.clear()
+    _TASKS_REGISTRY.update(saved)

@@ -230,8 +230,8 @@ def test_generic_retrieval_scores_what_the_qnli_retrieval_task_scores(shared_dat
 
 
 # ----------------------------------------------------------------------------- a user's own task
-def test_a_users_folder_becomes_a_task_by_configuration(tmp_path: Path, tiny_spec, monkeypatch: pytest.MonkeyPatch
-                                                        ) -> None:
+def test_a_users_folder_becomes_a_task_by_configuration(tmp_path: Path, tiny_spec, monkeypatch: pytest.MonkeyPatch,
+                                                        restored_task_registry: None) -> None:
     folder = tmp_path / "my-set"
     folder.mkdir()
     rows = [("the film was great", "pos"), ("a dull and boring film", "neg"), ("great acting, great story", "pos"),

@@ -272,9 +272,19 @@ def test_registered_model_reads_mtebs_registry() -> None:
     entry = compat.registered_model("sentence-transformers/all-MiniLM-L6-v2")
     assert entry is not None and entry.name == "sentence-transformers/all-MiniLM-L6-v2"
     assert compat.registered_model("no-such/model") is None
-    from flow_plugin.integrations.mteb.base_models import load_registry_name
+    from flow_plugin.integrations.mteb.hook import load_model
 
-    assert compat.registered_model("flow_plugin/minilm-l6").loader is load_registry_name
+    assert compat.registered_model("flow_plugin/minilm-l6").loader is load_model
+
+
+def test_importing_our_model_module_before_mteb_still_registers_our_models() -> None:
+    """(Before, ``base_models`` imported MTEB, whose registry then asked the half-loaded ``base_models`` for its
+    loader: no flow_plugin/ model was registered.)"""
+    code = ("import flow_plugin.integrations.mteb.base_models, mteb; "
+            "print(mteb.get_model_meta('flow_plugin/minilm-l6').name)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "flow_plugin/minilm-l6", done.stderr[-2000:]
+    assert "could not register" not in done.stderr
 
 
 # ------------------------------------------------------------------ fit records once per task

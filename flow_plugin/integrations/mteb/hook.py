@@ -58,6 +58,15 @@ def _resolve_name(model_name: str) -> object:
     return resolve_spelling(model_name)
 
 
+def load_model(model_name: str, revision: str | None = None, **kwargs: object) -> object:
+    """Every registry model's ``ModelMeta.loader``: builds the model with
+    :func:`~flow_plugin.integrations.mteb.base_models.load_registry_name`, imported when MTEB calls it (a
+    process that imports ``base_models`` before MTEB registers while that module is still loading)."""
+    from flow_plugin.integrations.mteb.base_models import load_registry_name
+
+    return load_registry_name(model_name, revision, **kwargs)
+
+
 def register_models(module: object = None, requirements: list[str] | None = None) -> list[str]:
     """Add every registry model's ``ModelMeta`` to MTEB's model registry, and answer unknown
     ``flow_plugin/`` names with close names; return the names. ``requirements`` overrides the
@@ -67,10 +76,9 @@ def register_models(module: object = None, requirements: list[str] | None = None
     require_supported(requirements)
     from flow_plugin.catalog.registry import MODEL_PREFIX
     from flow_plugin.integrations.mteb.compat import add_models, refuse_unknown_names
-    from flow_plugin.integrations.mteb.base_models import load_registry_name
     from flow_plugin.integrations.mteb.meta import all_model_metas
 
-    names = add_models(all_model_metas(load_registry_name), module)
+    names = add_models(all_model_metas(load_model), module)
     refuse_unknown_names(MODEL_PREFIX, _resolve_name)  # type: ignore[arg-type]
     _registered.add(MODELS_MODULE)
     return names

@@ -38,7 +38,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from flow_plugin.calibration.base import Calibrator
+from flow_plugin.calibration import gentle, linear  # noqa: F401 (their classes enter CALIBRATOR_CLASSES)
+from flow_plugin.calibration.base import CALIBRATOR_CLASSES, Calibrator
+from flow_plugin.calibration.names import resolve_name
 from flow_plugin.errors import InputError
 
 #: MTEB task type -> the family whose rule :class:`AutoCalibrator` applies (any other type: "pairs")
@@ -152,9 +154,9 @@ class AutoCalibrator(Calibrator, method="auto"):
 
 
 def _make(name: str) -> Calibrator:
-    from flow_plugin.calibration import make_calibrator  # (the package's registry of names; it imports this module)
-
-    return make_calibrator(name)
+    """An unfitted calibrator of :data:`RULES` by name (each is a linear or gentle one)."""
+    method, preset = resolve_name(name)
+    return CALIBRATOR_CLASSES[method](**preset)
 
 
 __all__ = ["DEFAULT_THRESHOLD", "FAMILIES", "RULES", "AutoCalibrator", "anisotropy"]

@@ -115,6 +115,13 @@ class TaskFits:
     def remember(self, task: Any) -> None:
         self.tasks[task.metadata.name] = task
 
+    def sides(self, task: Any) -> list[str | None]:
+        """The sides fitted apart (``fit_sides="per-side"``: the task's corpus sides; else one, ``None``)."""
+        if self.settings.fit_sides != "per-side":
+            return [None]
+        subset = (getattr(task, "hf_subsets", None) or ["default"])[0]
+        return list(dict.fromkeys(part.side for part in target_corpus(task, subset).parts))
+
     # ------------------------------------------------------------------ which fit serves a call
     def fit_for(self, task_metadata: Any, hf_subset: str, side: str | None = None,
                 inputs: list[str] | None = None) -> Fit:

@@ -29,7 +29,7 @@ Examples
 >>> round(auto.anisotropy_, 2) > 0.9, auto.choice_
 (True, 'whiten')
 >>> AutoCalibrator(task_type="Classification").fit(rng.normal(size=(400, 16)).astype(np.float32)).choice_
-'center'
+'raw'
 """
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ FAMILIES: dict[str, str] = {
 #: family -> (the calibrator for isotropic embeddings, the one for anisotropic embeddings)
 RULES: dict[str, tuple[str, str]] = {
     "ranking": ("whiten", "whiten"),
-    "pairs": ("center", "whiten"),
-    "labels": ("center", "sn"),
+    "pairs": ("raw", "whiten"),
+    "labels": ("raw", "sn"),
 }
 #: the anisotropy (mean cosine between two embeddings) from which embeddings count as anisotropic
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = 0.27
 
 
 def anisotropy(X: np.ndarray) -> float:

@@ -69,8 +69,8 @@ FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "flow-ens": ("flow", {"ensemble": 5}),
 }
 
-#: what a study of every task type compares by default: the six methods, the flow ensemble and the gentle family
-STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens", *GENTLE_CALIBRATORS)
+#: what a study of every task type compares by default: the six methods, the flow ensemble, the gentle family and auto
+STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens", *GENTLE_CALIBRATORS, *_AUTO_LABELS)
 
 #: every name: the six methods, the gentle family, auto, the flow variants
 CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *GENTLE_CALIBRATORS, *_AUTO_LABELS, *FLOW_VARIANTS)

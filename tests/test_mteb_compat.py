@@ -26,7 +26,8 @@ from mteb.mocks.mock_tasks import (
 )
 
 from flow_plugin.errors import RegistryError, UnknownModelError, UnsupportedVersionError
-from flow_plugin.integrations.mteb import compat, fit_records, hook, versions
+from flow_plugin.catalog import fit_records
+from flow_plugin.integrations.mteb import compat, hook, versions
 from flow_plugin.integrations.mteb.base_models import registry_model
 from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 

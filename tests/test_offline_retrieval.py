@@ -13,7 +13,7 @@ import mteb
 import pytest
 
 from flow_plugin.errors import DataFolderError
-from flow_plugin.integrations.mteb.fit_records import fits_path, read_fits
+from flow_plugin.catalog.fit_records import fits_path, read_fits
 from flow_plugin.integrations.mteb.retrieval_tasks import GLUE_ENV, GlueQNLIRetrieval
 
 from conftest import result_file, tiny_registry

@@ -40,7 +40,7 @@ def write(folder: Path, name: str, text: str) -> Path:
     return path
 
 
-def test_every_shipped_file_parses_and_expands_to_the_six_names_the_gentle_family_and_the_flow_variants() -> None:
+def test_every_shipped_file_parses_and_expands_to_the_six_names_the_gentle_family_auto_and_the_flow_variants() -> None:
     registry = load_registry([REPO_REGISTRY])
     assert set(SHIPPED) <= set(registry)
     for name, spec in registry.items():
@@ -54,7 +54,8 @@ def test_every_shipped_file_parses_and_expands_to_the_six_names_the_gentle_famil
             f"flow_plugin/{name}-flow",
         ]
         assert spec.model_names[6:10] == [f"flow_plugin/{name}-{gentle}" for gentle in GENTLE_CALIBRATORS]
-        assert spec.model_names[10:] == [f"flow_plugin/{name}-{variant}" for variant in FLOW_VARIANTS]
+        assert spec.model_names[10] == f"flow_plugin/{name}-auto"
+        assert spec.model_names[11:] == [f"flow_plugin/{name}-{variant}" for variant in FLOW_VARIANTS]
         for method in MODEL_NAME_SUFFIXES:
             assert parse_model_name(spec.model_name(method), registry).calibrator == method
 

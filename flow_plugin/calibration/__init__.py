@@ -42,10 +42,10 @@ if TYPE_CHECKING:  # pragma: no cover
 def _calibrator_modules() -> tuple[ModuleType, ...]:
     """The modules that define the calibrator classes (their classes enter the registry as they are defined)."""
     # scikit-learn (and the flow's module) load on first use, so that the names alone stay light
-    from flow_plugin.calibration import base, gentle, linear
+    from flow_plugin.calibration import auto, base, gentle, linear
     from flow_plugin.calibration.flow import calibrator
 
-    return base, linear, gentle, calibrator
+    return base, linear, gentle, auto, calibrator
 
 
 def __getattr__(name: str) -> Any:
@@ -93,7 +93,8 @@ def default_seed(name: str) -> int | None:
 
 
 #: the classes and helpers defined in the calibrator modules, given out on first use
-_CLASSES = ("Calibrator", "Centering", "FlowCalibrator", "Identity", "MeanDirectionRemoval", "NATSV", "SoftWhitening",
+_CLASSES = ("AutoCalibrator", "Calibrator", "Centering", "FlowCalibrator", "Identity", "MeanDirectionRemoval", "NATSV",
+            "SoftWhitening",
             "StandardNormalization", "StandardNormalizationNATSV", "Whitening", "member_seeds")
 
 __all__ = [

@@ -31,7 +31,9 @@ _GENTLE_LABELS: dict[str, str] = {
 }
 #: every method and its label. Each is one calibrator class, which enters the registry by declaring its name
 #: (``class Whitening(Calibrator, method="whiten")``).
-CALIBRATOR_LABELS: dict[str, str] = {**_COMPARISON_LABELS, **_GENTLE_LABELS}
+#: the calibrator that picks one of the others per task (``calibration/auto.py``)
+_AUTO_LABELS: dict[str, str] = {"auto": "auto"}
+CALIBRATOR_LABELS: dict[str, str] = {**_COMPARISON_LABELS, **_GENTLE_LABELS, **_AUTO_LABELS}
 #: the six methods of the paper's comparison: what bench, the paper's evaluations and sweeps run by default
 CALIBRATOR_METHODS: tuple[str, ...] = tuple(_COMPARISON_LABELS)
 
@@ -67,11 +69,11 @@ FLOW_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "flow-ens": ("flow", {"ensemble": 5}),
 }
 
-#: what a study of every task type compares by default: the six methods, the flow ensemble and the gentle family
-STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens", *GENTLE_CALIBRATORS)
+#: what a study of every task type compares by default: the six methods, the flow ensemble, the gentle family and auto
+STUDY_CALIBRATORS: tuple[str, ...] = (*CALIBRATOR_METHODS, "flow-ens", *GENTLE_CALIBRATORS, *_AUTO_LABELS)
 
-#: every name: the six methods, the gentle family, the flow variants
-CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *GENTLE_CALIBRATORS, *FLOW_VARIANTS)
+#: every name: the six methods, the gentle family, auto, the flow variants
+CALIBRATOR_NAMES: tuple[str, ...] = (*CALIBRATOR_METHODS, *GENTLE_CALIBRATORS, *_AUTO_LABELS, *FLOW_VARIANTS)
 
 #: every variant: name -> (its method, its hyper-parameters)
 _VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {**GENTLE_VARIANTS, **FLOW_VARIANTS}

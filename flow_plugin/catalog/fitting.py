@@ -100,6 +100,8 @@ class FitRecord:
             sampled = (f" (sampled from {self.sampling['corpus_sentences']}, cap {self.sampling['max_fit_sentences']}, "
                        f"seed {self.sampling['seed']})")
         adapted = f"; {self.adapted}" if self.adapted else ""
+        if self.effective_params.get("reason_"):  # auto's choice and the figures behind it
+            adapted += f"; {self.effective_params['reason_']}"
         return (f"{self.model}: fitted {self.calibrator}{' for ' + where if where else ''} on {self.n_sentences} "
                 f"sentences ({self.n_unique_sentences} unique){sampled} from {self.source} in "
                 f"{self.fit_seconds:.2f}s{likelihood}{adapted}")

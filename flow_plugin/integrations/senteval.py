@@ -139,6 +139,28 @@ def _current_task(params: Any) -> str | None:
     return params.get("current_task") if isinstance(params, Mapping) else getattr(params, "current_task", None)
 
 
+def _calibrator_template(calibrator: Any, calibrator_params: dict[str, Any] | None, spec: BackboneSpec | None,
+                         device_name: str) -> tuple[Any, str]:
+    """The unfitted calibrator an adapter clones for every task, and its method name: a copy of a ``Calibrator``
+    object, or one built by method name (with the backbone's preset when the backbone is a registry one)."""
+    from flow_plugin.calibration import Calibrator
+    from flow_plugin.catalog.builders import build_calibrator
+
+    if isinstance(calibrator, Calibrator):
+        if calibrator_params:
+            raise InputError("calibrator_params apply to a calibrator method name, not to a Calibrator object")
+        return calibrator.clone(), calibrator.method
+    if not isinstance(calibrator, str):
+        raise InputTypeError(f"calibrator must be a method name or a Calibrator, got {type(calibrator).__name__}")
+    if spec is not None:
+        return build_calibrator(RegistryModel(spec, calibrator), device=device_name, **(calibrator_params or {})), \
+            calibrator
+    params = dict(calibrator_params or {})
+    if calibrator in CALIBRATOR_NAMES and calibrator_method(calibrator) == "flow":
+        params.setdefault("device", device_name)
+    return make_calibrator(calibrator, **params), calibrator
+
+
 class SentEvalAdapter:
     """One model for SentEval: a cached backbone plus a calibrator refitted in each ``prepare``.
 
@@ -168,8 +190,7 @@ class SentEvalAdapter:
     ) -> None:
         # torch and scikit-learn load when an adapter is built (SentEval's prepare), not with this module
         from flow_plugin.encoding.cache import CachedEncoder
-        from flow_plugin.calibration import Calibrator
-        from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
+        from flow_plugin.catalog.builders import build_encoder, resolve
 
         if (model is None) == (backbone is None):
             raise InputError("give either a model name, or a backbone and a calibrator, not both or neither")
@@ -190,24 +211,8 @@ class SentEvalAdapter:
         else:
             spec = backbone if isinstance(backbone, BackboneSpec) else get_backbone(str(backbone))
             self.encoder = build_encoder(RegistryModel(spec, "raw"), options)
-        device_name = str(self.encoder.backbone.device)
-        if isinstance(calibrator, Calibrator):
-            if calibrator_params:
-                raise InputError("calibrator_params apply to a calibrator method name, not to a Calibrator object")
-            self._template = calibrator.clone()
-            method = calibrator.method
-        elif isinstance(calibrator, str):
-            method = calibrator
-            if spec is not None:
-                self._template = build_calibrator(RegistryModel(spec, method), device=device_name,
-                                                  **(calibrator_params or {}))
-            else:
-                params = dict(calibrator_params or {})
-                if method in CALIBRATOR_NAMES and calibrator_method(method) == "flow":
-                    params.setdefault("device", device_name)
-                self._template = make_calibrator(method, **params)
-        else:
-            raise InputTypeError(f"calibrator must be a method name or a Calibrator, got {type(calibrator).__name__}")
+        self._template, method = _calibrator_template(calibrator, calibrator_params, spec,
+                                                      str(self.encoder.backbone.device))
         self.method = method
         if spec is not None and method in model_name_suffixes():
             self.name = spec.model_name(method)

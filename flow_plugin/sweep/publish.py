@@ -27,7 +27,7 @@ from pathlib import Path
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_text, file_lock, split_lines
 from flow_plugin.errors import SweepError
-from flow_plugin.integrations.mteb.fit_records import fits_path
+from flow_plugin.catalog.fit_records import fits_path
 from flow_plugin.integrations.mteb.results import RUNS_FILE, append_run_records, read_run_records
 
 
@@ -72,7 +72,7 @@ class Stage:
         settings = staged.parent / "run_settings.jsonl"
         if settings.is_file():
             _replace_task_lines(final.parent / "run_settings.jsonl", settings, task=final.stem)
-        from flow_plugin.integrations.mteb.pair_scores import pairs_path  # numpy: only when a result is published
+        from flow_plugin.evaluation.pair_scores import pairs_path  # numpy: only when a result is published
 
         for sidecar in (fits_path, pairs_path):  # fit records, per-pair cosines (the intervals' data)
             found = sidecar(staged)

@@ -30,7 +30,7 @@ from mteb.models.model_meta import ModelMeta
 from flow_plugin.calibration import make_calibrator
 from flow_plugin.catalog.registry import spell_model
 from flow_plugin.catalog.task_type_effects import caution
-from flow_plugin.integrations.mteb.fit_records import follow
+from flow_plugin.integrations.mteb.compat import follow_fit_records
 from flow_plugin.integrations.mteb.fits import FitSettings, TaskFits, texts_of
 from flow_plugin.integrations.mteb.meta import calibrated_meta
 
@@ -100,10 +100,9 @@ class CalibratedModel(AbsEncoder):
         self.fits.remember(task)
         if self.is_raw or self.fits.settings.fit_corpus.kind == "per-call":
             return []
-        records = []
-        for subset in hf_subsets or getattr(task, "hf_subsets", None) or ["default"]:
-            for side in self._sides(task):
-                records.append(self.fits.fit_for(task.metadata, subset, side).record.as_dict())
+        records = [self.fits.fit_for(task.metadata, subset, side).record.as_dict()
+                   for subset in hf_subsets or getattr(task, "hf_subsets", None) or ["default"]
+                   for side in self.fits.sides(task)]
         return list({id(record): record for record in records}.values())
 
     def calibrator_for(self, task: Any, hf_subset: str = "default", side: str | None = None) -> Any:
@@ -122,7 +121,7 @@ class CalibratedModel(AbsEncoder):
                                         prompt_type=prompt_type, **kwargs)
         self._caution(task_metadata)
         if task_metadata.name not in self.fits.tasks:  # not our loop: `mteb run`, a user's mteb.evaluate
-            follow(self, task_metadata)
+            follow_fit_records(self, task_metadata)
         side = getattr(prompt_type, "value", prompt_type)
         texts = texts_of(inputs)
         fit = self.fits.fit_for(task_metadata, hf_subset, side, texts)
@@ -133,23 +132,13 @@ class CalibratedModel(AbsEncoder):
         embeddings = self.fits.embed_call(inputs, texts, task_metadata, hf_split, hf_subset, side, **kwargs)
         return fit.calibrator.transform(embeddings)
 
-    def _sides(self, task: Any) -> list[str | None]:
-        if self.fits.settings.fit_sides != "per-side":
-            return [None]
-        from flow_plugin.integrations.mteb.corpus import target_corpus
-
-        subset = (getattr(task, "hf_subsets", None) or ["default"])[0]
-        return list(dict.fromkeys(part.side for part in target_corpus(task, subset).parts))
-
     def _caution(self, task_metadata: Any) -> None:
         """Warn, once per task type, where this calibrator lowered that MTEB type on every published board."""
         task_type = getattr(task_metadata, "type", None)
-        if task_type is None or task_type in self._cautioned:
-            return
-        self._cautioned.add(task_type)
-        message = caution(self.name, self.calibrator, task_type)
-        if message is not None:
-            tell_user(message)
+        if task_type is not None and task_type not in self._cautioned:
+            self._cautioned.add(task_type)
+            if (message := caution(self.name, self.calibrator, task_type)) is not None:
+                tell_user(message)
 
 
 def tell_user(message: str) -> None:

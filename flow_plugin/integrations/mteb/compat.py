@@ -260,6 +260,43 @@ def after_results_saved(cache: ResultCache, listener: Callable[[ResultCache, Any
         save.listeners.append(weakref.WeakMethod(listener))  # type: ignore[arg-type]
 
 
+# ----------------------------------------------------------------------------- fit records under `mteb run`
+def follow_fit_records(model: Any, task_metadata: Any) -> None:
+    """Inside an evaluation our loop does not run (``mteb run``, a user's ``mteb.evaluate`` with a result
+    folder): write the model's records of the task each time MTEB saves the task's result
+    (:func:`after_results_saved`)."""
+    destination = result_destination()
+    if destination is None:
+        return
+    cache = destination[0]
+    listener = _Writer.of(model)
+    listener.tasks.add(task_metadata.name)
+    after_results_saved(cache, listener.saved)
+
+
+class _Writer:
+    """Writes one model's fit records when MTEB saves one of the tasks it follows (held weakly by the cache,
+    strongly by the model)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.tasks: set[str] = set()
+
+    @classmethod
+    def of(cls, model: Any) -> _Writer:
+        writer = model.__dict__.get("_fit_record_writer")
+        if writer is None:
+            writer = model.__dict__["_fit_record_writer"] = cls(model)
+        return writer
+
+    def saved(self, cache: Any, task_result: Any, meta: Any) -> None:
+        task = getattr(task_result, "task_name", None)
+        if task in self.tasks and meta == self.model.mteb_model_meta:
+            from flow_plugin.catalog.fit_records import write_task_fits
+
+            write_task_fits(cache.get_task_result_path(task, meta), self.model, task)
+
+
 # ----------------------------------------------------------------------------- result paths
 def task_result_path(output_folder: str | Path, meta: ModelMeta, task_name: str) -> Path:
     """Where a ``ResultCache`` over ``output_folder`` files the result of ``meta`` (its name, revision

@@ -242,7 +242,7 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 def _record(output: Path, model: Any, computed: dict[str, Path], batch_size: int, command: str) -> None:
     """The fit records next to each result computed now, then their run records (hardware, encoder)."""
     from flow_plugin._machine import describe_machine
-    from flow_plugin.integrations.mteb.fit_records import write_task_fits
+    from flow_plugin.catalog.fit_records import write_task_fits
     from flow_plugin.integrations.mteb.results import record_runs
 
     for task, path in computed.items():

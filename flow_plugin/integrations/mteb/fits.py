@@ -115,6 +115,13 @@ class TaskFits:
     def remember(self, task: Any) -> None:
         self.tasks[task.metadata.name] = task
 
+    def sides(self, task: Any) -> list[str | None]:
+        """The sides fitted apart (``fit_sides="per-side"``: the task's corpus sides; else one, ``None``)."""
+        if self.settings.fit_sides != "per-side":
+            return [None]
+        subset = (getattr(task, "hf_subsets", None) or ["default"])[0]
+        return list(dict.fromkeys(part.side for part in target_corpus(task, subset).parts))
+
     # ------------------------------------------------------------------ which fit serves a call
     def fit_for(self, task_metadata: Any, hf_subset: str, side: str | None = None,
                 inputs: list[str] | None = None) -> Fit:
@@ -185,7 +192,8 @@ class TaskFits:
         try:
             with self.times.measure("fit"):
                 calibrator, record = fit_embeddings(
-                    self.template, np.concatenate(blocks), model=self.model_name,
+                    self._template_for(task_type or getattr(task_metadata, "type", None)), np.concatenate(blocks),
+                    model=self.model_name,
                     source=f"{source}, {sample.describe()}", n_sentences=count, n_unique_sentences=distinct,
                     duplicates=self.settings.fit_duplicates, encode_seconds=time.perf_counter() - started,
                     context=context, sampling=sample.as_dict())
@@ -196,6 +204,13 @@ class TaskFits:
         self.records.append(record)
         _announce(record)
         return Fit(calibrator, record)
+
+    def _template_for(self, task_type: str | None) -> Calibrator:
+        """The calibrator to fit for a task of ``task_type``: the template, told the type where it takes one
+        (``auto`` chooses by it)."""
+        if "task_type" not in self.template.get_params(deep=False):
+            return self.template
+        return self.template.clone().set_params(task_type=None if task_type is None else str(task_type))
 
     # ------------------------------------------------------------------ the base model's embeddings
     def embed_texts(self, texts: list[str], task_metadata: Any, hf_subset: str, side: str | None) -> np.ndarray:

@@ -106,7 +106,7 @@ class ItemCapture:
         """Write the captured per-item data next to the result MTEB is about to write (inside ``mteb.evaluate``
         with a result folder); it is kept on the task as ``last_items`` either way."""
         from flow_plugin.integrations.mteb.compat import result_destination
-        from flow_plugin.integrations.mteb.item_scores import write_items
+        from flow_plugin.evaluation.item_scores import write_items
 
         arrays, extra = self.item_arrays(data_split, hf_split)
         main = self.metadata.main_score  # type: ignore[attr-defined]

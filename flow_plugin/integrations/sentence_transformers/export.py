@@ -258,7 +258,6 @@ def export_model(
     """
     st_version = _check_sentence_transformers()
     registry_model = resolve(model)
-    spec = registry_model.backbone
     options = _encoder_options(encoder_options, registry_model.name)
     max_fit_sentences, fit_seed = check_cap(max_fit_sentences, fit_seed)
     if fit_duplicates not in DUPLICATE_POLICIES:
@@ -272,38 +271,11 @@ def export_model(
     check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
 
     corpus_path = Path(fit_corpus).expanduser() if fit_corpus is not None else None
-    corpus: list[str] | None = _read_fit_corpus(corpus_path) if corpus_path is not None else None
-    record_corpus: dict[str, Any] | None = None
-    fit: FitRecord | None = None
-    from_file: dict[str, Any] | None = None
-    if registry_model.calibrator == "raw":
-        calibrator = build_calibrator(registry_model)
-        calibrator.n_features_in_, calibrator.n_samples_fit_ = spec.embedding_dim, 0  # raw embeddings need no fit
-        if corpus_path is not None or calibrator_path is not None:
-            logger.warning("%s: raw embeddings need no fit; the %s is not used", registry_model.name,
-                           "fit corpus" if corpus_path is not None else "calibrator file")
-    elif calibrator_path is not None:
-        path = Path(calibrator_path).expanduser()
-        calibrator = _load_calibrator(path, registry_model)
-        from_file = {"name": path.name, "sha256": file_sha256(path, "calibrator file")}
-    elif corpus_path is not None and corpus is not None:
-        encoder = build_encoder(registry_model, options)
-        template = build_calibrator(registry_model, device=str(encoder.backbone.device), **(calibrator_params or {}))
-        part = CorpusPart(corpus_path.name, lambda: iter([corpus]))
-        sample = sample_corpus([part], cap=max_fit_sentences, seed=fit_seed)
-        source = f"file {corpus_path.name}"
-        calibrator, fit = fit_on_sample(encoder, template, sample, model=registry_model.name, source=source,
-                                        context={"fit_corpus": source}, duplicates=fit_duplicates,
-                                        what=f"{registry_model.calibrator} on {corpus_path.name}", remedy="fit on more sentences")
-        record_corpus = {
-            "file": corpus_path.name, "sha256": file_sha256(corpus_path, "fit corpus file"), "sentences": len(corpus),
-            "unique_sentences": len(set(corpus)), "fit_sentences": len(sample.sentences),
-            "sampling": sample.describe(), "duplicates": fit_duplicates, "max_fit_sentences": max_fit_sentences,
-            "fit_seed": fit_seed,
-        }
-    else:
-        raise InputError(f"{registry_model.name} needs its {registry_model.calibrator} calibrator: pass a fit corpus "
-                         "(--fit-corpus FILE, one sentence per line) or a saved calibrator (--calibrator PATH)")
+    corpus = _read_fit_corpus(corpus_path) if corpus_path is not None else None
+    fitting = _FitSettings(fit_duplicates, max_fit_sentences, fit_seed, calibrator_params or {})
+    source = _export_calibrator(registry_model, options, corpus_path, corpus,
+                                Path(calibrator_path).expanduser() if calibrator_path is not None else None, fitting)
+    calibrator = source.calibrator
     if calibrator.method == "flow":
         # the folder's flow runs where it is loaded (CUDA when available, else the CPU), not where it was fitted
         calibrator.set_params(device=None, show_progress_bar=False)
@@ -311,10 +283,75 @@ def export_model(
     # sentence-transformers (the optional export extra) loads when a folder is built
     from flow_plugin.integrations.sentence_transformers.modules import build_pipeline
 
-    pipeline = build_pipeline(spec, calibrator)
+    pipeline = build_pipeline(registry_model.backbone, calibrator)
+    record = _export_record(registry_model, source, pipeline, options, benchmark, _versions(st_version))
+    _write_folder(out, overwrite, record, pipeline, registry_model, source, options, corpus,
+                  check_agreement=check_agreement)
+    size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
+    return ExportResult(path=out, model=registry_model.name, record=record, calibrator=calibrator, fit=source.fit,
+                        size_bytes=size)
+
+
+@dataclass(frozen=True)
+class _FitSettings:
+    """How an export fits its calibrator on a corpus (the MTEB loader arguments of the same names)."""
+
+    duplicates: str
+    max_fit_sentences: int
+    fit_seed: int
+    calibrator_params: dict[str, Any]
+
+
+@dataclass
+class _CalibratorSource:
+    """The calibrator an export writes, and where it came from (the record's ``calibrator``/``fit_corpus``)."""
+
+    calibrator: Any
+    fit: FitRecord | None = None
+    from_file: dict[str, Any] | None = None
+    corpus: dict[str, Any] | None = None
+
+
+def _export_calibrator(registry_model: RegistryModel, options: EncoderOptions, corpus_path: Path | None,
+                       corpus: list[str] | None, calibrator_path: Path | None,
+                       fitting: _FitSettings) -> _CalibratorSource:
+    """The fitted calibrator of an export: none needed (raw), read from a saved file, or fitted on the corpus."""
+    if registry_model.calibrator == "raw":
+        calibrator = build_calibrator(registry_model)
+        calibrator.n_features_in_, calibrator.n_samples_fit_ = registry_model.backbone.embedding_dim, 0  # no fit
+        if corpus_path is not None or calibrator_path is not None:
+            logger.warning("%s: raw embeddings need no fit; the %s is not used", registry_model.name,
+                           "fit corpus" if corpus_path is not None else "calibrator file")
+        return _CalibratorSource(calibrator)
+    if calibrator_path is not None:
+        return _CalibratorSource(_load_calibrator(calibrator_path, registry_model), from_file={
+            "name": calibrator_path.name, "sha256": file_sha256(calibrator_path, "calibrator file")})
+    if corpus_path is None or corpus is None:
+        raise InputError(f"{registry_model.name} needs its {registry_model.calibrator} calibrator: pass a fit corpus "
+                         "(--fit-corpus FILE, one sentence per line) or a saved calibrator (--calibrator PATH)")
+    encoder = build_encoder(registry_model, options)
+    template = build_calibrator(registry_model, device=str(encoder.backbone.device), **fitting.calibrator_params)
+    part = CorpusPart(corpus_path.name, lambda: iter([corpus]))
+    sample = sample_corpus([part], cap=fitting.max_fit_sentences, seed=fitting.fit_seed)
+    source = f"file {corpus_path.name}"
+    calibrator, fit = fit_on_sample(encoder, template, sample, model=registry_model.name, source=source,
+                                    context={"fit_corpus": source}, duplicates=fitting.duplicates,
+                                    what=f"{registry_model.calibrator} on {corpus_path.name}",
+                                    remedy="fit on more sentences")
+    return _CalibratorSource(calibrator, fit=fit, corpus={
+        "file": corpus_path.name, "sha256": file_sha256(corpus_path, "fit corpus file"), "sentences": len(corpus),
+        "unique_sentences": len(set(corpus)), "fit_sentences": len(sample.sentences),
+        "sampling": sample.describe(), "duplicates": fitting.duplicates,
+        "max_fit_sentences": fitting.max_fit_sentences, "fit_seed": fitting.fit_seed,
+    })
+
+
+def _export_record(registry_model: RegistryModel, source: _CalibratorSource, pipeline: Any, options: EncoderOptions,
+                   benchmark: BenchmarkScores | None, versions: dict[str, str]) -> dict[str, Any]:
+    """The folder's ``flow_plugin_export.json`` record (its ``agreement`` is filled in once the folder is written)."""
+    spec, calibrator, fit = registry_model.backbone, source.calibrator, source.fit
     needs_flow_plugin = calibrator.method == "flow"
-    versions = _versions(st_version)
-    record: dict[str, Any] = {
+    return {
         "format": RECORD_FORMAT,
         "format_version": 1,
         "model": registry_model.name,
@@ -332,9 +369,9 @@ def export_model(
             "n_samples_fit": int(calibrator.n_samples_fit_), "adapted": getattr(calibrator, "adapted_", None),
             "fit_log_likelihood": getattr(calibrator, "fit_log_likelihood_", None),
             "fit_bits_per_dim": getattr(calibrator, "fit_bits_per_dim_", None),
-            "from_file": from_file,
+            "from_file": source.from_file,
         },
-        "fit_corpus": record_corpus,
+        "fit_corpus": source.corpus,
         "fit": None if fit is None else {key: value for key, value in fit.as_dict().items() if key not in ("served", "calls")},
         "fit_precision": options.precision if fit is not None else None,
         "modules": pipeline.descriptions,
@@ -348,16 +385,23 @@ def export_model(
         "created": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
+
+def _write_folder(out: Path, overwrite: bool, record: dict[str, Any], pipeline: Any, registry_model: RegistryModel,
+                  source: _CalibratorSource, options: EncoderOptions, corpus: list[str] | None, *,
+                  check_agreement: bool) -> None:
+    """Write the folder in a staging place, check it loads back and agrees (``check_agreement``), then move it to
+    ``out``; the record's ``agreement`` is filled in on the way."""
     # sentence-transformers (the optional export extra) loads when a folder is written
     from sentence_transformers import SentenceTransformer
 
+    calibrator = source.calibrator
     with staged_folder(out, overwrite=overwrite) as stage:
         SentenceTransformer(modules=pipeline.modules, device="cpu").save(str(stage), create_model_card=False)
-        if needs_flow_plugin:
+        if record["needs_flow_plugin"]:
             _declare_flow_plugin(stage, record["requirements"])
         if check_agreement:
-            record["agreement"] = _agreement(stage, registry_model, calibrator, options, corpus, needs_flow_plugin,
-                                             pipeline.calibration_modules)
+            record["agreement"] = _agreement(stage, registry_model, calibrator, options, corpus,
+                                             record["needs_flow_plugin"], pipeline.calibration_modules)
             if record["agreement"]["max_rel_diff"] > SENSITIVE_CALIBRATOR:
                 logger.warning(
                     "%s: the fitted %s magnifies tiny differences of its input: the folder's embeddings are %.1e of "
@@ -367,5 +411,3 @@ def export_model(
                     calibrator.n_samples_fit_, calibrator.n_features_in_)
         (stage / RECORD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         (stage / "README.md").write_text(render_card(record), encoding="utf-8")
-    size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
-    return ExportResult(path=out, model=registry_model.name, record=record, calibrator=calibrator, fit=fit, size_bytes=size)

@@ -8,7 +8,7 @@ leaderboard needs (the file's task, one evaluated split, main scores in [-1, 1])
 to points, and adds what MTEB does not keep in the result: flow-plugin's "wmean" protocol
 field, the library versions of ``run_settings.jsonl`` and the hardware of
 ``flow-plugin-runs.jsonl`` and what each calibrator was fitted on (the fit records written
-next to the result, :mod:`flow_plugin.integrations.mteb.fit_records`). Every error names the file. The first step of the
+next to the result, :mod:`flow_plugin.catalog.fit_records`). Every error names the file. The first step of the
 leaderboard's ingest stage (:mod:`.merge` merges what is read here).
 """
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from flow_plugin._io import read_json_lines
 from flow_plugin.errors import DataFolderError
-from flow_plugin.integrations.mteb.fit_records import fits_of_result, summarize_fit
+from flow_plugin.catalog.fit_records import fits_of_result, summarize_fit
 from flow_plugin.integrations.mteb.results import (
     RESULTS_FOLDER,
     RUNS_FILE,

@@ -4,7 +4,7 @@
 own ``ResultCache``, as the STS boards do), keeps those of the labelled tasks
 (:mod:`flow_plugin.catalog.labelled_tasks`), reads each main score and the per-item file kept next to it
 (``flow-plugin-items/<Task>.items.npz``), checked to reproduce that score
-(:func:`~flow_plugin.integrations.mteb.item_scores.items_of_result`). A result without usable per-item data is
+(:func:`~flow_plugin.evaluation.item_scores.items_of_result`). A result without usable per-item data is
 an error naming the file: the board never shows a Δ without its interval.
 """
 
@@ -21,7 +21,7 @@ from flow_plugin.catalog.labelled_tasks import labelled_task_names
 from flow_plugin.catalog.registry import get_base
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.integrations.mteb.evaluate import EVALUATOR_SEEDS_FOLDER, MTEB_SEED
-from flow_plugin.integrations.mteb.item_scores import ItemScores, items_of_result
+from flow_plugin.evaluation.item_scores import ItemScores, items_of_result
 from flow_plugin.integrations.mteb.results import (
     load_task_result,
     open_result_cache,

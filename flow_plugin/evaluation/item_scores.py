@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from flow_plugin.errors import DataFolderError
-from flow_plugin.integrations.mteb.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
+from flow_plugin.evaluation.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
 
 ITEMS_FOLDER = "flow-plugin-items"
 ITEMS_SUFFIX = ".items.npz"

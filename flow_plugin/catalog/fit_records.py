@@ -20,7 +20,7 @@ from typing import Any
 
 from flow_plugin._io import atomic_write_json, read_json
 from flow_plugin.errors import DataFolderError
-from flow_plugin.integrations.mteb.sidecars import sidecar_path
+from flow_plugin.evaluation.sidecars import sidecar_path
 
 FITS_FOLDER = "flow-plugin-fits"
 FITS_SUFFIX = ".fits.json"
@@ -108,39 +108,3 @@ def write_task_fits(result_path: str | os.PathLike[str], model: Any, task: str) 
         return None
     meta = model.mteb_model_meta
     return write_fits(result_path, task=task, model=model.name, revision=meta.revision, records=records)
-
-
-def follow(model: Any, task_metadata: Any) -> None:
-    """Inside an evaluation our loop does not run (``mteb run``, a user's ``mteb.evaluate`` with a result
-    folder): write the model's records of the task each time MTEB saves the task's result
-    (:func:`~flow_plugin.integrations.mteb.compat.after_results_saved`)."""
-    from flow_plugin.integrations.mteb.compat import after_results_saved, result_destination
-
-    destination = result_destination()
-    if destination is None:
-        return
-    cache = destination[0]
-    listener = _Writer.of(model)
-    listener.tasks.add(task_metadata.name)
-    after_results_saved(cache, listener.saved)
-
-
-class _Writer:
-    """Writes one model's fit records when MTEB saves one of the tasks it follows (held weakly by the cache,
-    strongly by the model)."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.tasks: set[str] = set()
-
-    @classmethod
-    def of(cls, model: Any) -> _Writer:
-        writer = model.__dict__.get("_fit_record_writer")
-        if writer is None:
-            writer = model.__dict__["_fit_record_writer"] = cls(model)
-        return writer
-
-    def saved(self, cache: Any, task_result: Any, meta: Any) -> None:
-        task = getattr(task_result, "task_name", None)
-        if task in self.tasks and meta == self.model.mteb_model_meta:
-            write_task_fits(cache.get_task_result_path(task, meta), self.model, task)

@@ -32,7 +32,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from flow_plugin.errors import DataFolderError
-from flow_plugin.integrations.mteb.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
+from flow_plugin.evaluation.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
 
 PAIRS_FOLDER = "flow-plugin-pairs"
 PAIRS_SUFFIX = ".pairs.npz"

@@ -1,0 +1,200 @@
+"""``python -m benchmarks.study``: what a task-types study and a calibrated ``mteb run`` cost, stage by stage.
+
+Two measurements, each of whole commands run as a user runs them (one process tree each, sampled every half
+second for its memory and CPU):
+
+``study``
+    ``flow-plugin task-types`` on a backbone (its tasks and calibrators as given): wall and CPU seconds, each
+    stage's share (encode, fit, evaluate: the study file's own account), the peak memory of the process tree and
+    how busy the cores were. With ``--baseline-python`` the same study runs with another environment first (an
+    older checkout: its own ``python``), and the report gives the ratios of the two, measured in one run.
+``mteb-run``
+    ``mteb run`` of the backbone's raw model and of a calibrated one on one labelled task of each type: the
+    calibrated run's wall time over the raw run's (``--runs`` repeats each, the median counts).
+
+The report goes to ``benchmarks/results/study-<date>-<cpu>.json`` and ``.md`` (``--output-dir``), with the
+machine and the load average. Targets (issue "a whole board in 20 minutes"): mpnet-base's board at most 20
+minutes wall, minilm-l6's at most 8, peak memory at most 6 GB, a calibrated ``mteb run`` at most 1.15 times
+the raw one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import describe_machine, load_average
+from flow_plugin._io import atomic_write_json, atomic_write_text
+
+#: one labelled task of each MTEB type (the calibrated mteb run's cost is measured on each)
+ONE_PER_TYPE = {"Classification": "FlowPluginTRECClassification",
+                "PairClassification": "FlowPluginMRPCPairClassification",
+                "Clustering": "FlowPluginTRECClustering", "Reranking": "FlowPluginQNLIReranking",
+                "Retrieval": "FlowPluginQNLIRetrieval"}
+TARGETS = {"mpnet-base study wall (s)": 20 * 60, "minilm-l6 study wall (s)": 8 * 60, "peak memory (GiB)": 6.0,
+           "calibrated / raw mteb run": 1.15}
+
+
+def say(message: str) -> None:
+    print(f"[study-bench] {message}", flush=True)
+
+
+def run_sampled(command: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """Run ``command``; its wall seconds, the CPU seconds of its process tree, the tree's peak memory (sampled
+    every 0.5 s) and the share of the cores it kept busy."""
+    import psutil
+
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    root = psutil.Process(process.pid)
+    peak, cpu = 0, 0.0
+    seen: dict[int, float] = {}
+    while process.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            for p in tree:
+                times = p.cpu_times()
+                seen[p.pid] = times.user + times.system + getattr(times, "children_user", 0.0)
+        except psutil.Error:
+            pass
+        time.sleep(0.5)
+    stderr = process.stderr.read() if process.stderr else ""
+    wall = time.perf_counter() - started
+    cpu = sum(seen.values())
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:4])} ... failed ({process.returncode}): {stderr[-2000:]}")
+    return {"wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "peak_gib": round(peak / 2**30, 2),
+            "core_use": round(cpu / wall / (os.cpu_count() or 1), 2)}
+
+
+def study(python: str, backbone: str, data: Path, tasks: list[str] | None, calibrators: list[str] | None,
+          seeds: int, extra: list[str], folder: Path) -> dict[str, Any]:
+    """One ``task-types`` study with ``python``: its cost, and the study file's per-stage account."""
+    command = [python, "-m", "flow_plugin.cli.main", "task-types", "-b", backbone, "--data", str(data),
+               "--seeds", str(seeds), "--output-folder", str(folder), *extra]
+    if tasks:
+        command += ["--tasks", *tasks]
+    if calibrators:
+        command += ["--calibrators", *calibrators]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("FLOW_PLUGIN_CACHE_DIR", None)
+    say(f"study: {' '.join(command[1:])}")
+    measured = run_sampled(command, env, folder.parent)
+    recorded = json.loads((folder / "task-types-study.json").read_text(encoding="utf-8"))
+    measured["stages"] = recorded.get("stages")
+    measured["results"] = len(recorded.get("steps", []))
+    return measured
+
+
+def mteb_runs(backbone: str, calibrator: str, data: Path, repeats: int, folder: Path) -> dict[str, Any]:
+    """The calibrated ``mteb run`` of one task per type over the raw one (wall seconds, median of repeats)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "FLOW_PLUGIN_SHARED_DATA": str(data)}
+    env.pop("FLOW_PLUGIN_CACHE_DIR", None)
+    found: dict[str, Any] = {}
+    for kind, task in ONE_PER_TYPE.items():
+        walls: dict[str, list[float]] = {"raw": [], calibrator: []}
+        for repeat in range(repeats):
+            for name in ("raw", calibrator):  # alternated, so that a burst of load hits both alike
+                model = f"flow_plugin/{backbone}" + ("" if name == "raw" else f"-{name}")
+                out = folder / f"{kind}-{name}-{repeat}"
+                command = ["mteb", "run", "-m", model, "-t", task, "--output-folder", str(out), "--no-co2-tracker"]
+                walls[name].append(run_sampled(command, env, folder)["wall_seconds"])
+        raw, calibrated = statistics.median(walls["raw"]), statistics.median(walls[calibrator])
+        found[kind] = {"task": task, "raw_seconds": raw, "calibrated_seconds": calibrated,
+                       "ratio": round(calibrated / raw, 3)}
+        say(f"mteb run {kind} ({task}): raw {raw:.1f} s, {calibrator} {calibrated:.1f} s, ratio {calibrated / raw:.2f}")
+    return found
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown."""
+    machine = report["machine"]
+    lines = [f"# Study and calibrated mteb run cost on {machine.get('cpu_model', 'this CPU')} ({report['date']})", "",
+             f"- CPU: {machine.get('cpu_model')}, {machine.get('logical_cores')} logical cores; load average at start "
+             f"{report['load_average_start']}, at end {report['load_average_end']}",
+             f"- command: `{report['command']}`", ""]
+    for name in ("baseline", "study"):
+        found = report.get(name)
+        if not found:
+            continue
+        lines += [f"## {name}", "", "| wall s | CPU s | peak GiB | core use | results |", "|---:|---:|---:|---:|---:|",
+                  f"| {found['wall_seconds']} | {found['cpu_seconds']} | {found['peak_gib']} | {found['core_use']} | "
+                  f"{found.get('results')} |", ""]
+        if found.get("stages"):
+            lines += ["| stage | wall s (summed over workers) | CPU s |", "|---|---:|---:|"]
+            lines += [f"| {stage} | {spent['wall']} | {spent['cpu']} |" for stage, spent in found["stages"].items()]
+            lines.append("")
+    if report.get("ratios"):
+        lines += ["## Ratios (this code over the baseline, one run)", ""]
+        lines += [f"- {key}: {value}" for key, value in report["ratios"].items()] + [""]
+    if report.get("mteb_run"):
+        lines += ["## A calibrated mteb run over the raw one", "", "| type | task | raw s | calibrated s | ratio |",
+                  "|---|---|---:|---:|---:|"]
+        lines += [f"| {kind} | {found['task']} | {found['raw_seconds']} | {found['calibrated_seconds']} | "
+                  f"{found['ratio']} |" for kind, found in report["mteb_run"].items()] + [""]
+    lines += ["Targets: " + ", ".join(f"{key} ≤ {value}" for key, value in TARGETS.items()), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.study", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backbone", default="minilm-l6")
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get("FLOW_PLUGIN_SHARED_DATA", "../shared/data")))
+    parser.add_argument("--tasks", nargs="+", default=None, help="a subset of the study's tasks (default: all)")
+    parser.add_argument("--calibrators", nargs="+", default=None, help="the study's rows (default: its own)")
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--baseline-python", default=None,
+                        help="the python of an older checkout's environment: its study runs first, for the ratios")
+    parser.add_argument("--baseline-args", nargs="*", default=[], help="extra arguments of the baseline's study")
+    parser.add_argument("--study-args", nargs="*", default=[],
+                        help="extra arguments of this code's study (e.g. --evaluator-seeds 1, the baseline's work)")
+    parser.add_argument("--mteb-run-calibrator", default="whiten",
+                        help="the calibrator of the calibrated mteb runs ('' to skip them)")
+    parser.add_argument("--runs", type=int, default=1, help="repeats of each mteb run (the median counts)")
+    parser.add_argument("--skip-study", action="store_true")
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args(argv)
+    if not args.data.is_dir():
+        print(f"benchmarks.study: no data folder {args.data}: give --data the shared data folder", file=sys.stderr)
+        return 2
+    machine = describe_machine()
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "machine": machine,
+                              "command": "python -m benchmarks.study " + " ".join(argv or sys.argv[1:]),
+                              "load_average_start": load_average()}
+    with tempfile.TemporaryDirectory(prefix="study-bench-") as scratch:
+        folder = Path(scratch)
+        if args.baseline_python and not args.skip_study:
+            report["baseline"] = study(args.baseline_python, args.backbone, args.data, args.tasks, args.calibrators,
+                                       args.seeds, args.baseline_args, folder / "baseline")
+        if not args.skip_study:
+            report["study"] = study(sys.executable, args.backbone, args.data, args.tasks, args.calibrators,
+                                    args.seeds, args.study_args, folder / "study")
+        if report.get("baseline") and report.get("study"):
+            report["ratios"] = {key: round(report["study"][key] / report["baseline"][key], 3)
+                                for key in ("wall_seconds", "cpu_seconds", "peak_gib")}
+        if args.mteb_run_calibrator:
+            report["mteb_run"] = mteb_runs(args.backbone, args.mteb_run_calibrator, args.data, args.runs,
+                                           folder / "mteb-run")
+    report["load_average_end"] = load_average()
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    cpu = str(machine.get("cpu_model", "cpu")).lower().replace(" ", "-")[:24]
+    stem = args.output_dir / f"study-{report['date']}-{args.backbone}-{cpu}"
+    atomic_write_json(stem.with_suffix(".json"), report)
+    atomic_write_text(stem.with_suffix(".md"), report_markdown(report))
+    say(f"written {stem}.json and .md")
+    print(report_markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""``auto``: a calibrator chosen per task from the task's own unlabeled text and its MTEB task type.
+
+Whitening-like calibrators gain on cosine-ranking tasks and cost few-shot classification and k-means
+clustering; how much a task's embeddings gain from whitening at all depends on how anisotropic they are
+(docs/results.md gives the boards that show both). So :class:`AutoCalibrator` measures, on the embeddings
+it is fitted on, their anisotropy, the mean cosine between two of them (near 0 for a sentence encoder, near 1
+for the first layers of a raw masked-LM encoder), and picks from a table by the task's family (MTEB's task
+type: ranking, pairs or labels) and whether the embeddings are anisotropic:
+
+==============================  ======================================  =========================================
+family (MTEB task types)        isotropic (anisotropy < threshold)      anisotropic
+==============================  ======================================  =========================================
+ranking: Retrieval, Reranking   :data:`RULES` ``["ranking"][0]``        :data:`RULES` ``["ranking"][1]``
+pairs: PairClassification, STS  ``["pairs"][0]``                        ``["pairs"][1]``
+labels: Classification,         ``["labels"][0]``                       ``["labels"][1]``
+Clustering
+==============================  ======================================  =========================================
+
+A task of another type, or none given (``task_type=None``), counts as "pairs". Labels are never read: the
+anisotropy comes from the fit embeddings alone. The table and the threshold were chosen on half of the built-in
+tasks of the four published backbones and checked on the other half (docs/gentle.md gives both halves).
+
+Examples
+--------
+>>> import numpy as np
+>>> rng = np.random.default_rng(0)
+>>> cone = (rng.normal(size=(400, 16)) + 6.0).astype(np.float32)  # every embedding near one direction
+>>> auto = AutoCalibrator(task_type="Retrieval").fit(cone)
+>>> round(auto.anisotropy_, 2) > 0.9, auto.choice_
+(True, 'whiten')
+>>> AutoCalibrator(task_type="Classification").fit(rng.normal(size=(400, 16)).astype(np.float32)).choice_
+'raw'
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from flow_plugin.calibration import gentle, linear  # noqa: F401 (their classes enter CALIBRATOR_CLASSES)
+from flow_plugin.calibration.base import CALIBRATOR_CLASSES, Calibrator
+from flow_plugin.calibration.names import resolve_name
+from flow_plugin.errors import InputError
+
+#: MTEB task type -> the family whose rule :class:`AutoCalibrator` applies (any other type: "pairs")
+FAMILIES: dict[str, str] = {
+    "Retrieval": "ranking", "Reranking": "ranking", "InstructionRetrieval": "ranking",
+    "InstructionReranking": "ranking",
+    "Classification": "labels", "MultilabelClassification": "labels", "Clustering": "labels",
+    "PairClassification": "pairs", "STS": "pairs",
+}
+#: family -> (the calibrator for isotropic embeddings, the one for anisotropic embeddings)
+RULES: dict[str, tuple[str, str]] = {
+    "ranking": ("whiten", "whiten"),
+    "pairs": ("raw", "whiten"),
+    "labels": ("raw", "sn"),
+}
+#: the anisotropy (mean cosine between two embeddings) from which embeddings count as anisotropic
+DEFAULT_THRESHOLD = 0.27
+
+
+def anisotropy(X: np.ndarray) -> float:
+    """The mean cosine between two distinct rows of ``X`` (exact, from the mean unit vector: for n unit rows
+    with mean m, the mean over the n(n-1) ordered pairs is (n²|m|² - n) / (n(n-1))).
+
+    >>> round(anisotropy(np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)), 3)
+    0.0
+    """
+    X64 = np.asarray(X, dtype=np.float64)
+    norms = np.linalg.norm(X64, axis=1, keepdims=True)
+    units = X64[norms[:, 0] > 0] / norms[norms[:, 0] > 0]
+    n = units.shape[0]
+    if n < 2:
+        return 0.0
+    total = float(np.square(units.sum(axis=0)).sum())  # n² |m|²
+    return (total - n) / (n * (n - 1))
+
+
+class AutoCalibrator(Calibrator, method="auto"):
+    """Chooses and fits a calibrator per task: by the task's family and its embeddings' anisotropy (module doc).
+
+    Parameters
+    ----------
+    task_type:
+        MTEB's type of the task the calibrator is fitted for (``"Retrieval"``, ``"Classification"`` ...); a
+        calibrated model sets it per task. ``None``: unknown (the "pairs" rule).
+    threshold:
+        The anisotropy from which the embeddings count as anisotropic (default :data:`DEFAULT_THRESHOLD`).
+
+    Attributes
+    ----------
+    anisotropy_ : float
+        The mean cosine between two fit embeddings.
+    family_ : str
+        ``"ranking"``, ``"pairs"`` or ``"labels"``.
+    choice_ : str
+        The calibrator chosen (a calibrator name: ``"whiten"``, ``"center"``, ``"sn"`` ...).
+    reason_ : str
+        Why, in one sentence (the fit record and the run's log line show it).
+    calibrator_ : Calibrator
+        The chosen calibrator, fitted on the same embeddings.
+    """
+
+    EFFECTIVE_ATTRIBUTES: ClassVar[tuple[str, ...]] = ("choice_", "anisotropy_", "family_", "reason_")
+
+    def __init__(self, task_type: str | None = None, threshold: float = DEFAULT_THRESHOLD) -> None:
+        self.task_type = task_type
+        self.threshold = threshold
+
+    def min_samples(self, n_features: int) -> int:
+        return 2
+
+    def _check_params(self, n_features: int) -> None:
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not (
+                -1.0 <= self.threshold <= 1.0):
+            raise InputError(f"AutoCalibrator threshold must be a number in [-1, 1], got {self.threshold!r}")
+        if self.task_type is not None and not isinstance(self.task_type, str):
+            raise InputError(f"AutoCalibrator task_type must be an MTEB task type name or None, got {self.task_type!r}")
+
+    def _fit(self, X: np.ndarray) -> None:
+        self.anisotropy_ = round(anisotropy(X), 6)
+        self.family_ = FAMILIES.get(self.task_type or "", "pairs")
+        anisotropic = self.anisotropy_ >= self.threshold
+        self.choice_ = RULES[self.family_][int(anisotropic)]
+        self.reason_ = (f"auto chose {self.choice_}: {self.task_type or 'no task type'} ({self.family_}), anisotropy "
+                        f"{self.anisotropy_:.3f} {'>=' if anisotropic else '<'} {self.threshold}")
+        self.calibrator_ = _make(self.choice_).fit(X)
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return self.calibrator_.transform(X)
+
+    def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        return self.calibrator_.inverse_transform(Z)
+
+    def output_width(self, n_features: int) -> int:
+        return n_features
+
+    def _get_state(self) -> dict[str, np.ndarray]:
+        state = {f"chosen/{key}": value for key, value in self.calibrator_._get_state().items()}
+        return {**state, "choice": np.array(self.choice_)}
+
+    def _set_state(self, state: dict[str, np.ndarray]) -> None:
+        self.choice_ = str(state["choice"])
+        chosen = _make(self.choice_)
+        chosen._set_state({key.removeprefix("chosen/"): value for key, value in state.items() if key != "choice"})
+        chosen.n_features_in_ = getattr(self, "n_features_in_", None)
+        self.calibrator_ = chosen
+
+    def describe(self) -> dict[str, Any]:
+        """The choice and the figure behind it, as the fit record keeps them."""
+        return {"choice": self.choice_, "family": self.family_, "anisotropy": self.anisotropy_,
+                "threshold": self.threshold, "task_type": self.task_type}
+
+
+def _make(name: str) -> Calibrator:
+    """An unfitted calibrator of :data:`RULES` by name (each is a linear or gentle one)."""
+    method, preset = resolve_name(name)
+    return CALIBRATOR_CLASSES[method](**preset)
+
+
+__all__ = ["DEFAULT_THRESHOLD", "FAMILIES", "RULES", "AutoCalibrator", "anisotropy"]

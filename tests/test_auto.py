@@ -1,0 +1,69 @@
+"""``auto``: a calibrator chosen per task from its embeddings' anisotropy and MTEB's task type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flow_plugin.calibration import make_calibrator
+from flow_plugin.calibration.auto import FAMILIES, RULES, AutoCalibrator, anisotropy
+from flow_plugin.errors import InputError
+
+
+def cone(n: int = 300, d: int = 12, offset: float = 6.0, seed: int = 0) -> np.ndarray:
+    """Embeddings crowded around one direction (anisotropic) with ``offset``, else centred (isotropic)."""
+    return (np.random.default_rng(seed).normal(size=(n, d)) + offset).astype(np.float32)
+
+
+def test_anisotropy_is_the_mean_cosine_between_two_rows() -> None:
+    X = cone(n=60, offset=2.0)
+    units = X / np.linalg.norm(X, axis=1, keepdims=True)
+    pairs = units @ units.T
+    expected = (pairs.sum() - np.trace(pairs)) / (60 * 59)
+    assert anisotropy(X) == pytest.approx(expected, abs=1e-9)  # float64 both ways
+    assert anisotropy(cone(offset=0.0)) < 0.05 < 0.9 < anisotropy(cone(offset=6.0))
+
+
+@pytest.mark.parametrize("task_type", [*FAMILIES, None, "Summarization"])
+@pytest.mark.parametrize("offset", [0.0, 6.0])
+def test_the_choice_follows_the_family_and_the_anisotropy(task_type: str | None, offset: float) -> None:
+    X = cone(offset=offset)
+    auto = AutoCalibrator(task_type=task_type).fit(X)
+    family = FAMILIES.get(task_type or "", "pairs")
+    assert (auto.family_, auto.choice_) == (family, RULES[family][int(offset > 0)])
+    chosen = make_calibrator(auto.choice_).fit(X)
+    np.testing.assert_array_equal(auto.transform(X), chosen.transform(X))  # exactly the chosen calibrator
+    assert auto.choice_ in auto.reason_ and f"{auto.anisotropy_:.3f}" in auto.reason_
+    assert auto.effective_params()["choice_"] == auto.choice_
+
+
+def test_a_bad_threshold_or_task_type_is_one_line() -> None:
+    with pytest.raises(InputError, match=r"threshold must be a number in \[-1, 1\], got 2"):
+        AutoCalibrator(threshold=2).fit(cone())
+    with pytest.raises(InputError, match="task_type must be an MTEB task type name or None, got 3"):
+        AutoCalibrator(task_type=3).fit(cone())  # type: ignore[arg-type]
+
+
+def test_auto_saves_and_loads_its_choice(tmp_path: Path) -> None:
+    X = cone()
+    auto = AutoCalibrator(task_type="Retrieval").fit(X)
+    auto.save(tmp_path / "auto.npz")
+    loaded = AutoCalibrator.load(tmp_path / "auto.npz")
+    assert loaded.choice_ == auto.choice_
+    np.testing.assert_allclose(loaded.transform(X), auto.transform(X), atol=1e-6)
+
+
+def test_a_calibrated_model_tells_auto_the_task_type_and_records_its_choice(tiny_spec) -> None:
+    from mteb.mocks.mock_tasks import MockClassificationTask, MockRetrievalTask
+
+    from flow_plugin.catalog.registry import RegistryModel
+    from flow_plugin.integrations.mteb.base_models import registry_model
+
+    model = registry_model(RegistryModel(tiny_spec, "auto"))
+    records = {task.metadata.name: model.prepare(task)[0] for task in (MockRetrievalTask(), MockClassificationTask())}
+    assert records["MockRetrievalTask"]["effective_params"]["family_"] == "ranking"
+    assert records["MockClassificationTask"]["effective_params"]["family_"] == "labels"
+    for record in records.values():
+        assert "auto chose" in record["effective_params"]["reason_"]

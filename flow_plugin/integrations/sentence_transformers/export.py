@@ -241,20 +241,17 @@ def export_model(
     check_agreement: bool = True,
     **encoder_options: Any,
 ) -> ExportResult:
-    """Write ``model`` (a registry model name such as ``flow_plugin/minilm-l6-whiten``) with its
-    calibrator fitted on ``fit_corpus`` (a text file, one sentence per line) or read from
-    ``calibrator_path`` (``Calibrator.save``'s file) as a sentence-transformers folder ``out_dir``.
+    """Write ``model`` (a registry model name such as ``flow_plugin/minilm-l6-whiten``) with its calibrator fitted
+    on ``fit_corpus`` (a text file, one sentence per line) or read from ``calibrator_path`` (``Calibrator.save``'s
+    file) as a sentence-transformers folder ``out_dir``.
 
-    ``fit_duplicates``, ``max_fit_sentences``, ``fit_seed`` and ``calibrator_params`` are the MTEB
-    loader arguments of the same names; ``benchmark`` (the model's row of a leaderboard,
-    :func:`flow_plugin.leaderboard.benchmark_scores`) puts its benchmark scores in the model card.
-    ``out_dir`` must not exist, or be empty, or (``overwrite``) hold a model folder, which is then
-    replaced. ``check_agreement`` loads the folder back before moving it into place, measures how
-    far its float32 embeddings are from flow-plugin's (the figures go into the model card), and
-    fails if its pooling or its calibration module is off (``POOLED_TOLERANCE``,
-    ``CALIBRATION_TOLERANCE``).
-    The encoder options (``device``, ``precision`` (default float32), ``batch_size``,
-    ``cache_dir``, ``show_progress_bar``) say how the backbone runs for the fit.
+    ``fit_duplicates``, ``max_fit_sentences``, ``fit_seed`` and ``calibrator_params`` are the MTEB loader arguments
+    of the same names; ``benchmark`` (a leaderboard row, :func:`flow_plugin.leaderboard.benchmark_scores`) puts its
+    scores in the model card. ``out_dir`` must not exist, or be empty, or (``overwrite``) hold a model folder, which
+    is then replaced. ``check_agreement`` loads the folder back before moving it into place, measures how far its
+    float32 embeddings are from flow-plugin's (into the model card), and fails if its pooling or its calibration
+    module is off (``POOLED_TOLERANCE``, ``CALIBRATION_TOLERANCE``). The encoder options (``device``, ``precision``
+    (default float32), ``batch_size``, ``cache_dir``, ``show_progress_bar``) say how the backbone runs for the fit.
     """
     st_version = _check_sentence_transformers()
     registry_model = resolve(model)

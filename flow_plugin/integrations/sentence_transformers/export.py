@@ -266,7 +266,6 @@ def export_model(
         check_benchmark(benchmark, registry_model)
     out = Path(out_dir).expanduser()
     check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
-
     corpus_path = Path(fit_corpus).expanduser() if fit_corpus is not None else None
     corpus = _read_fit_corpus(corpus_path) if corpus_path is not None else None
     fitting = _FitSettings(fit_duplicates, max_fit_sentences, fit_seed, calibrator_params or {})

@@ -63,7 +63,7 @@ def test_packed_bf16_linears_match_plain_ones(tiny_bert_dir: Path, monkeypatch: 
 # ----------------------------------------------------------------------------- the benchmark's rooms
 #: benchmarks/ in layers: a module imports only modules of later layers (peer_worker runs in the peers' own
 #: environments and imports nothing of ours)
-BENCHMARK_LAYERS = (("perf",), ("peers", "report"), ("cpu", "gpu"), ("harness",), ("peer_worker",))
+BENCHMARK_LAYERS = (("perf", "study"), ("peers", "report"), ("cpu", "gpu"), ("harness",), ("peer_worker",))
 
 
 def _benchmark_imports() -> dict[str, set[str]]:

@@ -72,13 +72,13 @@ def make_calibrator(name: str, **params: Any) -> Any:
     """An unfitted calibrator by name (``raw``, ``sn``, ``natsv``, ``sn-natsv``, ``whiten``,
     ``flow``, a flow variant such as ``flow-lu``, or one of the gentle family such as ``soft-whiten``),
     with optional hyper-parameters on top of the variant's."""
-    cls = calibrator_class(name) if isinstance(name, str) else None
-    if cls is None:
+    base = _calibrator_modules()[0]
+    calibrator = base.calibrator_by_name(name, **params) if isinstance(name, str) else None
+    if calibrator is None:
         close = difflib.get_close_matches(str(name), CALIBRATOR_NAMES, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise RegistryError(f"unknown calibrator {name!r}; known: {', '.join(CALIBRATOR_NAMES)}{hint}")
-    _, preset = resolve_name(name)
-    return cls(**{**preset, **params})
+    return calibrator
 
 
 def default_seed(name: str) -> int | None:

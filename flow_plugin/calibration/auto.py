@@ -39,8 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from flow_plugin.calibration import gentle, linear  # noqa: F401 (their classes enter CALIBRATOR_CLASSES)
-from flow_plugin.calibration.base import CALIBRATOR_CLASSES, Calibrator
-from flow_plugin.calibration.names import resolve_name
+from flow_plugin.calibration.base import Calibrator, calibrator_by_name
 from flow_plugin.errors import InputError
 
 #: MTEB task type -> the family whose rule :class:`AutoCalibrator` applies (any other type: "pairs")
@@ -155,8 +154,9 @@ class AutoCalibrator(Calibrator, method="auto"):
 
 def _make(name: str) -> Calibrator:
     """An unfitted calibrator of :data:`RULES` by name (each is a linear or gentle one)."""
-    method, preset = resolve_name(name)
-    return CALIBRATOR_CLASSES[method](**preset)
+    calibrator = calibrator_by_name(name)
+    assert calibrator is not None, name  # RULES names only classes loaded above
+    return calibrator
 
 
 __all__ = ["DEFAULT_THRESHOLD", "FAMILIES", "RULES", "AutoCalibrator", "anisotropy"]

@@ -44,7 +44,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from flow_plugin._io import atomic_write_bytes
 from flow_plugin._validation import check_embeddings
-from flow_plugin.calibration.names import CALIBRATOR_LABELS
+from flow_plugin.calibration.names import CALIBRATOR_LABELS, resolve_name
 from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, is_rounding_noise
 from flow_plugin.errors import CalibrationError, CalibratorFileError, InputError, NotFittedError
 
@@ -60,6 +60,17 @@ _HEADER_KEY = "__header__"
 CALIBRATOR_CLASSES: dict[str, type[Calibrator]] = {}
 
 CalibratorT = TypeVar("CalibratorT", bound="Calibrator")
+
+
+def calibrator_by_name(name: str, **params: Any) -> Calibrator | None:
+    """An unfitted calibrator of a registered class by method or variant name (the variant's preset, then
+    ``params``), or ``None`` for a name no loaded class declares."""
+    try:
+        method, preset = resolve_name(name)
+    except KeyError:
+        return None
+    cls = CALIBRATOR_CLASSES.get(method)
+    return None if cls is None else cls(**{**preset, **params})
 
 
 def half_of_span(n_distinct: int) -> int:

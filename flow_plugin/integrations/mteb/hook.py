@@ -41,8 +41,14 @@ DISABLE_ENV = "FLOW_PLUGIN_DISABLE_MTEB_HOOK"
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
+COMPAT_MODULE = "flow_plugin.integrations.mteb.compat"
+
 _registered: set[str] = set()
 _said: set[str] = set()
+#: registrations that MTEB's import reached while :mod:`.compat` (which they need) was itself importing MTEB;
+#: compat runs them when it has loaded (:func:`run_deferred`)
+_deferred: dict[str, object] = {}
+_compat_whole = False
 
 
 def disabled() -> bool:
@@ -132,6 +138,9 @@ def _run_callback(name: str, module: object, requirements: list[str] | None = No
     per process, and registers nothing; any other failure is one line too."""
     if name in _registered:
         return False
+    if _initializing(COMPAT_MODULE) and not _compat_whole:
+        _deferred[name] = module  # compat is importing MTEB: its names do not exist yet
+        return False
     try:
         from flow_plugin.integrations.mteb.versions import unsupported_message
 
@@ -145,6 +154,20 @@ def _run_callback(name: str, module: object, requirements: list[str] | None = No
     except Exception as error:  # noqa: BLE001 -- never break MTEB's import; say what failed
         _say_once(f"flow-plugin: could not register with {name}: {type(error).__name__}: {error}")
         return False
+
+
+def _initializing(name: str) -> bool:
+    """True while module ``name`` is executing (imported, not yet whole)."""
+    spec = getattr(sys.modules.get(name), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def run_deferred() -> None:
+    """Run the registrations deferred while :mod:`.compat` loaded MTEB (compat calls it as its last step)."""
+    global _compat_whole
+    _compat_whole = True
+    for name in [name for name in _CALLBACKS if name in _deferred]:
+        _run_callback(name, _deferred.pop(name))
 
 
 class _LoaderWithCallback:

@@ -66,6 +66,14 @@ class UnknownModelError(RegistryError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownTaskError(RegistryError, KeyError):
+    """A task name MTEB's registry lacks (``mteb run -t``, ``mteb.get_task``; a ``KeyError``, as MTEB raises): MTEB's
+    close name, and where a user's own task would come from."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
 class MissingExtraError(FlowPluginError, ImportError):
     """An optional dependency is not installed; the message names the extra that installs it,
     e.g. ``pip install 'flow-plugin[plots]'`` for matplotlib."""

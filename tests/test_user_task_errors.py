@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -340,6 +341,20 @@ def test_mteb_run_on_a_task_that_cannot_be_scored_ends_in_one_line(tmp_path: Pat
     assert done.stderr.rstrip().splitlines()[-1] == (
         f"flow-plugin: error: task OneClassRun ({toml}): split 'train' holds one label (1): a classifier needs at "
         "least 2; add items of other labels")
+
+
+@pytest.mark.slow
+def test_mteb_run_with_an_unknown_task_name_ends_in_one_line_naming_the_tasks_variable(tmp_path: Path) -> None:
+    """(Before, MTEB's KeyError traceback, with no word of ``$FLOW_PLUGIN_TASKS``.)"""
+    env = {key: value for key, value in os.environ.items() if key != TASKS_ENV}
+    done = subprocess.run([sys.executable, "-m", "mteb", "run", "-m", "flow_plugin/minilm-l6", "-t", "MySentiment",
+                           "--output-folder", str(tmp_path / "out")], capture_output=True, text=True,
+                          env={**env, "HF_HUB_OFFLINE": "1"}, timeout=600)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("flow-plugin: error: 'MySentiment' not found") and re.search(UNSET_HINT, last), last
+    with pytest.raises(KeyError, match="not found"):  # still MTEB's KeyError for Python callers
+        mteb.get_task("MySentimentNoSuchTask")
 
 
 # ----------------------------------------------------------------------------- several columns, one item

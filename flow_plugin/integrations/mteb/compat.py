@@ -13,6 +13,8 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
 - :func:`refuse_unknown_names`: wraps the classmethod ``ModelMeta.from_hub``, where
   ``mteb.get_model`` (and so ``mteb run -m``) turns for a name that is not in ``MODEL_REGISTRY``, so
   that a misspelt ``flow_plugin/...`` name gets one line with close names instead of a Hub lookup.
+- :func:`hint_unknown_tasks`: wraps ``get_task`` of ``mteb.get_tasks`` (which ``mteb.get_tasks`` and ``mteb run -t``
+  call), so that an unknown task name says where a user's own tasks come from (``$FLOW_PLUGIN_TASKS``), in one line.
 - :func:`check_results_before_loading`: wraps ``ResultCache.load_task_result`` (public; MTEB calls it for every
   task before evaluating it, ``mteb run`` included) so that a result file of a flow-plugin model cut short by a
   killed run is set aside and recomputed, as ``flow-plugin eval`` does, instead of ending in a JSONDecodeError.
@@ -67,7 +69,7 @@ from mteb.abstasks import AbsTask  # noqa: E402 -- after the version check
 from mteb.abstasks.sts import AbsTaskSTS  # noqa: E402
 from mteb.models.model_meta import ModelMeta  # noqa: E402
 
-from flow_plugin.errors import UnknownModelError  # noqa: E402
+from flow_plugin.errors import UnknownModelError, UnknownTaskError  # noqa: E402
 
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
@@ -139,6 +141,28 @@ def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> No
 
     from_hub._flow_plugin_prefix = prefix  # type: ignore[attr-defined]
     ModelMeta.from_hub = classmethod(from_hub)  # type: ignore[method-assign,assignment]
+
+
+def hint_unknown_tasks(hint: Callable[[], str], module: Any = None) -> None:
+    """MTEB's error for a task name it does not know (``mteb run -t``, ``mteb.get_tasks``) gains ``hint()`` (where a
+    user's own tasks come from) and becomes :class:`~flow_plugin.errors.UnknownTaskError`, still a ``KeyError``;
+    uncaught, it ends the process in one line. Idempotent."""
+    tasks_module = _module(TASKS_MODULE, module)
+    original = tasks_module.get_task
+    if getattr(original, "_flow_plugin_hint", False):
+        return
+
+    @functools.wraps(original)
+    def get_task(task_name: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(task_name, *args, **kwargs)
+        except KeyError as error:
+            said = str(error.args[0] if error.args else task_name).removeprefix("KeyError: ")
+            uncaught_in_one_line(UnknownTaskError)
+            raise UnknownTaskError(f"{said}{hint()}") from None
+
+    get_task._flow_plugin_hint = True  # type: ignore[attr-defined]
+    tasks_module.get_task = get_task  # mteb.get_tasks() looks it up here; mteb.get_task is bound after this module
 
 
 def uncaught_in_one_line(kind: type[BaseException]) -> None:

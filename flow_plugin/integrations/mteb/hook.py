@@ -96,7 +96,8 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     from flow_plugin.integrations.mteb.versions import require_supported
 
     require_supported(requirements)
-    from flow_plugin.integrations.mteb.compat import add_tasks
+    from flow_plugin.catalog.labelled_tasks import unknown_task_hint
+    from flow_plugin.integrations.mteb.compat import add_tasks, hint_unknown_tasks
     from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, listed_labelled_task_classes
     from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
     from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
@@ -106,6 +107,7 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     names = add_tasks((*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES), listed, module)
     # after the tasks above: a user's malformed task file is reported, and they stay registered
     names += add_tasks(labelled_task_classes(), listed_labelled_task_classes(), module)
+    hint_unknown_tasks(unknown_task_hint, module)
     # (mteb.cache is whole by now, unlike when the models register): a damaged result of ours is recomputed
     from flow_plugin.catalog.registry import MODEL_PREFIX
     from flow_plugin.integrations.mteb.compat import check_results_before_loading

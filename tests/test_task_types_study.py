@@ -4,6 +4,12 @@ fit records and a study file; a second run reuses what finished."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +145,45 @@ def test_each_evaluator_seeds_value_lies_inside_the_boards_interval(tiny_minilm_
         delta = 100 * (scores["flow_plugin/tiny-whiten"][seed] - scores["flow_plugin/tiny"][seed])
         assert low <= delta <= high, (seed, delta, (low, high))
     assert board.tasks[0].evaluator_seeds == [42, 43, 44] and board.tasks[0].evaluator_sd > 0
+
+
+# ----------------------------------------------------------------------------- stopping a study
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGINT], ids=["kill", "ctrl-c"])
+def test_no_worker_outlives_a_stopped_study(how: signal.Signals, tmp_path: Path) -> None:
+    """(Before, a study stopped by SIGTERM left its two pool workers running their steps as orphans.) The pool's
+    workers run a stand-in step that records its process id and sleeps."""
+    (tmp_path / "slow_step.py").write_text(textwrap.dedent("""
+        import os, time
+        def run(job):
+            open(os.path.join(os.environ["PIDS"], f"{os.getpid()}.pid"), "w").close()
+            time.sleep(120)
+    """))
+    script = ("import slow_step\nfrom flow_plugin.studies import study_steps\n"
+              "study_steps.run_step = slow_step.run\n"
+              "try:\n    study_steps.run_steps([1, 2, 3, 4], 2, lambda steps: None)\n"
+              "except KeyboardInterrupt:\n    print('interrupted')\n")
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {**os.environ, "PIDS": str(pids),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    study = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120  # spawning two workers takes seconds, more on a busy machine
+    while len(list(pids.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    workers = [int(path.stem) for path in pids.glob("*.pid")]
+    assert len(workers) == 2, "the workers did not start"
+    study.send_signal(how)
+    out, _ = study.communicate(timeout=60)  # well under the steps' 120 s: the study did not wait for them
+    assert out.strip() == "interrupted"
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers)

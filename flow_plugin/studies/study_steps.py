@@ -12,6 +12,7 @@ from its seed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -173,7 +174,8 @@ def _init_worker(threads: int) -> None:
 
 def run_steps(jobs: Sequence[StepJob], workers: int, on_step: Callable[[list[StudyStep]], None]) -> None:
     """Run ``jobs`` (in this process with one worker, else in a pool of ``workers`` spawned processes), calling
-    ``on_step`` with each job's steps as it finishes. Ctrl-C cancels the jobs not started and re-raises."""
+    ``on_step`` with each job's steps as it finishes. Ctrl-C, or SIGTERM while the pool runs, cancels the jobs not
+    started, stops the workers (no worker outlives the study) and raises ``KeyboardInterrupt``."""
     if workers <= 1:
         for job in jobs:
             on_step(run_step(job))
@@ -184,15 +186,38 @@ def run_steps(jobs: Sequence[StepJob], workers: int, on_step: Callable[[list[Stu
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(1,))
     try:
-        pending = {pool.submit(run_step, job) for job in jobs}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                on_step(future.result())
+        with _terminate_as_interrupt():
+            pending = {pool.submit(run_step, job) for job in jobs}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    on_step(future.result())
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
+        for worker in multiprocessing.active_children():  # a running job would otherwise go on alone
+            worker.terminate()
         raise
     pool.shutdown()
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM (``kill``, a job scheduler) interrupts as Ctrl-C does (main thread only)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def job_order(jobs: list[StepJob], cost: Callable[[StepJob], float]) -> Iterator[StepJob]:

@@ -48,7 +48,6 @@ _said: set[str] = set()
 #: registrations that MTEB's import reached while :mod:`.compat` (which they need) was itself importing MTEB;
 #: compat runs them when it has loaded (:func:`run_deferred`)
 _deferred: dict[str, object] = {}
-_compat_whole = False
 
 
 def disabled() -> bool:
@@ -140,9 +139,6 @@ def _run_callback(name: str, module: object, requirements: list[str] | None = No
     per process, and registers nothing; any other failure is one line too."""
     if name in _registered:
         return False
-    if _initializing(COMPAT_MODULE) and not _compat_whole:
-        _deferred[name] = module  # compat is importing MTEB: its names do not exist yet
-        return False
     try:
         from flow_plugin.integrations.mteb.versions import unsupported_message
 
@@ -166,8 +162,6 @@ def _initializing(name: str) -> bool:
 
 def run_deferred() -> None:
     """Run the registrations deferred while :mod:`.compat` loaded MTEB (compat calls it as its last step)."""
-    global _compat_whole
-    _compat_whole = True
     for name in [name for name in _CALLBACKS if name in _deferred]:
         _run_callback(name, _deferred.pop(name))
 
@@ -185,7 +179,10 @@ class _LoaderWithCallback:
 
     def exec_module(self, module: object) -> None:
         self._loader.exec_module(module)  # type: ignore[attr-defined]
-        _run_callback(self._name, module)
+        if _initializing(COMPAT_MODULE):  # compat is importing MTEB: its names do not exist yet
+            _deferred[self._name] = module
+        else:
+            _run_callback(self._name, module)
 
     def __getattr__(self, attribute: str) -> object:  # get_source, get_code, ... for tools
         return getattr(self._loader, attribute)

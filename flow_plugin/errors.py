@@ -58,20 +58,21 @@ class UnsupportedVersionError(FlowPluginError, ImportError):
     both and the ``pip install`` that fixes it."""
 
 
-class UnknownModelError(RegistryError, KeyError):
-    """A model name under ``flow_plugin/`` that is no registry model (a ``KeyError`` too, as MTEB's own
-    unknown names are); the message names close names."""
+class UnknownNameError(RegistryError, KeyError):
+    """A name MTEB does not know, raised where MTEB raises a ``KeyError`` (so that its callers' handling holds);
+    printed as its message, unquoted."""
 
     def __str__(self) -> str:  # KeyError would print the message quoted
         return str(self.args[0]) if self.args else ""
 
 
-class UnknownTaskError(RegistryError, KeyError):
-    """A task name MTEB's registry lacks (``mteb run -t``, ``mteb.get_task``; a ``KeyError``, as MTEB raises): MTEB's
-    close name, and where a user's own task would come from."""
+class UnknownModelError(UnknownNameError):
+    """A model name under ``flow_plugin/`` that is no registry model; the message names close names."""
 
-    def __str__(self) -> str:  # KeyError would print the message quoted
-        return str(self.args[0]) if self.args else ""
+
+class UnknownTaskError(UnknownNameError):
+    """A task name MTEB's registry lacks (``mteb run -t``, ``mteb.get_task``): MTEB's close name, and where a user's
+    own task would come from."""
 
 
 class MissingExtraError(FlowPluginError, ImportError):

@@ -31,7 +31,6 @@ from flow_plugin.calibration.names import (
     CALIBRATOR_NAMES,
     FLOW_VARIANTS,
     GENTLE_CALIBRATORS,
-    resolve_name,
 )
 from flow_plugin.errors import RegistryError
 
@@ -61,11 +60,7 @@ def __getattr__(name: str) -> Any:
 
 def calibrator_class(name: str) -> type[Calibrator] | None:
     """The class of a calibrator method or variant name (from the registry the classes enter), or ``None``."""
-    try:
-        method, _ = resolve_name(name)
-    except KeyError:
-        return None
-    return _calibrator_modules()[0].CALIBRATOR_CLASSES.get(method)
+    return _calibrator_modules()[0].class_by_name(name)
 
 
 def make_calibrator(name: str, **params: Any) -> Any:

@@ -62,15 +62,20 @@ CALIBRATOR_CLASSES: dict[str, type[Calibrator]] = {}
 CalibratorT = TypeVar("CalibratorT", bound="Calibrator")
 
 
+def class_by_name(name: str) -> type[Calibrator] | None:
+    """The registered class of a method or variant name, or ``None`` for a name no loaded class declares."""
+    try:
+        method, _ = resolve_name(name)
+    except KeyError:
+        return None
+    return CALIBRATOR_CLASSES.get(method)
+
+
 def calibrator_by_name(name: str, **params: Any) -> Calibrator | None:
     """An unfitted calibrator of a registered class by method or variant name (the variant's preset, then
     ``params``), or ``None`` for a name no loaded class declares."""
-    try:
-        method, preset = resolve_name(name)
-    except KeyError:
-        return None
-    cls = CALIBRATOR_CLASSES.get(method)
-    return None if cls is None else cls(**{**preset, **params})
+    cls = class_by_name(name)
+    return None if cls is None else cls(**{**resolve_name(name)[1], **params})
 
 
 def half_of_span(n_distinct: int) -> int:

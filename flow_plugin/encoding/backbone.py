@@ -416,11 +416,15 @@ class Backbone:
                 with _ONE_THREAD_PER_BATCH:  # torch's thread count is the process's: one such encode at a time
                     threads = torch.get_num_threads()
                     torch.set_num_threads(1)
+                    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flow-plugin-encode")
                     try:
-                        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flow-plugin-encode") as pool:
-                            for _ in pool.map(encode_batch, batches):
-                                bar.update()
+                        for _ in pool.map(encode_batch, batches):
+                            bar.update()
+                    except BaseException:  # Ctrl-C or a failed batch: the batches not started are dropped
+                        pool.shutdown(cancel_futures=True)
+                        raise
                     finally:
+                        pool.shutdown()
                         torch.set_num_threads(threads)
             else:
                 for batch_index in batches:

@@ -134,6 +134,31 @@ def test_mtebs_random_encoder_runs_calibrated_on_every_task_type(subset_root: Pa
     assert all(np.isfinite(scores["test"][0]["main_score"]) for scores in found.values())
     assert {record["task"] for record in model.fit_log} == set(ONE_PER_TYPE.values())
 
+@pytest.mark.parametrize(("model", "calibrator", "settings", "error", "message"), [
+    (None, "flow", {}, TypeError, "cannot calibrate a NoneType: give an MTEB encoder"),
+    ("random", "flow", {"max_fit_sentence": 10}, TypeError, "did you mean 'max_fit_sentences'"),
+    ("random", "flow", {"calibrator_params": {"n_layer": 2}}, TypeError, "no hyper-parameter 'n_layer'"),
+    ("random", "soft-whiten", {"calibrator_params": {"strength": -3}}, ValueError, r"strength must be a number in \[0, 1\]"),
+    ("calibrated", "whiten", {}, ValueError, r"already calibrated \(.*-sn\); calibrate its base instead"),
+])
+def test_calibrate_refuses_what_it_cannot_honour_before_any_text_is_encoded(
+        model: Any, calibrator: str, settings: dict[str, Any], error: type[Exception], message: str) -> None:
+    """Each mistake ends in one error naming it and the remedy when the model is made, not after MTEB has
+    embedded a task's corpus for the first fit (a hyper-parameter out of range included)."""
+    random_encoder = mteb.get_model("mteb/baseline-random-encoder")
+    base = {"random": random_encoder, "calibrated": flow_plugin.calibrate(random_encoder, "sn")}.get(model, model)
+    with pytest.raises(error, match=message):
+        flow_plugin.calibrate(base, calibrator, **settings)
+
+
+def test_a_name_neither_mteb_nor_the_registry_knows_is_one_error_naming_the_ways_to_spell_a_model() -> None:
+    """Offline (as here) MTEB looks the name up on the Hub and fails with a network error; the user gets
+    what the name is not and how a local folder is spelled, with the Hub's reason in the same line."""
+    with pytest.raises(KeyError, match=r"not a registry backbone, a local folder or a model in MTEB's registry.*"
+                                        r"spell a local folder as ./no-such-org/no-such-model"):
+        flow_plugin.calibrate("no-such-org/no-such-model", "flow")
+
+
 
 # ------------------------------------------------------------------ as a user runs it: a local folder with prompts
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ Examples
 
 from __future__ import annotations
 
+import difflib
 import io
 import json
 import logging
@@ -46,7 +47,7 @@ from flow_plugin._io import atomic_write_bytes
 from flow_plugin._validation import check_embeddings
 from flow_plugin.calibration.names import CALIBRATOR_LABELS, resolve_name
 from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, is_rounding_noise
-from flow_plugin.errors import CalibrationError, CalibratorFileError, InputError, NotFittedError
+from flow_plugin.errors import CalibrationError, CalibratorFileError, InputError, InputTypeError, NotFittedError
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,18 @@ def calibrator_by_name(name: str, **params: Any) -> Calibrator | None:
     """An unfitted calibrator of a registered class by method or variant name (the variant's preset, then
     ``params``), or ``None`` for a name no loaded class declares."""
     cls = class_by_name(name)
-    return None if cls is None else cls(**{**resolve_name(name)[1], **params})
+    if cls is None:
+        return None
+    unknown = sorted(set(params) - set(cls._get_param_names()))
+    if unknown:
+        accepted = cls._get_param_names()
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, accepted, n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise InputTypeError(f"calibrator {name!r} has no hyper-parameter {', '.join(hints)}; its hyper-parameters: "
+                         f"{', '.join(accepted) or 'none'}")
+    return cls(**{**resolve_name(name)[1], **params})
 
 
 def half_of_span(n_distinct: int) -> int:
@@ -263,6 +275,11 @@ class Calibrator(TransformerMixin, BaseEstimator):
         return n_features
 
     # ------------------------------------------------------------ to implement
+    def check_params(self, n_features: int) -> None:
+        """Refuse, with :class:`~flow_plugin.errors.InputError`, hyper-parameters that cannot fit
+        ``n_features``-dimensional embeddings: what :meth:`fit` checks first, callable before any data is at hand."""
+        self._check_params(n_features)
+
     def _check_params(self, n_features: int) -> None:
         """Reject hyper-parameters that cannot work for ``n_features`` dimensions."""
 

@@ -77,7 +77,7 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
         return SentenceTransformerEncoderWrapper(str(folder), revision=revision, device=device)
     import mteb
 
-    return mteb.get_model(base, revision, device=device)
+    return _from_mteb(base, lambda: mteb.get_model(base, revision, device=device))
 
 
 def load_calibrated(base: str, revision: str | None = None, *, device: str | None = None, calibrator: str = "raw",
@@ -168,7 +168,27 @@ def _base_meta(base: str) -> Any:
         return ModelMeta.create_empty(overwrites={"name": str(Path(base).expanduser().resolve())})
     import mteb
 
-    return mteb.get_model_meta(base, fetch_from_hf=True)
+    return _from_mteb(base, lambda: mteb.get_model_meta(base, fetch_from_hf=True))
+
+
+def _from_mteb(base: str, look_up: Any) -> Any:
+    """What ``look_up()`` gives for a name MTEB resolves (its registry, else the Hugging Face Hub); a name MTEB's
+    registry lacks and the Hub could not give becomes one :class:`UnknownModelError` with close names."""
+    try:
+        return look_up()
+    except Exception as error:
+        import mteb
+
+        known = [meta.name for meta in mteb.get_model_metas()]
+        if isinstance(error, FlowPluginError) or base in known:
+            raise
+        close = difflib.get_close_matches(base, [name for name in known if name], n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        raise UnknownModelError(
+            f"{base}: not a registry backbone, a local folder or a model in MTEB's registry, and looking it up on the "
+            f"Hugging Face Hub failed ({type(error).__name__}{': ' + reason if reason else ''}){hint}; check the name, "
+            f"or spell a local folder as ./{base} or an absolute path") from error
 
 
 def load_registry_name(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:

@@ -30,6 +30,7 @@ from mteb.models.model_meta import ModelMeta
 from flow_plugin.calibration import make_calibrator
 from flow_plugin.catalog.registry import spell_model
 from flow_plugin.catalog.task_type_effects import caution
+from flow_plugin.errors import InputError, InputTypeError
 from flow_plugin.integrations.mteb.compat import follow_fit_records
 from flow_plugin.integrations.mteb.fits import FitSettings, TaskFits, texts_of
 from flow_plugin.integrations.mteb.meta import calibrated_meta
@@ -61,15 +62,19 @@ class CalibratedModel(AbsEncoder):
 
     def __init__(self, base: Any, calibrator: str = "flow", *, calibrator_params: dict[str, Any] | None = None,
                  **fit_settings: Any) -> None:
+        _check_base(base)
         self.base = self.model = base
         self.calibrator = calibrator
         self.calibrator_params = dict(calibrator_params or {})
         template = make_calibrator(calibrator, **self.calibrator_params)
         base_meta = getattr(base, "mteb_model_meta", None) or ModelMeta.create_empty(overwrites={"name": type(base).__name__})
-        width = base_meta.embed_dim if isinstance(base_meta.embed_dim, int) else None
+        dims = base_meta.embed_dim if isinstance(base_meta.embed_dim, list) else [base_meta.embed_dim]
+        width = max((d for d in dims if isinstance(d, int)), default=None)  # a list: the widths it offers
         self.mteb_model_meta = calibrated_meta(base_meta, calibrator, self.calibrator_params,
                                                template.output_width(width) if width else None)
-        self.fits = TaskFits(base, template, self.name, FitSettings.make(**fit_settings))
+        if width:
+            template.check_params(width)
+        self.fits = TaskFits(base, template, self.name, FitSettings.from_keywords(fit_settings))
         self._cautioned: set[str] = set()
         if self.fits.settings.fit_corpus.kind == "per-call" and not self.is_raw:
             tell_user(f"{self.name}: fit_corpus='per-call' fits a new calibrator for every encode() call, so the two "
@@ -139,6 +144,15 @@ class CalibratedModel(AbsEncoder):
             self._cautioned.add(task_type)
             if (message := caution(self.name, self.calibrator, task_type)) is not None:
                 tell_user(message)
+
+
+def _check_base(base: Any) -> None:
+    if isinstance(base, CalibratedModel):
+        raise InputError(f"the model is already calibrated ({base.name}); calibrate its base instead: "
+                         f"calibrate(model.base, ...)")
+    if not callable(getattr(base, "encode", None)):
+        raise InputTypeError(f"cannot calibrate a {type(base).__name__}: give an MTEB encoder (an object with "
+                             "encode(), such as mteb.get_model(name)) or a model's name")
 
 
 def tell_user(message: str) -> None:

@@ -21,6 +21,7 @@ the same texts: calibration adds the fit, not a second pass of the base model ov
 
 from __future__ import annotations
 
+import difflib
 import logging
 import sys
 import time
@@ -38,7 +39,7 @@ from flow_plugin.catalog.fitting import FitRecord, canonical_order, fit_embeddin
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET, FitCorpus
 from flow_plugin.data.fit_corpus import read_sentence_file
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
-from flow_plugin.errors import DataFolderError, InputError
+from flow_plugin.errors import DataFolderError, InputError, InputTypeError
 from flow_plugin.integrations.mteb import compat
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
 
@@ -71,6 +72,17 @@ class FitSettings:
         if fit_sides not in SIDES:
             raise InputError(f"fit_sides must be one of {', '.join(SIDES)}, got {fit_sides!r}")
         return cls(FitCorpus.parse(fit_corpus), cap, seed, fit_duplicates, fit_sides)
+
+    @classmethod
+    def from_keywords(cls, settings: dict[str, Any]) -> FitSettings:
+        """:meth:`make` from keywords, refusing an unknown one with the closest accepted name."""
+        accepted = list(cls.__dataclass_fields__)
+        unknown = sorted(set(settings) - set(accepted))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], accepted, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InputTypeError(f"unknown fit setting {unknown[0]!r}{hint}; accepted: {', '.join(accepted)}")
+        return cls.make(**settings)
 
 
 @dataclass

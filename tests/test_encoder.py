@@ -194,3 +194,25 @@ def test_layers_the_pooling_never_reads_are_not_run(minilm_path: Path, pooling: 
     got = np.stack([backbone.encode([sentence])[0] for sentence in SENTENCES[:3]])
     assert len(backbone.model.encoder.layer) == kept
     np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * np.abs(expected).max())
+
+
+def test_a_checkpoint_saved_in_half_precision_runs_on_float32_master_weights(tiny_bert_dir: Path,
+                                                                            tmp_path: Path) -> None:
+    """Many published checkpoints are stored in fp16 or bf16; loaded as they are, every layer (LayerNorms too)
+    would compute in half precision whatever ``precision`` says. The backbone loads float32 master weights, so
+    the fp16 checkpoint gives what the same rounded values stored as float32 give, exactly."""
+    from transformers import AutoModel
+
+    halved = AutoModel.from_pretrained(tiny_bert_dir, dtype=torch.float32).to(torch.float16)
+    half_folder, widened_folder = tmp_path / "fp16", tmp_path / "widened"
+    halved.save_pretrained(half_folder)
+    halved.to(torch.float32).save_pretrained(widened_folder)
+    for folder in (half_folder, widened_folder):
+        for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+            if (tiny_bert_dir / name).exists():
+                (folder / name).write_bytes((tiny_bert_dir / name).read_bytes())
+    sentences = ["a man plays a guitar", "the cat sat on the mat"]
+    half = Backbone(half_folder, pooling="last-avg", precision="float32", show_progress_bar=False).load()
+    assert {parameter.dtype for parameter in half._model.parameters()} == {torch.float32}
+    widened = Backbone(widened_folder, pooling="last-avg", precision="float32", show_progress_bar=False)
+    np.testing.assert_array_equal(half.encode(sentences), widened.encode(sentences))

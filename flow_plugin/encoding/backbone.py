@@ -268,12 +268,12 @@ class Backbone:
             kwargs["revision"] = self.revision
         return kwargs
 
-    def _from_pretrained(self, auto_class: Any) -> Any:
+    def _from_pretrained(self, auto_class: Any, **kwargs: Any) -> Any:
         """``auto_class.from_pretrained`` of these weights; a failure to find them (Hugging Face raises
         ``OSError``: offline, unreachable, not cached, no such folder) is a
         :class:`~flow_plugin.errors.WeightsUnavailableError` naming the install command, if any."""
         try:
-            return auto_class.from_pretrained(self.model_name_or_path, **self._pretrained_kwargs())
+            return auto_class.from_pretrained(self.model_name_or_path, **self._pretrained_kwargs(), **kwargs)
         except OSError as error:
             raise weights_unavailable(self.name, error, self.install_hint, self.source) from error
 
@@ -326,7 +326,9 @@ class Backbone:
 
             logger.info("loading backbone %s (revision %s) on %s", self.model_name_or_path, self.revision, self.device)
             tokenizer = self._from_pretrained(AutoTokenizer)
-            model = self._from_pretrained(AutoModel)
+            # float32 master weights whatever dtype the checkpoint was saved in (many are fp16 or bf16):
+            # ``precision`` alone decides what the Linear layers compute in; LayerNorms stay float32
+            model = self._from_pretrained(AutoModel, dtype=torch.float32)
             model.eval()
             for parameter in model.parameters():
                 parameter.requires_grad_(False)

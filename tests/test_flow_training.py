@@ -126,3 +126,22 @@ def test_training_uses_torch_adamw_with_the_official_constants() -> None:
     group = optimizer.param_groups[0]
     assert isinstance(optimizer, torch.optim.AdamW)
     assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (1e-3, (0.9, 0.999), 1e-6, 0.01)
+
+
+def test_actnorm_starts_from_the_cpus_values_including_features_whose_squares_underflow_float32() -> None:
+    """all-MiniLM-L6-v2 has two features of values near 1e-32: their float32 squares underflow, so a float32
+    reduction (CUDA's) gives a zero standard deviation and an infinite scale, where the CPU's (float64
+    accumulation) gives a finite one. The flow's ActNorms initialise on the CPU on every device; on the CPU the
+    values are nflows' own, bit for bit."""
+    from nflows.transforms.normalization import ActNorm
+
+    from flow_plugin.calibration.flow.glow import DataInitActNorm
+
+    rows = torch.Generator().manual_seed(0)
+    inputs = torch.randn(64, 5, generator=rows)
+    inputs[:, 0] *= 1e-32
+    ours, reference = DataInitActNorm(5), ActNorm(5)
+    ours(inputs), reference(inputs)
+    assert torch.isfinite(ours.log_scale).all() and torch.isfinite(ours.shift).all()
+    assert torch.equal(ours.log_scale, reference.log_scale) and torch.equal(ours.shift, reference.shift)
+    assert bool(ours.initialized) and ours.log_scale.dtype == torch.float32

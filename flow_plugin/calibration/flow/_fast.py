@@ -31,7 +31,7 @@ from nflows.transforms.normalization import ActNorm
 from nflows.transforms.permutations import Permutation, RandomPermutation, ReversePermutation
 from torch import nn
 
-from flow_plugin.calibration.flow.glow import GlowStep, ShiftNetwork, glow_of
+from flow_plugin.calibration.flow.glow import DataInitActNorm, GlowStep, ShiftNetwork, glow_of
 from flow_plugin.errors import InputError
 
 
@@ -148,7 +148,7 @@ def unsupported_reason(flow: Flow) -> str | None:
         return "the flow has a context embedding"
     for level in glow.levels:
         for step in level.steps:
-            if not isinstance(step, GlowStep) or type(step.actnorm) is not ActNorm:
+            if not isinstance(step, GlowStep) or type(step.actnorm) not in (ActNorm, DataInitActNorm):
                 return "a step is not ActNorm -> permutation -> coupling"
             if not isinstance(step.permutation, (ReversePermutation, RandomPermutation)):
                 return f"the fast path supports fixed permutations only, not {type(step.permutation).__name__}"

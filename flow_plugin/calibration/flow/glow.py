@@ -37,6 +37,22 @@ from nflows.transforms.permutations import RandomPermutation, ReversePermutation
 from torch import nn
 
 
+class DataInitActNorm(ActNorm):
+    """nflows' ``ActNorm``, its data-dependent initialisation computed on the CPU whatever the device.
+
+    The initial scale is ``1 / std`` of each feature over the first batch. A CPU reduction of float32
+    accumulates in float64, a CUDA one in float32: for a feature of values near 1e-32 (all-MiniLM-L6-v2
+    has two) the float32 squares underflow, the standard deviation becomes 0 and the scale infinite, so
+    the embeddings the CPU fits failed on a GPU. Initialised on the CPU, every device starts from the
+    CPU's values, bit for bit.
+    """
+
+    def _initialize(self, inputs: torch.Tensor) -> None:
+        super()._initialize(inputs.detach().cpu())
+        for tensor in (self.log_scale, self.shift, self.initialized):
+            tensor.data = tensor.data.to(inputs.device)
+
+
 class ShiftNetwork(nn.Module):
     """The coupling's network NN(x₁) (official ``conv_stack`` on 1×1 "images"):
     Linear → ActNorm → ReLU → Linear → ActNorm → ReLU → Linear, the last layer zero-initialised
@@ -45,9 +61,9 @@ class ShiftNetwork(nn.Module):
     def __init__(self, in_features: int, out_features: int, hidden_features: int) -> None:
         super().__init__()
         self.hidden1 = nn.Linear(in_features, hidden_features, bias=False)
-        self.norm1 = ActNorm(hidden_features)
+        self.norm1 = DataInitActNorm(hidden_features)
         self.hidden2 = nn.Linear(hidden_features, hidden_features, bias=False)
-        self.norm2 = ActNorm(hidden_features)
+        self.norm2 = DataInitActNorm(hidden_features)
         self.output = nn.Linear(hidden_features, out_features)
         # official conv init: N(0, 0.05) weights; the last layer starts at zero ("zeros" conv_init)
         nn.init.normal_(self.hidden1.weight, std=0.05)
@@ -67,7 +83,7 @@ class GlowStep(Transform):
 
     def __init__(self, features: int, *, hidden_features: int, permutation: str, coupling: str) -> None:
         super().__init__()
-        self.actnorm = ActNorm(features)
+        self.actnorm = DataInitActNorm(features)
         if permutation == "reverse":
             self.permutation: Transform = ReversePermutation(features)
         elif permutation == "random":

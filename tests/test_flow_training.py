@@ -128,20 +128,34 @@ def test_training_uses_torch_adamw_with_the_official_constants() -> None:
     assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (1e-3, (0.9, 0.999), 1e-6, 0.01)
 
 
-def test_actnorm_starts_from_the_cpus_values_including_features_whose_squares_underflow_float32() -> None:
-    """all-MiniLM-L6-v2 has two features of values near 1e-32: their float32 squares underflow, so a float32
-    reduction (CUDA's) gives a zero standard deviation and an infinite scale, where the CPU's (float64
-    accumulation) gives a finite one. The flow's ActNorms initialise on the CPU on every device; on the CPU the
-    values are nflows' own, bit for bit."""
+def test_actnorm_starts_from_the_cpus_values_and_leaves_a_constant_feature_unscaled() -> None:
+    """all-MiniLM-L6-v2 has two features of values near 1e-32: their float32 squares underflow in a CUDA
+    reduction (the CPU accumulates in float64), and on a GPU they come out exactly 0. The flow's ActNorms
+    initialise on the CPU on every device (there, nflows' own values bit for bit) and give a constant
+    feature scale 1 instead of an infinite one."""
     from nflows.transforms.normalization import ActNorm
 
     from flow_plugin.calibration.flow.glow import DataInitActNorm
 
-    rows = torch.Generator().manual_seed(0)
-    inputs = torch.randn(64, 5, generator=rows)
+    inputs = torch.randn(64, 5, generator=torch.Generator().manual_seed(0))
     inputs[:, 0] *= 1e-32
     ours, reference = DataInitActNorm(5), ActNorm(5)
     ours(inputs), reference(inputs)
     assert torch.isfinite(ours.log_scale).all() and torch.isfinite(ours.shift).all()
     assert torch.equal(ours.log_scale, reference.log_scale) and torch.equal(ours.shift, reference.shift)
-    assert bool(ours.initialized) and ours.log_scale.dtype == torch.float32
+    constant = inputs.clone()
+    constant[:, 1] = 0.0
+    ours = DataInitActNorm(5)
+    ours(constant)
+    assert ours.log_scale[1] == 0 and ours.shift[1] == 0 and torch.isfinite(ours.log_scale).all()
+
+
+def test_the_flow_fits_embeddings_with_a_dimension_that_is_exactly_zero() -> None:
+    """What a GPU gives for all-MiniLM-L6-v2 (two features exactly 0): the flow fits the other dimensions
+    and the zero one stays zero, where the fit used to stop at a non-finite initial likelihood."""
+    X = np.random.default_rng(0).normal(size=(400, 8)).astype(np.float32) @ np.diag(np.linspace(0.5, 2, 8))
+    X[:, 3] = 0.0
+    flow = FlowCalibrator(n_levels=1, depth=2, hidden_features=16, epochs=1, show_progress_bar=False).fit(X)
+    Z = flow.transform(X)
+    assert np.isfinite(Z).all() and np.isfinite(flow.fit_log_likelihood_)
+    assert flow.fit_log_likelihood_ > flow.initial_log_likelihood_

@@ -129,8 +129,9 @@ class _FusedPlan:
 def _half_split(coupling: AdditiveCouplingTransform) -> int | None:
     """``k`` when the coupling keeps features [0, k) and moves [k, d), else ``None``."""
     split = coupling.num_identity_features
-    if torch.equal(coupling.identity_features, torch.arange(split)) and torch.equal(
-        coupling.transform_features, torch.arange(split, coupling.features)
+    device = coupling.identity_features.device  # the flow's: a flow on a GPU keeps its index buffers there
+    if torch.equal(coupling.identity_features, torch.arange(split, device=device)) and torch.equal(
+        coupling.transform_features, torch.arange(split, coupling.features, device=device)
     ):
         return split
     return None

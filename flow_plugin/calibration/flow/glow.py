@@ -38,19 +38,25 @@ from torch import nn
 
 
 class DataInitActNorm(ActNorm):
-    """nflows' ``ActNorm``, its data-dependent initialisation computed on the CPU whatever the device.
+    """nflows' ``ActNorm``, its data-dependent initialisation computed on the CPU whatever the device,
+    and a constant feature left unscaled.
 
     The initial scale is ``1 / std`` of each feature over the first batch. A CPU reduction of float32
-    accumulates in float64, a CUDA one in float32: for a feature of values near 1e-32 (all-MiniLM-L6-v2
-    has two) the float32 squares underflow, the standard deviation becomes 0 and the scale infinite, so
-    the embeddings the CPU fits failed on a GPU. Initialised on the CPU, every device starts from the
-    CPU's values, bit for bit.
+    accumulates in float64, a CUDA one in float32, where the squares of a feature of values near 1e-32
+    (all-MiniLM-L6-v2 has two) underflow: initialised on the CPU, every device starts from the CPU's
+    values, bit for bit. A feature constant over the batch (on a GPU those two features come out exactly
+    0) has no scale to learn from: it keeps scale 1 instead of an infinite one, and is only centred.
     """
 
     def _initialize(self, inputs: torch.Tensor) -> None:
-        super()._initialize(inputs.detach().cpu())
-        for tensor in (self.log_scale, self.shift, self.initialized):
-            tensor.data = tensor.data.to(inputs.device)
+        device = inputs.device
+        with torch.no_grad():
+            inputs = inputs.detach().cpu()
+            std = inputs.std(dim=0)
+            std = torch.where(std > 0, std, torch.ones_like(std))
+            self.log_scale.data = -torch.log(std).to(device)
+            self.shift.data = -(inputs / std).mean(dim=0).to(device)
+            self.initialized.data = torch.tensor(True, dtype=torch.bool, device=device)
 
 
 class ShiftNetwork(nn.Module):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -96,23 +97,26 @@ def study(python: str, backbone: str, data: Path, tasks: list[str] | None, calib
     return measured
 
 
-def mteb_runs(backbone: str, calibrator: str, data: Path, repeats: int, folder: Path) -> dict[str, Any]:
-    """The calibrated ``mteb run`` of one task per type over the raw one (wall seconds, median of repeats)."""
+def mteb_runs(backbone: str, calibrators: list[str], data: Path, repeats: int, folder: Path) -> dict[str, Any]:
+    """Each calibrated ``mteb run`` of one task per type over the raw one (wall seconds, median of repeats)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "FLOW_PLUGIN_SHARED_DATA": str(data)}
     env.pop("FLOW_PLUGIN_CACHE_DIR", None)
+    folder.mkdir(parents=True, exist_ok=True)
     found: dict[str, Any] = {}
     for kind, task in ONE_PER_TYPE.items():
-        walls: dict[str, list[float]] = {"raw": [], calibrator: []}
+        walls: dict[str, list[float]] = {name: [] for name in ("raw", *calibrators)}
         for repeat in range(repeats):
-            for name in ("raw", calibrator):  # alternated, so that a burst of load hits both alike
+            for name in walls:  # alternated, so that a burst of load hits every model alike
                 model = f"flow_plugin/{backbone}" + ("" if name == "raw" else f"-{name}")
                 out = folder / f"{kind}-{name}-{repeat}"
                 command = ["mteb", "run", "-m", model, "-t", task, "--output-folder", str(out), "--no-co2-tracker"]
                 walls[name].append(run_sampled(command, env, folder)["wall_seconds"])
-        raw, calibrated = statistics.median(walls["raw"]), statistics.median(walls[calibrator])
-        found[kind] = {"task": task, "raw_seconds": raw, "calibrated_seconds": calibrated,
-                       "ratio": round(calibrated / raw, 3)}
-        say(f"mteb run {kind} ({task}): raw {raw:.1f} s, {calibrator} {calibrated:.1f} s, ratio {calibrated / raw:.2f}")
+        raw = statistics.median(walls["raw"])
+        found[kind] = {"task": task, "raw_seconds": raw, "calibrated": {
+            name: {"seconds": statistics.median(walls[name]), "ratio": round(statistics.median(walls[name]) / raw, 3)}
+            for name in calibrators}}
+        say(f"mteb run {kind} ({task}): raw {raw:.1f} s, " + ", ".join(
+            f"{name} {entry['seconds']:.1f} s ({entry['ratio']:.2f}x)" for name, entry in found[kind]["calibrated"].items()))
     return found
 
 
@@ -138,10 +142,12 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += ["## Ratios (this code over the baseline, one run)", ""]
         lines += [f"- {key}: {value}" for key, value in report["ratios"].items()] + [""]
     if report.get("mteb_run"):
-        lines += ["## A calibrated mteb run over the raw one", "", "| type | task | raw s | calibrated s | ratio |",
-                  "|---|---|---:|---:|---:|"]
-        lines += [f"| {kind} | {found['task']} | {found['raw_seconds']} | {found['calibrated_seconds']} | "
-                  f"{found['ratio']} |" for kind, found in report["mteb_run"].items()] + [""]
+        names = list(next(iter(report["mteb_run"].values()))["calibrated"])
+        lines += ["## A calibrated mteb run over the raw one (wall seconds, median of the repeats; ratio to raw)", "",
+                  "| type | task | raw s | " + " | ".join(names) + " |", "|---|---|---:|" + "---:|" * len(names)]
+        lines += [f"| {kind} | {found['task']} | {found['raw_seconds']} | " + " | ".join(
+            f"{entry['seconds']} ({entry['ratio']}×)" for entry in found["calibrated"].values()) + " |"
+            for kind, found in report["mteb_run"].items()] + [""]
     lines += ["Targets: " + ", ".join(f"{key} ≤ {value}" for key, value in TARGETS.items()), ""]
     return "\n".join(lines)
 
@@ -155,11 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--baseline-python", default=None,
                         help="the python of an older checkout's environment: its study runs first, for the ratios")
-    parser.add_argument("--baseline-args", nargs="*", default=[], help="extra arguments of the baseline's study")
-    parser.add_argument("--study-args", nargs="*", default=[],
-                        help="extra arguments of this code's study (e.g. --evaluator-seeds 1, the baseline's work)")
-    parser.add_argument("--mteb-run-calibrator", default="whiten",
-                        help="the calibrator of the calibrated mteb runs ('' to skip them)")
+    parser.add_argument("--baseline-args", type=shlex.split, default=[],
+                        help="extra arguments of the baseline's study, as one string (--baseline-args='--x 1')")
+    parser.add_argument("--study-args", type=shlex.split, default=[],
+                        help="extra arguments of this code's study, as one string (--study-args='--evaluator-seeds 1': "
+                             "the baseline's work)")
+    parser.add_argument("--mteb-run-calibrators", nargs="*", default=["whiten"],
+                        help="the calibrators of the calibrated mteb runs (none: skip them)")
     parser.add_argument("--runs", type=int, default=1, help="repeats of each mteb run (the median counts)")
     parser.add_argument("--skip-study", action="store_true")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
@@ -182,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         if report.get("baseline") and report.get("study"):
             report["ratios"] = {key: round(report["study"][key] / report["baseline"][key], 3)
                                 for key in ("wall_seconds", "cpu_seconds", "peak_gib")}
-        if args.mteb_run_calibrator:
-            report["mteb_run"] = mteb_runs(args.backbone, args.mteb_run_calibrator, args.data, args.runs,
+        if args.mteb_run_calibrators:
+            report["mteb_run"] = mteb_runs(args.backbone, args.mteb_run_calibrators, args.data, args.runs,
                                            folder / "mteb-run")
     report["load_average_end"] = load_average()
     args.output_dir.mkdir(parents=True, exist_ok=True)

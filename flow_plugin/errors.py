@@ -7,6 +7,20 @@ does not know flow-plugin still handles them sensibly.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to ``name``, or ``""`` when none is close: the hint every
+    error about an unknown name ends with.
+
+    >>> did_you_mean("devise", ["device", "precision"]), did_you_mean("zzz", ["device"])
+    (" (did you mean 'device'?)", '')
+    """
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 
 class FlowPluginError(Exception):
     """Base class of every error flow-plugin raises on purpose."""

@@ -29,7 +29,6 @@ Examples
 
 from __future__ import annotations
 
-import difflib
 import io
 import json
 import logging
@@ -47,7 +46,7 @@ from flow_plugin._io import atomic_write_bytes
 from flow_plugin._validation import check_embeddings
 from flow_plugin.calibration.names import CALIBRATOR_LABELS, resolve_name
 from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, is_rounding_noise
-from flow_plugin.errors import CalibrationError, CalibratorFileError, InputError, InputTypeError, NotFittedError
+from flow_plugin.errors import CalibrationError, CalibratorFileError, InputError, InputTypeError, NotFittedError, did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +80,7 @@ def calibrator_by_name(name: str, **params: Any) -> Calibrator | None:
     unknown = sorted(set(params) - set(cls._get_param_names()))
     if unknown:
         accepted = cls._get_param_names()
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, accepted, n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        hints = [f"{key!r}{did_you_mean(key, accepted)}" for key in unknown]
         raise InputTypeError(f"calibrator {name!r} has no hyper-parameter {', '.join(hints)}; its hyper-parameters: "
                          f"{', '.join(accepted) or 'none'}")
     return cls(**{**resolve_name(name)[1], **params})

@@ -48,7 +48,7 @@ from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
 from flow_plugin._io import read_toml
 from flow_plugin._validation_errors import describe_validation_error
-from flow_plugin.errors import RegistryError
+from flow_plugin.errors import RegistryError, did_you_mean
 from flow_plugin.calibration import calibrator_class, make_calibrator
 
 
@@ -347,8 +347,7 @@ def _check_calibrator_tables(path: Path, tables: dict[str, dict[str, Any]], embe
         names = cls._get_param_names()
         for key in params:
             if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = did_you_mean(key, names)
                 accepted = ", ".join(names) if names else "none"
                 raise RegistryError(
                     f"{path}: key 'calibrators.{method}.{key}' is not a hyper-parameter of {cls.__name__}{hint}; "

@@ -17,7 +17,6 @@ checked when the jobs are planned (:func:`flow_plugin.sweep.plan.resolve_task_re
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,7 +29,7 @@ from flow_plugin.data.fit_corpus import POLICIES as FIT_POLICIES, TARGET
 from flow_plugin.encoding.options import PRECISIONS
 from flow_plugin._io import read_toml
 from flow_plugin._validation_errors import describe_validation_error
-from flow_plugin.errors import RegistryError, SweepError
+from flow_plugin.errors import RegistryError, SweepError, did_you_mean
 from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES, calibrator_class
 from flow_plugin.catalog.registry import get_backbone
 
@@ -115,10 +114,9 @@ def _check_calibrators(path: Path, names: tuple[str, ...] | None) -> tuple[str, 
                          f"({', '.join(CALIBRATOR_METHODS)})")
     for name in names:
         if name not in CALIBRATOR_NAMES:
-            close = difflib.get_close_matches(name, CALIBRATOR_NAMES, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise RegistryError(
-                f"{path}: key 'calibrators': unknown calibrator {name!r}{hint}; choose from {', '.join(CALIBRATOR_NAMES)}"
+                f"{path}: key 'calibrators': unknown calibrator {name!r}{did_you_mean(name, CALIBRATOR_NAMES)}; choose "
+                f"from {', '.join(CALIBRATOR_NAMES)}"
             )
     return _unique(names)
 
@@ -131,10 +129,9 @@ def _check_fit_corpora(path: Path, values: tuple[str, ...]) -> tuple[str, ...]:
             continue
         file = (path.parent / value).expanduser().resolve()
         if not file.is_file():
-            close = difflib.get_close_matches(value, FIT_POLICIES, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise SweepError(
-                f"{path}: key 'fit_corpora': {value!r} is neither 'target' nor 'per-call' nor a sentence file{hint}: "
+                f"{path}: key 'fit_corpora': {value!r} is neither 'target' nor 'per-call' nor a sentence file"
+                f"{did_you_mean(value, FIT_POLICIES)}: "
                 f"{file} does not exist"
             )
         checked.append(str(file))

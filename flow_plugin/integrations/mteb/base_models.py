@@ -26,7 +26,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from flow_plugin.catalog.builders import build_encoder
 from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, spelled_model
 from flow_plugin.encoding.options import EncoderOptions
-from flow_plugin.errors import FlowPluginError, InputError, UnknownModelError
+from flow_plugin.errors import FlowPluginError, InputError, UnknownModelError, did_you_mean
 from flow_plugin.integrations.mteb.fits import FitSettings, texts_of
 
 #: the keywords a calibrated model's loader takes besides the encoder options
@@ -129,10 +129,7 @@ def _refuse_unknown(base: str, kwargs: dict[str, Any]) -> None:
     accepted = [*MODEL_ARGUMENTS, *EncoderOptions.names()]
     unknown = sorted(set(kwargs) - set(accepted))
     if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, accepted, n=1)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        hints = [f"{key!r}{did_you_mean(key, accepted)}" for key in unknown]
         raise InputError(f"{MODEL_PREFIX}{base.removeprefix(MODEL_PREFIX)}: unknown loader argument(s) {', '.join(hints)}; accepted: "
                          f"{', '.join(accepted)}")
 

@@ -21,7 +21,6 @@ the same texts: calibration adds the fit, not a second pass of the base model ov
 
 from __future__ import annotations
 
-import difflib
 import logging
 import sys
 import time
@@ -39,7 +38,7 @@ from flow_plugin.catalog.fitting import FitRecord, canonical_order, fit_embeddin
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET, FitCorpus
 from flow_plugin.data.fit_corpus import read_sentence_file
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
-from flow_plugin.errors import DataFolderError, InputError, InputTypeError
+from flow_plugin.errors import DataFolderError, InputError, InputTypeError, did_you_mean
 from flow_plugin.integrations.mteb import compat
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
 
@@ -79,9 +78,8 @@ class FitSettings:
         accepted = list(cls.__dataclass_fields__)
         unknown = sorted(set(settings) - set(accepted))
         if unknown:
-            close = difflib.get_close_matches(unknown[0], accepted, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputTypeError(f"unknown fit setting {unknown[0]!r}{hint}; accepted: {', '.join(accepted)}")
+            raise InputTypeError(f"unknown fit setting {unknown[0]!r}{did_you_mean(unknown[0], accepted)}; accepted: "
+                                 f"{', '.join(accepted)}")
         return cls.make(**settings)
 
 

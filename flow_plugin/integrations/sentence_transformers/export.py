@@ -14,7 +14,6 @@ The fit runs in float32 by default (``precision=``), the precision the folder co
 from __future__ import annotations
 
 import datetime
-import difflib
 import json
 import logging
 import os
@@ -33,7 +32,7 @@ from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
 from flow_plugin.encoding.options import EncoderOptions
-from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError
+from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError, did_you_mean
 from flow_plugin.integrations.sentence_transformers.benchmark import BenchmarkScores, check_benchmark
 from flow_plugin.integrations.sentence_transformers.card import SENSITIVE_CALIBRATOR, render_card
 from flow_plugin.integrations.sentence_transformers.folder import check_destination, staged_folder
@@ -142,8 +141,7 @@ def _encoder_options(encoder_options: dict[str, Any], model: str) -> EncoderOpti
     unknown = sorted(set(encoder_options) - set(EncoderOptions.names()))
     if unknown:
         accepted = list(EncoderOptions.names())
-        hints = [f"{key!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(key, accepted, n=1))
-                               else "") for key in unknown]
+        hints = [f"{key!r}{did_you_mean(key, accepted)}" for key in unknown]
         raise InputError(f"export of {model}: unknown argument(s) {', '.join(hints)}; encoder options: {', '.join(accepted)}")
     # float32 by default: the precision the exported folder computes in
     return EncoderOptions(**{"precision": "float32", **encoder_options})

@@ -1,9 +1,10 @@
-"""Which calibrators lowered which MTEB task types, on every published task-types board.
+"""Which calibrators lowered which MTEB task types, on every published task-types board that measured them.
 
-The claims live in ``task_type_effects.toml`` next to this module: for each task type, the
-calibrator names whose delta against the raw embeddings had a 95% interval wholly below zero on
-every board it lists. tests/test_task_type_effects.py recomputes them from
-``leaderboards/task-types-*.json`` and fails when they disagree.
+The claims live in ``task_type_effects.toml`` next to this module: which boards measured each
+calibrator (a board need not run every one), and for each task type the calibrator names whose delta
+against the raw embeddings had a 95% interval wholly below zero on each of those boards.
+tests/test_task_type_effects.py recomputes them from ``leaderboards/task-types-*.json`` and fails
+when they disagree.
 
 A model of such a calibrator warns when MTEB first gives it a task of that type
 (:func:`caution`); the calibration itself is unchanged: the user decides.
@@ -37,11 +38,13 @@ class TaskTypeEffects(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: the backbones whose boards every claim holds on
+    #: the backbones of the published boards
     boards: tuple[str, ...]
     #: where a user reads the numbers
     evidence: str
-    #: task type -> the calibrator names that lowered it on every board
+    #: calibrator name -> the backbones whose boards measured it
+    measured_on: dict[str, tuple[str, ...]]
+    #: task type -> the calibrator names that lowered it on every board that measured them
     hurts: dict[str, tuple[str, ...]]
 
 
@@ -53,25 +56,26 @@ def task_type_effects() -> TaskTypeEffects:
         effects = TaskTypeEffects.model_validate(table)
     except ValidationError as error:
         raise RegistryError(f"{EFFECTS_FILE}: {error}") from None
-    unknown = sorted({name for names in effects.hurts.values() for name in names} - set(CALIBRATOR_NAMES))
+    unknown = sorted(({name for names in effects.hurts.values() for name in names} | set(effects.measured_on))
+                     - set(CALIBRATOR_NAMES))
     if unknown:
         raise RegistryError(f"{EFFECTS_FILE}: unknown calibrator names {unknown}; known: {', '.join(CALIBRATOR_NAMES)}")
     return effects
 
 
-def caution(model_name: str, calibrator: str, task_type: str) -> str | None:
-    """The one-line caution a model of ``calibrator`` gives on a task of ``task_type``, or ``None``.
+def caution(model_name: str, calibrator: str, task_type: str, effects: TaskTypeEffects | None = None) -> str | None:
+    """The one-line caution a model of ``calibrator`` gives on a task of ``task_type``, or ``None``
+    (``effects``: the claims, by default :func:`task_type_effects`').
 
-    A flow variant not measured on every board (``flow-lu``, ...) is cautioned where the paper's flow
-    was, and the sentence says it was the flow that was measured.
+    A calibrator no board measured (a new flow variant, ...) is cautioned where its method was, and the
+    sentence says it was the method that was measured.
     """
-    effects = task_type_effects()
-    hurt = effects.hurts.get(task_type, ())
-    measured = calibrator if calibrator in hurt else calibrator_method(calibrator)
-    if measured not in hurt or measured == "raw":
+    effects = effects or task_type_effects()
+    measured = calibrator if calibrator in effects.measured_on else calibrator_method(calibrator)
+    if measured == "raw" or measured not in effects.hurts.get(task_type, ()):
         return None
     label = CALIBRATOR_LABELS.get(measured, measured)
-    variant = "" if measured == calibrator else f" ({calibrator} is a variant of it, not measured on every board)"
+    variant = "" if measured == calibrator else f" ({calibrator} is a variant of it that no board measured)"
     return (f"{model_name}: {label}{variant} lowered MTEB {task_type} scores against the raw embeddings on every "
-            f"task-types board published ({', '.join(effects.boards)}; 95% intervals below zero): see "
-            f"{effects.evidence}")
+            f"task-types board that measured it ({', '.join(effects.measured_on[measured])}; 95% intervals below "
+            f"zero): see {effects.evidence}")

@@ -36,7 +36,6 @@ result folder.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import random
@@ -73,6 +72,8 @@ from flow_plugin.data.labelled import (
     source_files,
     stratified_split,
 )
+from flow_plugin.data.task_tables import (RankingData, cluster_items, label_codes, label_levels,
+                                          labels_with_few_items, ranking_data)
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, RegistryError
 from flow_plugin.integrations.mteb.compat import FastLabelClassification
 
@@ -105,8 +106,8 @@ class ItemCapture:
     def _keep_items(self, data_split: Any, hf_split: str, hf_subset: str, scores: dict[str, Any]) -> None:
         """Write the captured per-item data next to the result MTEB is about to write (inside ``mteb.evaluate``
         with a result folder); it is kept on the task as ``last_items`` either way."""
-        from flow_plugin.integrations.mteb.compat import result_destination
         from flow_plugin.evaluation.item_scores import write_items
+        from flow_plugin.integrations.mteb.compat import result_destination
 
         arrays, extra = self.item_arrays(data_split, hf_split)
         main = self.metadata.main_score  # type: ignore[attr-defined]
@@ -250,28 +251,6 @@ class LabelledTask(ItemCapture):
 
 
 # ----------------------------------------------------------------------------- one class per type
-def _warn_few_per_label(task: str, train: list[Any], samples_per_label: int) -> None:
-    """Say (a warning) which labels have fewer train items than MTEB's experiments draw per label: each
-    experiment then trains on all of them."""
-    counts: dict[str, int] = {}
-    for label in train:
-        counts[str(label)] = counts.get(str(label), 0) + 1
-    few = sorted(label for label, count in counts.items() if count < samples_per_label)
-    if few:
-        logger.warning("task %s: label(s) %s have fewer than samples_per_label = %d train items: every experiment "
-                       "trains on all of them", task, ", ".join(few[:6]) + (" ..." if len(few) > 6 else ""),
-                       samples_per_label)
-
-
-def _codes(values: list[Any]) -> tuple[list[int], list[str]]:
-    """Label values -> (codes 0..k-1 in sorted order of the labels' text, the label names)."""
-    names = sorted({str(value) for value in values}, key=lambda name: (not name.lstrip("-").isdigit(),
-                                                                        int(name) if name.lstrip("-").isdigit() else 0,
-                                                                        name))
-    index = {name: code for code, name in enumerate(names)}
-    return [index[str(value)] for value in values], names
-
-
 class LabelledClassificationTask(LabelledTask, FastLabelClassification, AbsTaskClassification):
     """Classification: MTEB's protocol (a logistic regression on ``samples_per_label`` train items per label,
     ``n_experiments`` times, scored on the eval split)."""
@@ -281,8 +260,12 @@ class LabelledClassificationTask(LabelledTask, FastLabelClassification, AbsTaskC
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> DatasetDict:
         train, scored = splits["train"]["label"], splits[self.entry.eval_split]["label"]
         check_classes(train, scored, scored_split=self.entry.eval_split)
-        _warn_few_per_label(self.entry.name, train, int(self.samples_per_label))
-        _, names = _codes([label for columns in splits.values() for label in columns["label"]])
+        few = labels_with_few_items(train, int(self.samples_per_label))
+        if few:
+            logger.warning("task %s: label(s) %s have fewer than samples_per_label = %d train items: every "
+                           "experiment trains on all of them", self.entry.name,
+                           ", ".join(few[:6]) + (" ..." if len(few) > 6 else ""), self.samples_per_label)
+        _, names = label_codes([label for columns in splits.values() for label in columns["label"]])
         index = {name: code for code, name in enumerate(names)}
         self.label_names = names
         return DatasetDict({split: Dataset.from_dict({"text": columns["text"],
@@ -341,24 +324,9 @@ class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> DatasetDict:
         tables = {}
         for split, columns in splits.items():
-            texts: list[str] = []
-            labels: list[Any] = []
-            seen: set[str] = set()
-            for text_value, label in zip(columns["text"], columns["label"]):
-                for text in text_value if isinstance(text_value, list) else [text_value]:
-                    label_value = [str(item) for item in label] if isinstance(label, list) else str(label)
-                    key = json.dumps([text, label_value])
-                    if self.entry.distinct and key in seen:
-                        continue
-                    seen.add(key)
-                    texts.append(text)
-                    labels.append(label_value)
+            texts, labels = cluster_items(columns, distinct=self.entry.distinct)
             tables[split] = Dataset.from_dict({"sentences": texts, "labels": labels})
-        scored = splits[self.entry.eval_split]["label"]
-        levels = max((len(label) if isinstance(label, list) else 1 for label in scored), default=1)
-        check_clusters([[label[level] if isinstance(label, list) else label for label in scored
-                         if not isinstance(label, list) or level < len(label)] for level in range(levels)],
-                       scored_split=self.entry.eval_split)
+        check_clusters(label_levels(splits[self.entry.eval_split]["label"]), scored_split=self.entry.eval_split)
         evaluated = tables[self.entry.eval_split]
         self.max_documents_per_cluster = min(self.entry.max_documents_per_cluster or len(evaluated), len(evaluated))
         return DatasetDict(tables)
@@ -382,7 +350,7 @@ class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
             raise DataFolderError(f"task {self.entry.name}: every item needs a label at each of {len(levels)} levels")
         gold, names = [], []
         for level in range(len(levels)):
-            codes, level_names = _codes([label[level] for label in raw])
+            codes, level_names = label_codes([label[level] for label in raw])
             gold.append(codes)
             names.append(level_names)
         assignments = np.asarray([self._captured[level] for level in levels], dtype=np.int64)
@@ -391,64 +359,12 @@ class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
                 {"label_names": names, "n_experiments": int(self.n_clusters)})
 
 
-def _retrieval_data(columns: dict[str, list[Any]], candidates: int | None) -> dict[str, Any]:
-    """MTEB 2 retrieval data of (query, document, label) rows: every distinct query (MTEB scores those with a
-    relevant document), every distinct document, the relevant (label 1) pairs; with ``candidates``, each
-    query's top_ranked list (its own rows' documents, then a TF-IDF first stage's best other documents, up to
-    ``candidates``). Queries and documents do not depend on the labels, so neither does the text a calibrator
-    is fitted on."""
-    query_ids: dict[str, str] = {}
-    document_ids: dict[str, str] = {}
-    relevant: dict[str, dict[str, int]] = {}
-    own: dict[str, list[str]] = {}
-    for query, document, label in zip(columns["query"], columns["document"], columns["label"]):
-        if label not in (0, 1):
-            raise DataFolderError(f"retrieval labels must be 0 or 1 (map them with the source's label_map), got {label!r}")
-        query_id = query_ids.setdefault(query, f"q{len(query_ids)}")
-        document_id = document_ids.setdefault(document, f"d{len(document_ids)}")
-        if document_id not in own.setdefault(query, []):
-            own[query].append(document_id)
-        if label == 1:
-            relevant.setdefault(query_id, {})[document_id] = 1
-    crowded = [query for query, ids in own.items() if candidates is not None and len(ids) > candidates]
-    if crowded:
-        most = max(len(own[query]) for query in crowded)
-        raise DataFolderError(f"{len(crowded)} queries have more documents of their own than candidates = {candidates} "
-                              f"(up to {most}, e.g. {crowded[0]!r:.60}): the rest would be cut by file order; set "
-                              f"candidates = {most} or more")
-    queries = Dataset.from_dict({"id": list(query_ids.values()), "text": list(query_ids)})
-    corpus = Dataset.from_dict({"id": list(document_ids.values()), "text": list(document_ids),
-                                "title": [""] * len(document_ids)})
-    top_ranked = None
-    if candidates is not None:
-        ranked = _first_stage(list(query_ids), own, list(document_ids), candidates)
-        top_ranked = {query_ids[query]: ids for query, ids in ranked.items()}
-    return {"queries": queries, "corpus": corpus, "relevant_docs": relevant, "top_ranked": top_ranked}
-
-
-def _first_stage(queries: list[str], own: dict[str, list[str]], documents: list[str], candidates: int
-                 ) -> dict[str, list[str]]:
-    """Each query's candidate document ids: its own rows' documents, then the documents a TF-IDF model
-    (scikit-learn, fitted on the documents; cosine) ranks highest, ties by document order, up to ``candidates``."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    vectorizer = TfidfVectorizer().fit(documents)
-    document_matrix = vectorizer.transform(documents)
-    query_matrix = vectorizer.transform(queries)
-    ranked: dict[str, list[str]] = {}
-    for start in range(0, len(queries), 512):
-        similarities = (query_matrix[start:start + 512] @ document_matrix.T).toarray()
-        for row, query in enumerate(queries[start:start + 512]):
-            chosen = list(own[query][:candidates])
-            order = np.argsort(-similarities[row], kind="stable")
-            for index in order:
-                if len(chosen) >= candidates:
-                    break
-                document_id = f"d{index}"
-                if document_id not in chosen:
-                    chosen.append(document_id)
-            ranked[query] = chosen
-    return ranked
+def _retrieval_dataset(data: RankingData) -> dict[str, Any]:
+    """MTEB 2's retrieval data of a split: queries and corpus as datasets, the relevant pairs, the candidates."""
+    queries = Dataset.from_dict({"id": list(data.queries.values()), "text": list(data.queries)})
+    corpus = Dataset.from_dict({"id": list(data.documents.values()), "text": list(data.documents),
+                                "title": [""] * len(data.documents)})
+    return {"queries": queries, "corpus": corpus, "relevant_docs": data.relevant, "top_ranked": data.top_ranked}
 
 
 class LabelledRetrievalTask(RetrievalItems, LabelledTask, AbsTaskRetrieval):
@@ -462,19 +378,19 @@ class LabelledRetrievalTask(RetrievalItems, LabelledTask, AbsTaskRetrieval):
 
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> dict[str, Any]:
         candidates = self.entry.candidates if self.reranking else None
-        data = {split: _retrieval_data(columns, candidates) for split, columns in splits.items()}
+        data = {split: ranking_data(columns, candidates) for split, columns in splits.items()}
         self.unscored_queries = {self.entry.eval_split: _unscored_queries(self.entry, data[self.entry.eval_split])}
-        return {"default": data}
+        return {"default": {split: _retrieval_dataset(ranked) for split, ranked in data.items()}}
 
     def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
         arrays, extra = super().item_arrays(data_split, hf_split)
         return arrays, {**extra, "unscored_queries": self.unscored_queries.get(hf_split, 0)}
 
 
-def _unscored_queries(entry: TaskEntry, split: dict[str, Any]) -> int:
+def _unscored_queries(entry: TaskEntry, split: RankingData) -> int:
     """How many queries of the scored split have no relevant document: MTEB leaves them out of the score (as it
     does for its own retrieval tasks); said in a log line (a warning for a user's task). None at all is an error."""
-    total, scored = len(split["queries"]), len(split["relevant_docs"])
+    total, scored = len(split.queries), len(split.relevant)
     if scored == 0:
         raise DataFolderError(f"no query of split {entry.eval_split!r} has a relevant document (label 1): nothing to "
                               "score; check the labels (and the source's label_map)")
@@ -587,8 +503,8 @@ __all__ = [
     "LabelledTask",
     "RetrievalItems",
     "labelled_task_classes",
-    "loaded_task",
     "listed_labelled_task_classes",
+    "loaded_task",
     "make_task_class",
     "task_class",
     "task_metadata",

@@ -1,0 +1,148 @@
+"""The tables a labelled task is scored on, per MTEB task type, from the columns of :mod:`.labelled`.
+
+:func:`label_codes` numbers classification and clustering labels; :func:`cluster_items` flattens a
+clustering split into (text, label) items; :func:`ranking_data` turns (query, document, label) rows into
+the queries, documents and relevant pairs of a retrieval task and, for reranking, each query's candidates
+(its own rows' documents, then a TF-IDF first stage's best others). The MTEB task classes
+(:mod:`flow_plugin.integrations.mteb.labelled_tasks`) wrap these in MTEB's dataset formats. Nothing here
+imports MTEB, and no label reaches the text a calibrator is fitted on: queries, documents and candidates
+come from the text alone.
+
+>>> label_codes(["b", "a", "10", "2", "a"])
+([3, 2, 1, 0, 2], ['2', '10', 'a', 'b'])
+>>> data = ranking_data({"query": ["q", "q"], "document": ["d1", "d2"], "label": [0, 1]}, candidates=None)
+>>> data.queries, data.documents, data.relevant, data.unscored
+({'q': 'q0'}, {'d1': 'd0', 'd2': 'd1'}, {'q0': {'d1': 1}}, 0)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flow_plugin.errors import DataFolderError
+
+logger = logging.getLogger(__name__)
+
+#: queries ranked against the documents at once by the TF-IDF first stage (bounds its memory)
+FIRST_STAGE_CHUNK = 512
+
+
+def label_codes(values: Sequence[Any]) -> tuple[list[int], list[str]]:
+    """Label values -> (codes 0..k-1, the label names): integers in numeric order first, then text in order."""
+    def order(name: str) -> tuple[bool, int, str]:
+        numeric = name.lstrip("-").isdigit()
+        return (not numeric, int(name) if numeric else 0, name)
+
+    names = sorted({str(value) for value in values}, key=order)
+    index = {name: code for code, name in enumerate(names)}
+    return [index[str(value)] for value in values], names
+
+
+def labels_with_few_items(train: Sequence[Any], samples_per_label: int) -> list[str]:
+    """The labels with fewer train items than ``samples_per_label`` (MTEB's classification experiments then train
+    on all of them), sorted."""
+    counts: dict[str, int] = {}
+    for label in train:
+        counts[str(label)] = counts.get(str(label), 0) + 1
+    return sorted(label for label, count in counts.items() if count < samples_per_label)
+
+
+def cluster_items(columns: dict[str, list[Any]], *, distinct: bool) -> tuple[list[str], list[Any]]:
+    """A clustering split's (texts, labels): a text list becomes one item per text; a label list (hierarchical
+    labels) is kept as a list of strings; ``distinct`` keeps the first of repeated (text, label) items."""
+    texts: list[str] = []
+    labels: list[Any] = []
+    seen: set[str] = set()
+    for text_value, label in zip(columns["text"], columns["label"]):
+        label_value = [str(item) for item in label] if isinstance(label, list) else str(label)
+        for text in text_value if isinstance(text_value, list) else [text_value]:
+            key = json.dumps([text, label_value])
+            if distinct and key in seen:
+                continue
+            seen.add(key)
+            texts.append(text)
+            labels.append(label_value)
+    return texts, labels
+
+
+def label_levels(labels: Sequence[Any]) -> list[list[Any]]:
+    """Per level of a (possibly hierarchical) labelling, the labels of the items that have that level."""
+    levels = max((len(label) if isinstance(label, list) else 1 for label in labels), default=1)
+    return [[label[level] if isinstance(label, list) else label for label in labels
+             if not isinstance(label, list) or level < len(label)] for level in range(levels)]
+
+
+@dataclass
+class RankingData:
+    """A retrieval split: text -> id of every distinct query and document, the relevant pairs (query id ->
+    document id -> 1), each query's candidates (query id -> document ids; reranking only) and how many queries
+    have no relevant document (MTEB leaves them out of the score)."""
+
+    queries: dict[str, str]
+    documents: dict[str, str]
+    relevant: dict[str, dict[str, int]]
+    top_ranked: dict[str, list[str]] | None
+    unscored: int
+
+
+def ranking_data(columns: dict[str, list[Any]], candidates: int | None) -> RankingData:
+    """The :class:`RankingData` of (query, document, label) rows; with ``candidates``, each query's candidate list
+    (:func:`first_stage`). A query with more documents of its own than ``candidates`` is an error (they would be
+    cut by file order)."""
+    queries: dict[str, str] = {}
+    documents: dict[str, str] = {}
+    relevant: dict[str, dict[str, int]] = {}
+    own: dict[str, list[str]] = {}
+    for query, document, label in zip(columns["query"], columns["document"], columns["label"]):
+        if label not in (0, 1):
+            raise DataFolderError(f"retrieval labels must be 0 or 1 (map them with the source's label_map), got {label!r}")
+        query_id = queries.setdefault(query, f"q{len(queries)}")
+        document_id = documents.setdefault(document, f"d{len(documents)}")
+        if document_id not in own.setdefault(query, []):
+            own[query].append(document_id)
+        if label == 1:
+            relevant.setdefault(query_id, {})[document_id] = 1
+    crowded = [query for query, ids in own.items() if candidates is not None and len(ids) > candidates]
+    if crowded:
+        most = max(len(own[query]) for query in crowded)
+        raise DataFolderError(f"{len(crowded)} queries have more documents of their own than candidates = {candidates} "
+                              f"(up to {most}, e.g. {crowded[0]!r:.60}): the rest would be cut by file order; set "
+                              f"candidates = {most} or more")
+    top_ranked = None
+    if candidates is not None:
+        ranked = first_stage(list(queries), own, list(documents), candidates)
+        top_ranked = {queries[query]: ids for query, ids in ranked.items()}
+    return RankingData(queries, documents, relevant, top_ranked, unscored=len(queries) - len(relevant))
+
+
+def first_stage(queries: list[str], own: dict[str, list[str]], documents: list[str], candidates: int
+                ) -> dict[str, list[str]]:
+    """Each query's candidate document ids: its own rows' documents, then the documents a TF-IDF model
+    (scikit-learn, fitted on the documents; cosine) ranks highest, ties by document order, up to ``candidates``."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    vectorizer = TfidfVectorizer().fit(documents)
+    document_matrix = vectorizer.transform(documents)
+    query_matrix = vectorizer.transform(queries)
+    ranked: dict[str, list[str]] = {}
+    for start in range(0, len(queries), FIRST_STAGE_CHUNK):
+        similarities = (query_matrix[start:start + FIRST_STAGE_CHUNK] @ document_matrix.T).toarray()
+        for row, query in enumerate(queries[start:start + FIRST_STAGE_CHUNK]):
+            chosen = list(own[query][:candidates])
+            for index in np.argsort(-similarities[row], kind="stable"):
+                if len(chosen) >= candidates:
+                    break
+                if f"d{index}" not in chosen:
+                    chosen.append(f"d{index}")
+            ranked[query] = chosen
+    return ranked
+
+
+__all__ = ["FIRST_STAGE_CHUNK", "RankingData", "cluster_items", "first_stage", "label_codes", "label_levels",
+           "labels_with_few_items", "ranking_data"]

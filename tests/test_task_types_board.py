@@ -234,3 +234,33 @@ def test_the_pages_show_the_published_boards_numbers(page: str) -> None:
             assert set(shown) == set(truth)
         for key, cells in shown.items():
             assert cells == {label: truth[key][label] for label in cells}, (start + 1, key)
+
+
+@pytest.mark.skipif(len(PUBLISHED) < 2, reason="fewer than two task-types boards published")
+def test_the_raw_side_by_side_tables_are_the_boards_numbers() -> None:
+    """A results-page table of two boards' raw scores (raw_side_by_side) is the boards' numbers, every line."""
+    from flow_plugin.leaderboard.render.task_types import raw_side_by_side
+
+    boards = {board.backbone: board for board in (TaskTypesBoard.model_validate(json.loads(
+        path.read_text(encoding="utf-8"))) for path in PUBLISHED)}
+    lines = (REPO / "docs/results.md").read_text(encoding="utf-8").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("| Task | Type | ")]
+    for start in starts:
+        first, second = [cell.strip() for cell in lines[start].strip("|").split("|")][2:4]
+        end = next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i].startswith("|"))
+        assert lines[start:end] == raw_side_by_side(boards[first], boards[second]), start + 1
+
+
+def test_raw_side_by_side_lists_the_shared_tasks_and_the_difference() -> None:
+    from flow_plugin.leaderboard.render.task_types import raw_side_by_side
+
+    one = compare_task_types(_study(), name="one", backbone="one", updated="now", generated_by="t", n_resamples=100)
+    raw = one.rows[0]
+    moved = raw.model_copy(update={"scores": {column: spread.model_copy(update={"mean": spread.mean + 1.5})
+                                              for column, spread in raw.scores.items()}})
+    two = one.model_copy(update={"backbone": "two", "rows": [moved, *one.rows[1:]]})
+    lines = raw_side_by_side(one, two)
+    assert lines[0] == "| Task | Type | one | two | difference |"
+    # two tasks of two types of one task each: no type rows, then the average
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| TaskA", "| TaskR", "| Average of the types"]
+    assert all(line.endswith(" | +1.50 |") for line in lines[2:])

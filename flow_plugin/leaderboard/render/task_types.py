@@ -168,6 +168,24 @@ def across_backbones(boards: list[TaskTypesBoard], calibrators: list[str] | None
     return lines
 
 
+def raw_side_by_side(first: TaskTypesBoard, second: TaskTypesBoard) -> list[str]:
+    """Markdown lines of the raw scores of two boards of one model (two loaders, two settings) per task of both,
+    then per type of several tasks and the average of the types, with the difference second − first of the
+    unrounded scores (the results page shows it)."""
+    raws = [next(row for row in board.rows if row.calibrator == "raw") for board in (first, second)]
+    lines = [f"| Task | Type | {first.backbone} | {second.backbone} | difference |", "|---|---|---:|---:|---:|"]
+    columns = [(task.name, task.type) for task in first.tasks if task.name in raws[1].scores]
+    columns += [(kind, kind) for kind, tasks in first.types.items() if kind in raws[1].scores and len(tasks) > 1]
+    columns.append((AVERAGE, ""))
+    for column, kind in columns:
+        name = ("Average of the types" if column == AVERAGE else
+                "mean of its tasks" if column == kind else task_label(column, kind))
+        shown = [score_text(row, column) for row in raws]
+        difference = fmt(raws[1].scores[column].mean - raws[0].scores[column].mean, signed=True)
+        lines.append(f"| {name} | {type_label(kind) if kind else ''} | {shown[0]} | {shown[1]} | {difference} |")
+    return lines
+
+
 def render_task_types_markdown(board: TaskTypesBoard) -> str:
     """The board as Markdown: the Δ per type, then per type the scores and Δ of its tasks, then the tasks."""
     lines = [f"# Task types: {board.backbone}", "",
@@ -245,5 +263,5 @@ def render_task_types_html(board: TaskTypesBoard, stem: str | None = None) -> st
     return "".join(parts)
 
 
-__all__ = ["INTERVAL_NOTE", "TYPE_LABELS", "across_backbones", "delta_text", "render_task_types_html", "render_task_types_markdown",
-           "row_label", "run_text", "score_text", "summary_table", "task_label", "type_label", "verdict"]
+__all__ = ["INTERVAL_NOTE", "TYPE_LABELS", "across_backbones", "delta_text", "raw_side_by_side",
+           "render_task_types_html", "render_task_types_markdown", "row_label", "run_text", "score_text", "summary_table", "task_label", "type_label", "verdict"]

@@ -36,13 +36,13 @@ def _boards() -> dict[str, dict]:
 def test_claims_are_what_every_published_board_measured() -> None:
     boards = _boards()
     effects = task_type_effects()
-    assert set(effects.boards) == set(boards), "the claims must cover exactly the published task-types boards"
     measured_on = {}
     for backbone, board in boards.items():
         for row in board["rows"]:
             if row["calibrator"] != "raw":
                 measured_on.setdefault(row["calibrator"], set()).add(backbone)
     assert {name: set(on) for name, on in effects.measured_on.items()} == measured_on
+    assert set().union(*measured_on.values()) == set(boards), "the claims must cover exactly the published boards"
     types = {task_type for board in boards.values() for task_type in board["types"]}
     for task_type in sorted(types):
         verdicts: dict[str, list[bool]] = {}  # calibrator -> hurt or not, on each board that measured it

@@ -156,6 +156,15 @@ def test_compare_refuses_rows_without_raw_or_with_missing_tasks() -> None:
 PUBLISHED = sorted((REPO / "leaderboards").glob("task-types-*.json"))
 
 
+def _published_boards() -> list[TaskTypesBoard]:
+    return [TaskTypesBoard.model_validate(json.loads(path.read_text(encoding="utf-8"))) for path in PUBLISHED]
+
+
+def _table_end(lines: list[str], start: int) -> int:
+    """The index after the last line of the Markdown table that starts at ``start``."""
+    return next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i].startswith("|"))
+
+
 @pytest.mark.skipif(not PUBLISHED, reason="no task-types board published in leaderboards/ yet")
 @pytest.mark.parametrize("path", PUBLISHED, ids=[path.stem for path in PUBLISHED])
 def test_published_board_every_delta_lies_inside_its_interval(path: Path) -> None:
@@ -224,10 +233,10 @@ def test_the_pages_show_the_published_boards_numbers(page: str) -> None:
     lines = (REPO / page).read_text(encoding="utf-8").splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("| Task type | Backbone | raw |")]
     assert starts, f"{page} shows no beyond-STS table"
-    boards = [TaskTypesBoard.model_validate(json.loads(path.read_text(encoding="utf-8"))) for path in PUBLISHED]
+    boards = _published_boards()
     truth = _table(across_backbones(boards))
     for number, start in enumerate(starts):
-        end = next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i].startswith("|"))
+        end = _table_end(lines, start)
         shown = _table(lines[start:end])
         if number == 0:  # the main table: every published board, every type
             assert {backbone for _, backbone in shown} == {board.backbone for board in boards}, "a board is missing"
@@ -241,13 +250,12 @@ def test_the_raw_side_by_side_tables_are_the_boards_numbers() -> None:
     """A results-page table of two boards' raw scores (raw_side_by_side) is the boards' numbers, every line."""
     from flow_plugin.leaderboard.render.task_types import raw_side_by_side
 
-    boards = {board.backbone: board for board in (TaskTypesBoard.model_validate(json.loads(
-        path.read_text(encoding="utf-8"))) for path in PUBLISHED)}
+    boards = {board.backbone: board for board in _published_boards()}
     lines = (REPO / "docs/results.md").read_text(encoding="utf-8").splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("| Task | Type | ")]
     for start in starts:
         first, second = [cell.strip() for cell in lines[start].strip("|").split("|")][2:4]
-        end = next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i].startswith("|"))
+        end = _table_end(lines, start)
         assert lines[start:end] == raw_side_by_side(boards[first], boards[second]), start + 1
 
 

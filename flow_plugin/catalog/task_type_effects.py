@@ -38,11 +38,9 @@ class TaskTypeEffects(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: the backbones of the published boards
-    boards: tuple[str, ...]
     #: where a user reads the numbers
     evidence: str
-    #: calibrator name -> the backbones whose boards measured it
+    #: calibrator name -> the backbones whose boards measured it (together: every published board)
     measured_on: dict[str, tuple[str, ...]]
     #: task type -> the calibrator names that lowered it on every board that measured them
     hurts: dict[str, tuple[str, ...]]

@@ -18,7 +18,6 @@ come from the text alone.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +25,6 @@ from typing import Any
 import numpy as np
 
 from flow_plugin.errors import DataFolderError
-
-logger = logging.getLogger(__name__)
 
 #: queries ranked against the documents at once by the TF-IDF first stage (bounds its memory)
 FIRST_STAGE_CHUNK = 512
@@ -81,14 +78,17 @@ def label_levels(labels: Sequence[Any]) -> list[list[Any]]:
 @dataclass
 class RankingData:
     """A retrieval split: text -> id of every distinct query and document, the relevant pairs (query id ->
-    document id -> 1), each query's candidates (query id -> document ids; reranking only) and how many queries
-    have no relevant document (MTEB leaves them out of the score)."""
+    document id -> 1) and each query's candidates (query id -> document ids; reranking only)."""
 
     queries: dict[str, str]
     documents: dict[str, str]
     relevant: dict[str, dict[str, int]]
     top_ranked: dict[str, list[str]] | None
-    unscored: int
+
+    @property
+    def unscored(self) -> int:
+        """How many queries have no relevant document (MTEB leaves them out of the score)."""
+        return len(self.queries) - len(self.relevant)
 
 
 def ranking_data(columns: dict[str, list[Any]], candidates: int | None) -> RankingData:
@@ -118,7 +118,7 @@ def ranking_data(columns: dict[str, list[Any]], candidates: int | None) -> Ranki
     if candidates is not None:
         ranked = first_stage(list(queries), own, list(documents), candidates)
         top_ranked = {queries[query]: ids for query, ids in ranked.items()}
-    return RankingData(queries, documents, relevant, top_ranked, unscored=len(queries) - len(relevant))
+    return RankingData(queries, documents, relevant, top_ranked)
 
 
 def first_stage(queries: list[str], own: dict[str, list[str]], documents: list[str], candidates: int

@@ -390,16 +390,15 @@ class LabelledRetrievalTask(RetrievalItems, LabelledTask, AbsTaskRetrieval):
 def _unscored_queries(entry: TaskEntry, split: RankingData) -> int:
     """How many queries of the scored split have no relevant document: MTEB leaves them out of the score (as it
     does for its own retrieval tasks); said in a log line (a warning for a user's task). None at all is an error."""
-    total, scored = len(split.queries), len(split.relevant)
-    if scored == 0:
+    if not split.relevant:
         raise DataFolderError(f"no query of split {entry.eval_split!r} has a relevant document (label 1): nothing to "
                               "score; check the labels (and the source's label_map)")
-    if total > scored:
+    if split.unscored:
         logger.log(logging.INFO if entry.built_in else logging.WARNING,
                    "task %s: %d of %d queries of split %r have no relevant document (label 1): MTEB does not score "
-                   "them (as for its own retrieval tasks); they stay text to fit on", entry.name, total - scored,
-                   total, entry.eval_split)
-    return total - scored
+                   "them (as for its own retrieval tasks); they stay text to fit on", entry.name, split.unscored,
+                   len(split.queries), entry.eval_split)
+    return split.unscored
 
 
 class LabelledRerankingTask(LabelledRetrievalTask):

@@ -10,7 +10,9 @@ second for its memory and CPU):
     older checkout: its own ``python``), and the report gives the ratios of the two, measured in one run.
 ``mteb-run``
     ``mteb run`` of the backbone's raw model and of a calibrated one on one labelled task of each type: the
-    calibrated run's wall time over the raw run's (``--runs`` repeats each, the median counts).
+    calibrated run's wall time over the raw run's (``--runs`` repeats each, the median counts), and the main
+    scores. With ``--mteb-run-fit-corpus`` the calibrated models get that ``fit_corpus`` (``eval-splits``, say), and
+    every run, raw included, goes through ``mteb.evaluate`` (``mteb run`` takes no loader arguments).
 
 The report goes to ``benchmarks/results/study-<date>-<cpu>.json`` and ``.md`` (``--output-dir``), with the
 machine and the load average. Targets (issue "a whole board in 20 minutes"): mpnet-base's board at most 20
@@ -97,23 +99,55 @@ def study(python: str, backbone: str, data: Path, tasks: list[str] | None, calib
     return measured
 
 
-def mteb_runs(backbone: str, calibrators: list[str], data: Path, repeats: int, folder: Path) -> dict[str, Any]:
-    """Each calibrated ``mteb run`` of one task per type over the raw one (wall seconds, median of repeats)."""
+#: one evaluation as ``mteb run`` makes it, with loader arguments (which ``mteb run`` cannot pass): argv is the
+#: model name, the task, the output folder and the loader arguments as JSON
+_EVALUATE = """import json, sys, mteb
+from mteb.cache import ResultCache
+model = mteb.get_model(sys.argv[1], **json.loads(sys.argv[4]))
+mteb.evaluate(model, mteb.get_tasks(tasks=[sys.argv[2]]), cache=ResultCache(sys.argv[3]), co2_tracker=False)
+"""
+
+
+def _run_command(model: str, task: str, out: Path, arguments: dict[str, Any] | None) -> list[str]:
+    """``mteb run`` itself; with loader ``arguments``, the same evaluation through ``mteb.evaluate``."""
+    if arguments is None:
+        return ["mteb", "run", "-m", model, "-t", task, "--output-folder", str(out), "--no-co2-tracker"]
+    return [sys.executable, "-c", _EVALUATE, model, task, str(out), json.dumps(arguments)]
+
+
+def _main_score(out: Path, task: str) -> float | None:
+    for path in out.rglob(f"{task}.json"):
+        scores = json.loads(path.read_text(encoding="utf-8"))["scores"]
+        return round(100 * next(iter(scores.values()))[0]["main_score"], 2)
+    return None
+
+
+def mteb_runs(backbone: str, calibrators: list[str], data: Path, repeats: int, folder: Path,
+              fit_corpus: str | None = None, types: list[str] | None = None) -> dict[str, Any]:
+    """Each calibrated ``mteb run`` of one task per type over the raw one (wall seconds, median of repeats), and
+    the main scores; ``fit_corpus`` gives the calibrated models that loader argument."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "FLOW_PLUGIN_SHARED_DATA": str(data)}
     env.pop("FLOW_PLUGIN_CACHE_DIR", None)
     folder.mkdir(parents=True, exist_ok=True)
     found: dict[str, Any] = {}
     for kind, task in ONE_PER_TYPE.items():
+        if types and kind not in types:
+            continue
         walls: dict[str, list[float]] = {name: [] for name in ("raw", *calibrators)}
+        scores: dict[str, float | None] = {}
         for repeat in range(repeats):
             for name in walls:  # alternated, so that a burst of load hits every model alike
                 model = f"flow_plugin/{backbone}" + ("" if name == "raw" else f"-{name}")
                 out = folder / f"{kind}-{name}-{repeat}"
-                command = ["mteb", "run", "-m", model, "-t", task, "--output-folder", str(out), "--no-co2-tracker"]
+                # with a fit corpus every run (raw too) takes the mteb.evaluate route, so a ratio compares like with like
+                arguments = None if fit_corpus is None else {} if name == "raw" else {"fit_corpus": fit_corpus}
+                command = _run_command(model, task, out, arguments)
                 walls[name].append(run_sampled(command, env, folder)["wall_seconds"])
+                scores[name] = _main_score(out, task)
         raw = statistics.median(walls["raw"])
-        found[kind] = {"task": task, "raw_seconds": raw, "calibrated": {
-            name: {"seconds": statistics.median(walls[name]), "ratio": round(statistics.median(walls[name]) / raw, 3)}
+        found[kind] = {"task": task, "raw_seconds": raw, "raw_score": scores["raw"], "calibrated": {
+            name: {"seconds": statistics.median(walls[name]), "ratio": round(statistics.median(walls[name]) / raw, 3),
+                   "score": scores[name]}
             for name in calibrators}}
         say(f"mteb run {kind} ({task}): raw {raw:.1f} s, " + ", ".join(
             f"{name} {entry['seconds']:.1f} s ({entry['ratio']:.2f}x)" for name, entry in found[kind]["calibrated"].items()))
@@ -148,6 +182,12 @@ def report_markdown(report: dict[str, Any]) -> str:
         lines += [f"| {kind} | {found['task']} | {found['raw_seconds']} | " + " | ".join(
             f"{entry['seconds']} ({entry['ratio']}×)" for entry in found["calibrated"].values()) + " |"
             for kind, found in report["mteb_run"].items()] + [""]
+        if "raw_score" in next(iter(report["mteb_run"].values())):
+            lines += ["Main scores (×100) of those runs:", "", "| task | raw | " + " | ".join(names) + " |",
+                      "|---|---:|" + "---:|" * len(names)]
+            lines += [f"| {found['task']} | {found['raw_score']} | " + " | ".join(
+                str(entry["score"]) for entry in found["calibrated"].values()) + " |"
+                for found in report["mteb_run"].values()] + [""]
     lines += ["Targets: " + ", ".join(f"{key} ≤ {value}" for key, value in TARGETS.items()), ""]
     return "\n".join(lines)
 
@@ -168,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
                              "the baseline's work)")
     parser.add_argument("--mteb-run-calibrators", nargs="*", default=["whiten"],
                         help="the calibrators of the calibrated mteb runs (none: skip them)")
+    parser.add_argument("--mteb-run-fit-corpus", default=None,
+                        help="the calibrated runs' fit_corpus (e.g. eval-splits); every run then goes through "
+                             "mteb.evaluate, which takes loader arguments")
+    parser.add_argument("--mteb-run-types", nargs="+", default=None, choices=list(ONE_PER_TYPE),
+                        help="the task types of the mteb runs (default: all)")
     parser.add_argument("--runs", type=int, default=1, help="repeats of each mteb run (the median counts)")
     parser.add_argument("--skip-study", action="store_true")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
@@ -192,11 +237,13 @@ def main(argv: list[str] | None = None) -> int:
                                 for key in ("wall_seconds", "cpu_seconds", "peak_gib")}
         if args.mteb_run_calibrators:
             report["mteb_run"] = mteb_runs(args.backbone, args.mteb_run_calibrators, args.data, args.runs,
-                                           folder / "mteb-run")
+                                           folder / "mteb-run", args.mteb_run_fit_corpus,
+                                           args.mteb_run_types)
     report["load_average_end"] = load_average()
     args.output_dir.mkdir(parents=True, exist_ok=True)
     cpu = str(machine.get("cpu_model", "cpu")).lower().replace(" ", "-")[:24]
-    stem = args.output_dir / f"study-{report['date']}-{args.backbone}-{cpu}"
+    fit = f"-fit-{args.mteb_run_fit_corpus}" if args.mteb_run_fit_corpus else ""
+    stem = args.output_dir / f"study-{report['date']}-{args.backbone}-{cpu}{fit}"
     atomic_write_json(stem.with_suffix(".json"), report)
     atomic_write_text(stem.with_suffix(".md"), report_markdown(report))
     say(f"written {stem}.json and .md")

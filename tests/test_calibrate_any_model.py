@@ -196,3 +196,5 @@ def test_mteb_run_and_task_types_calibrate_a_local_folder_with_its_prompts(promp
         assert ran["main_score"] == studied["main_score"], name
     board = json.loads((tmp_path / "board.json").read_text())
     assert [row["calibrator"] for row in board["rows"]] == ["raw", "flow"]
+    # where MTEB's loader ran the model: read from its sentence-transformers module (float32 on a CPU by default)
+    assert {(hardware["device"], hardware["precision"]) for hardware in board["run"]["hardware"]} == {("cpu", "float32")}

@@ -222,6 +222,23 @@ def test_fit_on_an_external_sentence_file(tmp_path: Path, minilm_path: Path) -> 
         registry_model("flow_plugin/minilm-l6-sn", fit_corpus="tagret")
 
 
+def test_eval_splits_fits_on_the_scored_splits_only(minilm_path: Path) -> None:
+    from mteb.mocks import MockClassificationTask
+
+    fitted = {}
+    for policy in ("target", "eval-splits"):
+        model = mteb.get_model("flow_plugin/minilm-l6-sn", fit_corpus=policy)
+        result = mteb.evaluate(model, MockClassificationTask(), cache=None, co2_tracker=False).task_results[0]
+        assert 0 <= result.scores["test"][0]["main_score"] <= 1
+        (record,) = model.fit_log
+        fitted[policy] = (record["n_sentences"], record["source"].split(",")[0])
+    # the mock task's train and test splits hold two sentences each; MTEB scores the test split
+    assert fitted == {"target": (4, "target: MockClassificationTask/default (test/text"),
+                      "eval-splits": (2, "eval-splits: MockClassificationTask/default (test/text)")}
+    with pytest.raises(InputError, match="did you mean 'eval-splits'"):
+        registry_model("flow_plugin/minilm-l6-sn", fit_corpus="eval-split")
+
+
 def test_fit_is_logged(minilm_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from mteb.mocks.mock_tasks.sts import MockSTSTask
 

@@ -42,6 +42,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         "(1234) and the next N-1; the leaderboard shows their mean ± standard deviation")
     parser.add_argument("--fit-corpus", default=TARGET,
                         help="what the calibrators are fitted on: 'target' (each task's own sentences, the default), "
+                        "'eval-splits' (those of its evaluation splits only), "
                         "'per-call' (each encode() call on its own; warns), or a text file with one sentence per line (e.g. NLI sentences: the paper's "
                         "'flow (NLI)')")
     parser.add_argument("--fit-duplicates", default=DEFAULT_DUPLICATES, choices=DUPLICATE_POLICIES,

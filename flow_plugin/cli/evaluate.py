@@ -24,7 +24,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-folder", type=Path, default=Path("results"),
                         help="MTEB result folder (default: results)")
     parser.add_argument("--fit-corpus", default=TARGET,
-                        help="'target' (default), 'per-call', or a text file with one sentence per line")
+                        help="'target' (default: each task's text), 'eval-splits' (that of its evaluation splits only), "
+                        "'per-call', or a text file with one sentence per line")
     add_encoder_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="recompute results that already exist")
 

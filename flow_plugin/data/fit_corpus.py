@@ -1,11 +1,15 @@
 """Which unlabeled sentences a calibrator is fitted on.
 
-Three policies:
+Four policies:
 
 - ``"target"`` (default): the text of every split of the evaluated task, never its labels
   (the paper's "target" setting, section 4: "flow (target)"), fitted once per (task, subset)
   and shared by every call of it (both sides of every pair, queries and documents, train
   and test);
+- ``"eval-splits"``: the same, from the task's evaluation splits only (its ``eval_splits``, the
+  text MTEB scores): a task with a train split MTEB does not score (pair classification, STS-B)
+  costs no encoding beyond MTEB's own; a classification task's classifier still trains on
+  embeddings of its train split, mapped by the calibrator fitted on the test text;
 - a path to a text file, one sentence per line: an external corpus fitted once and used
   for every task, such as NLI sentences (the paper's "flow (NLI)");
 - ``"per-call"``: exactly the sentences of each ``encode`` call, a fresh fit per call, so
@@ -29,12 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flow_plugin._io import read_text_lines
-from flow_plugin.errors import DataFolderError, InputError
+from flow_plugin.errors import DataFolderError, InputError, did_you_mean
 
 TARGET = "target"
+EVAL_SPLITS = "eval-splits"
 PER_CALL = "per-call"
-#: the named policies (a sentence file is the third kind)
-POLICIES: tuple[str, ...] = (TARGET, PER_CALL)
+#: the named policies (a sentence file is the other kind)
+POLICIES: tuple[str, ...] = (TARGET, EVAL_SPLITS, PER_CALL)
 #: what a fit does with a sentence that occurs more than once: "keep" fits on every occurrence,
 #: "unique" on each distinct sentence once (:func:`flow_plugin.catalog.fitting.fit_calibrator`)
 DUPLICATE_POLICIES: tuple[str, ...] = ("keep", "unique")
@@ -49,7 +54,7 @@ _RENAMED = {"inputs": PER_CALL}
 
 @dataclass(frozen=True)
 class FitCorpus:
-    kind: str  # "target" | "per-call" | "file"
+    kind: str  # "target" | "eval-splits" | "per-call" | "file"
     path: Path | None = None
 
     @classmethod
@@ -67,8 +72,8 @@ class FitCorpus:
         path = Path(value).expanduser()
         if not path.is_file():
             raise InputError(
-                f"fit_corpus must be 'target', 'per-call' or a text file of sentences; {str(value)!r} is neither "
-                "a known policy nor an existing file"
+                f"fit_corpus must be one of {', '.join(map(repr, POLICIES))} or a text file of sentences; "
+                f"{str(value)!r} is neither a known policy nor an existing file{did_you_mean(str(value), POLICIES)}"
             )
         return cls("file", path)
 

@@ -130,7 +130,7 @@ def _check_fit_corpora(path: Path, values: tuple[str, ...]) -> tuple[str, ...]:
         file = (path.parent / value).expanduser().resolve()
         if not file.is_file():
             raise SweepError(
-                f"{path}: key 'fit_corpora': {value!r} is neither 'target' nor 'per-call' nor a sentence file"
+                f"{path}: key 'fit_corpora': {value!r} is neither a policy ({', '.join(FIT_POLICIES)}) nor a sentence file"
                 f"{did_you_mean(value, FIT_POLICIES)}: "
                 f"{file} does not exist"
             )

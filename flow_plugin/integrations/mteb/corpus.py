@@ -66,10 +66,12 @@ class TargetCorpus:
     task_type: str
     hf_subset: str
     parts: list[CorpusPart]
+    #: the fit corpus policy that chose the splits: "target" (every split) or "eval-splits"
+    policy: str = "target"
 
     def describe(self) -> str:
         """E.g. "target: MockRetrievalTask/default (test/queries, test/corpus)"."""
-        return f"target: {self.task}/{self.hf_subset} ({', '.join(part.name for part in self.parts)})"
+        return f"{self.policy}: {self.task}/{self.hf_subset} ({', '.join(part.name for part in self.parts)})"
 
 
 def fit_subset(task: AbsTask, hf_subset: str) -> str:
@@ -81,8 +83,9 @@ def fit_subset(task: AbsTask, hf_subset: str) -> str:
     return hf_subset
 
 
-def target_corpus(task: AbsTask, hf_subset: str) -> TargetCorpus:
-    """The target text of ``task`` for ``hf_subset`` (loads the task's data if needed)."""
+def target_corpus(task: AbsTask, hf_subset: str, splits: Sequence[str] | None = None) -> TargetCorpus:
+    """The target text of ``task`` for ``hf_subset`` (loads the task's data if needed): of every split, or of
+    ``splits`` only (``fit_corpus="eval-splits"`` passes the task's ``eval_splits``)."""
     name, task_type = task.metadata.name, task.metadata.type
     if list(task.metadata.modalities) != ["text"]:
         raise TaskCorpusError(f"task {name} ({task_type}) has modalities {task.metadata.modalities}: flow-plugin "
@@ -98,9 +101,13 @@ def target_corpus(task: AbsTask, hf_subset: str) -> TargetCorpus:
             "how to fit a calibrator on; load the model with fit_corpus=<a text file, one sentence per line>"
         )
     parts = extract(task, subset)
+    if splits is not None:  # every part is named "<split>/<column>"
+        parts = [part for part in parts if part.name.split("/", 1)[0] in splits]
     if not parts:
-        raise TaskCorpusError(f"task {name} ({task_type}), subset {subset}: no split holds any text to fit on")
-    return TargetCorpus(name, str(task_type), subset, parts)
+        which = "no split" if splits is None else f"no split of {', '.join(splits)}"
+        raise TaskCorpusError(f"task {name} ({task_type}), subset {subset}: {which} holds any text to fit on; fit on "
+                              "fit_corpus='target' or a sentence file")
+    return TargetCorpus(name, str(task_type), subset, parts, "target" if splits is None else "eval-splits")
 
 
 def _extractor(task: AbsTask) -> Callable[[Any, str], list[CorpusPart]] | None:

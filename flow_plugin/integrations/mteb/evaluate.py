@@ -252,10 +252,22 @@ def _record(output: Path, model: Any, computed: dict[str, Path], batch_size: int
     if backbone is not None:  # a registry backbone: its device, precision and kernels
         hardware = describe_machine(backbone.device, backbone.precision, backbone.precision_choice.as_dict())
         settings.update(encoder=backbone.key.as_dict(), oom_halvings=backbone.oom_halvings)
-    else:  # a model MTEB loads: its own loader decides how it runs
-        hardware = describe_machine()
+    else:  # a model MTEB loads: its own loader decides how it runs, and its torch module says where
+        hardware = describe_machine(*_loaded_device_precision(model.base))
         settings.update(encoder={"model": model.mteb_model_meta.name, "loader": "MTEB's"})
     record_runs(output, list(computed.values()), hardware, settings)  # or set them aside, and say why
+
+
+#: a torch dtype's name -> the precision flow-plugin calls it
+_DTYPE_PRECISIONS = {"torch.float32": "float32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+
+
+def _loaded_device_precision(base: Any) -> tuple[str | None, str | None]:
+    """The device and precision of a model MTEB loaded, read from the module its wrapper holds (a
+    sentence-transformers model's ``device`` and ``dtype``); (None, None) for one without (a mock encoder)."""
+    module = getattr(base, "model", None)
+    device, dtype = getattr(module, "device", None), getattr(module, "dtype", None)
+    return (None if device is None else str(device)), _DTYPE_PRECISIONS.get(str(dtype))
 
 
 def _precision(model: Any) -> str | None:

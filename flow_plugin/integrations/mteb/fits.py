@@ -4,7 +4,8 @@ MTEB has no fit hook: it calls ``encode()`` once per split and side of each subs
 :class:`TaskFits` fits on the first call of a (task, subset), or earlier when our evaluation loop
 prepares the task (:meth:`TaskFits.remember` then :meth:`TaskFits.fit_for`), and every later call reuses that
 fit, so both sides of every comparison share one space. Which sentences it fits on is the ``fit_corpus`` policy
-(:mod:`flow_plugin.data.fit_corpus`): the task's text (``"target"``, :mod:`.corpus`), a sentence file, or each
+(:mod:`flow_plugin.data.fit_corpus`): the task's text (``"target"``, :mod:`.corpus`; ``"eval-splits"``, that of its
+evaluation splits only), a sentence file, or each
 call's own sentences (``"per-call"``); a corpus above ``max_fit_sentences`` is sampled
 (:mod:`flow_plugin.data.sampling`).
 
@@ -35,7 +36,7 @@ from flow_plugin._io import file_sha256
 from flow_plugin._machine import StageTimes
 from flow_plugin.calibration import Calibrator
 from flow_plugin.catalog.fitting import FitRecord, canonical_order, fit_embeddings
-from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, PER_CALL, TARGET, FitCorpus
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, EVAL_SPLITS, PER_CALL, TARGET, FitCorpus
 from flow_plugin.data.fit_corpus import read_sentence_file
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
 from flow_plugin.errors import DataFolderError, InputError, InputTypeError, did_you_mean
@@ -153,7 +154,7 @@ class TaskFits:
             subset = fit_subset(task, hf_subset)
             shared = (key[0], subset, key[2])
             if shared not in self.fits:  # a parallel bitext task's languages share one fit
-                corpus = target_corpus(task, hf_subset)
+                corpus = target_corpus(task, hf_subset, _eval_splits(task) if policy.kind == EVAL_SPLITS else None)
                 parts = [part for part in corpus.parts if key[2] is None or part.side == key[2]] or corpus.parts
                 self.fits[shared] = self._fit(task_metadata, subset, parts, corpus.describe(), corpus.task_type)
             self.fits[key] = self.fits[shared]
@@ -320,6 +321,11 @@ def _first(inputs: Iterable[Any]) -> list[Any]:
     for batch in inputs:
         return [batch]
     return []
+
+
+def _eval_splits(task: Any) -> list[str]:
+    """The splits MTEB scores ``task`` on (a run's own choice, ``eval_splits=``, else its metadata's)."""
+    return list(getattr(task, "eval_splits", None) or task.metadata.eval_splits)
 
 
 def _split(task_metadata: Any) -> str:

@@ -268,6 +268,15 @@ def test_fresh_evaluator_state_is_the_state_mteb_gives_a_new_task_of_that_seed()
     assert used.np_rng.random(5).tolist() == new.np_rng.random(5).tolist()
 
 
+def test_scored_queries_are_those_mteb_encodes() -> None:
+    from datasets import Dataset
+
+    queries = Dataset.from_dict({"id": ["q1", "q2", "q3"], "text": ["one", "two", "three"]})
+    # q2 has an empty judgement list and q3 none: MTEB's retrieval evaluation encodes q1 only
+    kept = compat.scored_queries({"q1": {"d1": 1}, "q2": {}}, queries)
+    assert kept["id"] == ["q1"] and kept["text"] == ["one"]
+
+
 def test_registered_model_reads_mtebs_registry() -> None:
     entry = compat.registered_model("sentence-transformers/all-MiniLM-L6-v2")
     assert entry is not None and entry.name == "sentence-transformers/all-MiniLM-L6-v2"

@@ -239,6 +239,28 @@ def test_eval_splits_fits_on_the_scored_splits_only(minilm_path: Path) -> None:
         registry_model("flow_plugin/minilm-l6-sn", fit_corpus="eval-split")
 
 
+def test_eval_splits_fits_on_the_queries_mteb_scores(minilm_path: Path) -> None:
+    from datasets import Dataset
+    from mteb.mocks import MockRetrievalTask
+
+    task = MockRetrievalTask()
+    task.load_data()
+    split = task.dataset["default"]["test"] if "default" in task.dataset else task.dataset["test"]
+    # a third query without a relevant document: MTEB's evaluation drops it before encoding
+    split["queries"] = Dataset.from_dict({"id": [*split["queries"]["id"], "q-unjudged"],
+                                          "text": [*split["queries"]["text"], "A query nobody judged"]})
+    sources = {}
+    for policy in ("target", "eval-splits"):
+        model = registry_model("flow_plugin/minilm-l6-sn", fit_corpus=policy)
+        model.calibrator_for(task)
+        sources[policy] = model.fit_log[0]["n_sentences"]
+    splits = task.dataset["default"] if "default" in task.dataset else task.dataset
+    everything = sum(len(data["queries"]) + len(data["corpus"]) for data in splits.values())
+    unjudged = sum(not data["relevant_docs"].get(query) for data in splits.values() for query in data["queries"]["id"])
+    assert unjudged >= 1  # (the mock's splits may share one table: then each holds the added query)
+    assert sources == {"target": everything, "eval-splits": everything - unjudged}
+
+
 def test_fit_is_logged(minilm_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from mteb.mocks.mock_tasks.sts import MockSTSTask
 

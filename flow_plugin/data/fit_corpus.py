@@ -6,9 +6,9 @@ Four policies:
   (the paper's "target" setting, section 4: "flow (target)"), fitted once per (task, subset)
   and shared by every call of it (both sides of every pair, queries and documents, train
   and test);
-- ``"eval-splits"``: the same, from the task's evaluation splits only (its ``eval_splits``, the
-  text MTEB scores): a task with a train split MTEB does not score (pair classification, STS-B)
-  costs no encoding beyond MTEB's own; a classification task's classifier still trains on
+- ``"eval-splits"``: the same, from the task's evaluation splits only (its ``eval_splits``), and
+  of a retrieval split only the queries with a relevant document: the text MTEB scores, so a task
+  with a train split or unjudged queries costs no encoding beyond MTEB's own; a classification task's classifier still trains on
   embeddings of its train split, mapped by the calibrator fitted on the test text;
 - a path to a text file, one sentence per line: an external corpus fitted once and used
   for every task, such as NLI sentences (the paper's "flow (NLI)");

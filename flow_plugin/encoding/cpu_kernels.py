@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from flow_plugin.encoding.options import RESOLVED_PRECISIONS
+
 #: CPU bf16: run linear layers on oneDNN-prepacked weights with the bias fused in.
 ONEDNN_PACKED_LINEARS = True
 #: Tokens of a typical STS sentence with its special tokens (STS-B test+dev, all-MiniLM-L6-v2's tokenizer: mean 14.3,
@@ -34,6 +36,16 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     (torch.bfloat16, None)
     """
     return _DTYPES.get(precision)
+
+
+def precision_of(dtype: Any) -> str | None:
+    """The resolved precision a torch dtype computes in (a model loaded by someone else), or ``None``.
+
+    >>> precision_of(torch.float32), precision_of(torch.bfloat16), precision_of(torch.int64)
+    ('float32', 'bf16', None)
+    """
+    names = {torch.float32: RESOLVED_PRECISIONS[0], **{value: name for name, value in _DTYPES.items()}}
+    return names.get(dtype)
 
 
 def _cast_input_to_weight_dtype(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:

@@ -34,6 +34,8 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
   the random generators ``AbsTask.__init__`` makes and MTEB's evaluators draw from (clustering's bootstrap draws),
   which advance with every evaluation of the same task object; a copy of a loaded task with another seed.
 - :func:`text_loader`: ``mteb._create_dataloaders.create_dataloader``, the DataLoader MTEB feeds a model with.
+- :func:`scored_queries`: ``mteb.abstasks.retrieval._filter_queries_without_positives``, MTEB's rule for the
+  queries its retrieval evaluation encodes (those with a relevant document), for the ``eval-splits`` fit.
 - :class:`FastLabelClassification`: overrides ``AbsTaskClassification._undersample_data`` and ``_calculate_scores``
   (underscored) to read the label column as a list once instead of item by item.
 
@@ -344,6 +346,14 @@ def text_loader(texts: list[str], task_metadata: Any, batch_size: int = 32) -> A
 
     return create_dataloader(Dataset.from_dict({"text": texts}), task_metadata=task_metadata, input_column="text",
                              batch_size=batch_size)
+
+
+def scored_queries(relevant_docs: Any, queries: Any) -> Any:
+    """The queries of a retrieval split that MTEB's evaluation encodes: it drops those without a relevant
+    document first."""
+    from mteb.abstasks.retrieval import _filter_queries_without_positives
+
+    return _filter_queries_without_positives(relevant_docs, queries)[1]
 
 
 def prompt_type(side: str | None) -> Any:

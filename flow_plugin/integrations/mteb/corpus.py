@@ -47,6 +47,7 @@ from mteb.abstasks import (
 
 from flow_plugin.data.sampling import CorpusPart
 from flow_plugin.errors import FlowPluginError
+from flow_plugin.integrations.mteb import compat
 
 #: rows converted to Python strings at a time (the corpus itself is never held in full)
 CHUNK_ROWS = 10_000
@@ -100,7 +101,9 @@ def target_corpus(task: AbsTask, hf_subset: str, splits: Sequence[str] | None = 
             f"task {name} (type {task_type}, class {type(task).__name__}) has no text structure flow-plugin knows "
             "how to fit a calibrator on; load the model with fit_corpus=<a text file, one sentence per line>"
         )
-    parts = extract(task, subset)
+    # "eval-splits" reads what MTEB scores: a retrieval split's queries without a relevant document are not
+    parts = retrieval_parts(task, subset, scored_only=True) if splits is not None and extract is retrieval_parts \
+        else extract(task, subset)
     if splits is not None:  # every part is named "<split>/<column>"
         parts = [part for part in parts if part.name.split("/", 1)[0] in splits]
     if not parts:
@@ -236,9 +239,10 @@ def bitext_parts(task: AbsTask, hf_subset: str) -> list[CorpusPart]:
     return parts
 
 
-def retrieval_parts(task: AbsTask, hf_subset: str) -> list[CorpusPart]:
+def retrieval_parts(task: AbsTask, hf_subset: str, scored_only: bool = False) -> list[CorpusPart]:
     """Retrieval and reranking (plain, with instructions, dialogs): the queries and the corpus
-    of every split, as the model reads them."""
+    of every split, as the model reads them; ``scored_only``: only the queries MTEB scores (those
+    with a relevant document)."""
     if hasattr(task, "queries") and hasattr(task, "corpus"):  # a task still in MTEB 1's layout
         task.convert_v1_dataset_format_to_v2(num_proc=None)
     parts = []
@@ -246,7 +250,10 @@ def retrieval_parts(task: AbsTask, hf_subset: str) -> list[CorpusPart]:
         where = f"task {task.metadata.name}, subset {hf_subset}, split {split}"
         if not isinstance(data, Mapping) or "queries" not in data or "corpus" not in data:
             raise TaskCorpusError(f"{where}: expected MTEB 2 retrieval data (queries, corpus), got {type(data).__name__}")
-        parts.append(CorpusPart(f"{split}/queries", _query_chunks(data["queries"], where), "query"))
+        queries = data["queries"]
+        if scored_only and data.get("relevant_docs") is not None:
+            queries = compat.scored_queries(data["relevant_docs"], queries)
+        parts.append(CorpusPart(f"{split}/queries", _query_chunks(queries, where), "query"))
         parts.append(CorpusPart(f"{split}/corpus", _document_chunks(data["corpus"], where), "document"))
     return parts
 

@@ -258,16 +258,14 @@ def _record(output: Path, model: Any, computed: dict[str, Path], batch_size: int
     record_runs(output, list(computed.values()), hardware, settings)  # or set them aside, and say why
 
 
-#: a torch dtype's name -> the precision flow-plugin calls it
-_DTYPE_PRECISIONS = {"torch.float32": "float32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
-
-
 def _loaded_device_precision(base: Any) -> tuple[str | None, str | None]:
     """The device and precision of a model MTEB loaded, read from the module its wrapper holds (a
     sentence-transformers model's ``device`` and ``dtype``); (None, None) for one without (a mock encoder)."""
+    from flow_plugin.encoding.cpu_kernels import precision_of
+
     module = getattr(base, "model", None)
     device, dtype = getattr(module, "device", None), getattr(module, "dtype", None)
-    return (None if device is None else str(device)), _DTYPE_PRECISIONS.get(str(dtype))
+    return (None if device is None else str(device)), precision_of(dtype)
 
 
 def _precision(model: Any) -> str | None:

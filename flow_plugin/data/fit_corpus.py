@@ -8,8 +8,9 @@ Four policies:
   and test);
 - ``"eval-splits"``: the same, from the task's evaluation splits only (its ``eval_splits``), and
   of a retrieval split only the queries with a relevant document: the text MTEB scores, so a task
-  with a train split or unjudged queries costs no encoding beyond MTEB's own; a classification task's classifier still trains on
-  embeddings of its train split, mapped by the calibrator fitted on the test text;
+  with a train split or unjudged queries costs no encoding beyond MTEB's own; a classification
+  task's classifier still trains on embeddings of its train split, mapped by the calibrator
+  fitted on the test text;
 - a path to a text file, one sentence per line: an external corpus fitted once and used
   for every task, such as NLI sentences (the paper's "flow (NLI)");
 - ``"per-call"``: exactly the sentences of each ``encode`` call, a fresh fit per call, so

@@ -45,6 +45,7 @@ from mteb.abstasks import (
     AbsTaskZeroShotClassification,
 )
 
+from flow_plugin.data.fit_corpus import EVAL_SPLITS, TARGET
 from flow_plugin.data.sampling import CorpusPart
 from flow_plugin.errors import FlowPluginError
 from flow_plugin.integrations.mteb import compat
@@ -67,8 +68,8 @@ class TargetCorpus:
     task_type: str
     hf_subset: str
     parts: list[CorpusPart]
-    #: the fit corpus policy that chose the splits: "target" (every split) or "eval-splits"
-    policy: str = "target"
+    #: the fit corpus policy that chose the splits: TARGET (every split) or EVAL_SPLITS
+    policy: str = TARGET
 
     def describe(self) -> str:
         """E.g. "target: MockRetrievalTask/default (test/queries, test/corpus)"."""
@@ -110,7 +111,7 @@ def target_corpus(task: AbsTask, hf_subset: str, splits: Sequence[str] | None = 
         which = "no split" if splits is None else f"no split of {', '.join(splits)}"
         raise TaskCorpusError(f"task {name} ({task_type}), subset {subset}: {which} holds any text to fit on; fit on "
                               "fit_corpus='target' or a sentence file")
-    return TargetCorpus(name, str(task_type), subset, parts, "target" if splits is None else "eval-splits")
+    return TargetCorpus(name, str(task_type), subset, parts, TARGET if splits is None else EVAL_SPLITS)
 
 
 def _extractor(task: AbsTask) -> Callable[[Any, str], list[CorpusPart]] | None:

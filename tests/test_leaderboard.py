@@ -634,3 +634,24 @@ def test_a_broken_board_file_is_one_line_naming_the_file_and_the_key(tmp_path: P
     assert cli_main(["leaderboard", "--render-only", str(path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and len(err.strip().splitlines()) == 1
+
+
+def _row(calibrator: str, kwargs: dict[str, Any]) -> Any:
+    from flow_plugin.leaderboard.models import Row
+
+    return Row(id=f"flow_plugin/m-{calibrator}@r", model=f"flow_plugin/m-{calibrator}", revision="r",
+               experiment=None, experiment_kwargs=kwargs, backbone="m", backbone_model="acme/m",
+               calibrator=calibrator, calibrator_params={}, pooling="last-avg", max_seq_length=128,
+               fit_corpus="target", metadata_source="registry", scores={}, n_tasks=0, average=None,
+               average_wmean=None, complete=False, baseline=None, delta=None)
+
+
+@pytest.mark.parametrize("setting", [{"fit_sides": "per-side"}, {"fit_duplicates": "unique"},
+                                     {"fit_corpus": "eval-splits"}, {"max_fit_sentences": 500, "fit_seed": 7}])
+def test_a_row_that_differs_only_in_its_fit_settings_is_compared_with_the_raw_backbone(setting: dict) -> None:
+    from flow_plugin.leaderboard.compare import baseline_key
+
+    raw = baseline_key(_row("raw", {}))
+    assert baseline_key(_row("flow", setting)) == raw
+    # a loader argument that changes the embeddings themselves is another backbone
+    assert baseline_key(_row("flow", {**setting, "layers": 2})) != raw

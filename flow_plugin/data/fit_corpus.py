@@ -32,9 +32,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from flow_plugin._io import read_text_lines
-from flow_plugin.errors import DataFolderError, InputError, did_you_mean
+from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, check_cap
+from flow_plugin.errors import DataFolderError, InputError, InputTypeError, did_you_mean
 
 TARGET = "target"
 EVAL_SPLITS = "eval-splits"
@@ -46,9 +48,9 @@ POLICIES: tuple[str, ...] = (TARGET, EVAL_SPLITS, PER_CALL)
 DUPLICATE_POLICIES: tuple[str, ...] = ("keep", "unique")
 #: the official code's policy: it trains on the pairs, so a sentence in two pairs counts twice
 DEFAULT_DUPLICATES = DUPLICATE_POLICIES[0]
-#: the model arguments that say what a calibrator is fitted on (not how the embeddings are made): two
-#: results that differ only in these share their raw backbone
-FIT_ARGUMENTS: tuple[str, ...] = ("fit_corpus", "fit_duplicates", "max_fit_sentences", "fit_seed")
+#: what an asymmetric task's calibrator is fitted on: one space for queries and documents, or one per side
+SIDES: tuple[str, ...] = ("joint", "per-side")
+DEFAULT_SIDES = SIDES[0]
 #: the old name of "per-call", refused with a pointer to it
 _RENAMED = {"inputs": PER_CALL}
 
@@ -96,3 +98,38 @@ def read_sentence_file(path: str | os.PathLike[str]) -> list[str]:
         raise DataFolderError(f"fit corpus file {path} is empty")
     return lines
 
+
+@dataclass(frozen=True)
+class FitSettings:
+    """What a calibrator is fitted on (the ``fit_*`` arguments of a calibrated model and of an export), checked."""
+
+    fit_corpus: FitCorpus = FitCorpus(TARGET)
+    max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES
+    fit_seed: int = DEFAULT_FIT_SEED
+    fit_duplicates: str = DEFAULT_DUPLICATES
+    fit_sides: str = DEFAULT_SIDES
+
+    @classmethod
+    def make(cls, fit_corpus: str | os.PathLike[str] | FitCorpus = TARGET,
+             max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES, fit_seed: int = DEFAULT_FIT_SEED,
+             fit_duplicates: str = DEFAULT_DUPLICATES, fit_sides: str = DEFAULT_SIDES) -> FitSettings:
+        cap, seed = check_cap(max_fit_sentences, fit_seed)
+        if fit_duplicates not in DUPLICATE_POLICIES:
+            raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
+        if fit_sides not in SIDES:
+            raise InputError(f"fit_sides must be one of {', '.join(SIDES)}, got {fit_sides!r}")
+        return cls(FitCorpus.parse(fit_corpus), cap, seed, fit_duplicates, fit_sides)
+
+    @classmethod
+    def from_keywords(cls, settings: dict[str, Any]) -> FitSettings:
+        """:meth:`make` from keywords, refusing an unknown one with the closest accepted name."""
+        unknown = sorted(set(settings) - set(FIT_ARGUMENTS))
+        if unknown:
+            raise InputTypeError(f"unknown fit setting {unknown[0]!r}{did_you_mean(unknown[0], FIT_ARGUMENTS)}; "
+                                 f"accepted: {', '.join(FIT_ARGUMENTS)}")
+        return cls.make(**settings)
+
+
+#: the model arguments that say what a calibrator is fitted on (not how the embeddings are made): two
+#: results that differ only in these share their raw backbone
+FIT_ARGUMENTS: tuple[str, ...] = tuple(FitSettings.__dataclass_fields__)

@@ -51,7 +51,7 @@ from flow_plugin.errors import InputError, InputTypeError, NotFittedError
 from flow_plugin._machine import cuda_available
 from flow_plugin.catalog.registry import BackboneSpec, RegistryModel, get_backbone, model_name_suffixes
 from flow_plugin.encoding.options import EncoderOptions
-from flow_plugin.calibration import make_calibrator
+from flow_plugin.calibration import Calibrator, make_calibrator
 from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
 
 logger = logging.getLogger(__name__)
@@ -143,7 +143,6 @@ def _calibrator_template(calibrator: Any, calibrator_params: dict[str, Any] | No
                          device_name: str) -> tuple[Any, str]:
     """The unfitted calibrator an adapter clones for every task, and its method name: a copy of a ``Calibrator``
     object, or one built by method name (with the backbone's preset when the backbone is a registry one)."""
-    from flow_plugin.calibration import Calibrator
     from flow_plugin.catalog.builders import build_calibrator
 
     if isinstance(calibrator, Calibrator):

@@ -25,12 +25,13 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin.catalog.builders import build_encoder
 from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, spelled_model
+from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import FlowPluginError, InputError, UnknownModelError, did_you_mean
-from flow_plugin.integrations.mteb.fits import FitSettings, texts_of
+from flow_plugin.integrations.mteb.fits import texts_of
 
 #: the keywords a calibrated model's loader takes besides the encoder options
-MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FitSettings.__dataclass_fields__)
+MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FIT_ARGUMENTS)
 
 
 class RegistryEncoder(AbsEncoder):
@@ -100,7 +101,7 @@ def load_calibrated(base: str, revision: str | None = None, *, device: str | Non
         model = registry_model(RegistryModel(spec, calibrator), device=device, calibrator_params=calibrator_params,
                                **kwargs)
     else:
-        settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FitSettings.__dataclass_fields__}
+        settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
         model = CalibratedModel(load_base(base, revision, device, **kwargs), calibrator,
                                 calibrator_params=calibrator_params, **settings)
     width = model.mteb_model_meta.embed_dim
@@ -119,7 +120,7 @@ def registry_model(model: str | RegistryModel, *, calibrator_params: dict[str, A
 
     resolved = resolve(model)
     _refuse_unknown(resolved.name, kwargs)
-    settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FitSettings.__dataclass_fields__}
+    settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
     params = {**resolved.calibrator_params, **(calibrator_params or {})}
     return CalibratedModel(RegistryEncoder(resolved.backbone, **kwargs), resolved.calibrator, calibrator_params=params,
                            **settings)

@@ -30,9 +30,10 @@ from mteb.models.model_meta import ModelMeta
 from flow_plugin.calibration import make_calibrator
 from flow_plugin.catalog.registry import spell_model
 from flow_plugin.catalog.task_type_effects import caution
+from flow_plugin.data.fit_corpus import FitSettings
 from flow_plugin.errors import InputError, InputTypeError
 from flow_plugin.integrations.mteb.compat import follow_fit_records
-from flow_plugin.integrations.mteb.fits import FitSettings, TaskFits, texts_of
+from flow_plugin.integrations.mteb.fits import TaskFits, texts_of
 from flow_plugin.integrations.mteb.meta import calibrated_meta
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class CalibratedModel(AbsEncoder):
         Hyper-parameters of the calibrator (its defaults otherwise).
     **fit_settings:
         ``fit_corpus`` (``"target"``, ``"per-call"`` or a sentence file), ``max_fit_sentences``, ``fit_seed``,
-        ``fit_duplicates``, ``fit_sides`` (:class:`~flow_plugin.integrations.mteb.fits.FitSettings`).
+        ``fit_duplicates``, ``fit_sides`` (:class:`~flow_plugin.data.fit_corpus.FitSettings`).
 
     Attributes
     ----------

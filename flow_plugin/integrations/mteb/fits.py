@@ -36,52 +36,16 @@ from flow_plugin._io import file_sha256
 from flow_plugin._machine import StageTimes
 from flow_plugin.calibration import Calibrator
 from flow_plugin.catalog.fitting import FitRecord, canonical_order, fit_embeddings
-from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, EVAL_SPLITS, PER_CALL, TARGET, FitCorpus
-from flow_plugin.data.fit_corpus import read_sentence_file
-from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
-from flow_plugin.errors import DataFolderError, InputError, InputTypeError, did_you_mean
+from flow_plugin.data.fit_corpus import EVAL_SPLITS, PER_CALL, FitSettings, read_sentence_file
+from flow_plugin.data.sampling import CorpusPart, sample_corpus
+from flow_plugin.errors import DataFolderError, InputError
 from flow_plugin.integrations.mteb import compat
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
 
 logger = logging.getLogger(__name__)
 
-#: what an asymmetric task's calibrator is fitted on: one space for queries and documents, or one per side
-SIDES: tuple[str, ...] = ("joint", "per-side")
-DEFAULT_SIDES = "joint"
 #: tasks whose embeddings the memo keeps at once (MTEB evaluates one task at a time)
 MEMO_TASKS = 2
-
-
-@dataclass(frozen=True)
-class FitSettings:
-    """What a calibrator is fitted on (the ``fit_*`` arguments of a calibrated model), checked."""
-
-    fit_corpus: FitCorpus = FitCorpus(TARGET)
-    max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES
-    fit_seed: int = DEFAULT_FIT_SEED
-    fit_duplicates: str = DEFAULT_DUPLICATES
-    fit_sides: str = DEFAULT_SIDES
-
-    @classmethod
-    def make(cls, fit_corpus: Any = TARGET, max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
-             fit_seed: int = DEFAULT_FIT_SEED, fit_duplicates: str = DEFAULT_DUPLICATES,
-             fit_sides: str = DEFAULT_SIDES) -> FitSettings:
-        cap, seed = check_cap(max_fit_sentences, fit_seed)
-        if fit_duplicates not in DUPLICATE_POLICIES:
-            raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
-        if fit_sides not in SIDES:
-            raise InputError(f"fit_sides must be one of {', '.join(SIDES)}, got {fit_sides!r}")
-        return cls(FitCorpus.parse(fit_corpus), cap, seed, fit_duplicates, fit_sides)
-
-    @classmethod
-    def from_keywords(cls, settings: dict[str, Any]) -> FitSettings:
-        """:meth:`make` from keywords, refusing an unknown one with the closest accepted name."""
-        accepted = list(cls.__dataclass_fields__)
-        unknown = sorted(set(settings) - set(accepted))
-        if unknown:
-            raise InputTypeError(f"unknown fit setting {unknown[0]!r}{did_you_mean(unknown[0], accepted)}; accepted: "
-                                 f"{', '.join(accepted)}")
-        return cls.make(**settings)
 
 
 @dataclass
@@ -333,4 +297,4 @@ def _split(task_metadata: Any) -> str:
     return str(splits[0])
 
 
-__all__ = ["DEFAULT_SIDES", "SIDES", "EmbeddingMemo", "Fit", "FitSettings", "TaskFits", "as_float32", "texts_of"]
+__all__ = ["EmbeddingMemo", "Fit", "TaskFits", "as_float32", "texts_of"]

@@ -27,10 +27,10 @@ import numpy as np
 from flow_plugin._io import file_sha256
 from flow_plugin.calibration import Calibrator, calibrator_class
 from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
-from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, read_sentence_file
+from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, FitSettings, read_sentence_file
 from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
-from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, check_cap, sample_corpus
+from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, sample_corpus
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError, did_you_mean
 from flow_plugin.integrations.sentence_transformers.benchmark import BenchmarkScores, check_benchmark
@@ -254,9 +254,8 @@ def export_model(
     st_version = _check_sentence_transformers()
     registry_model = resolve(model)
     options = _encoder_options(encoder_options, registry_model.name)
-    max_fit_sentences, fit_seed = check_cap(max_fit_sentences, fit_seed)
-    if fit_duplicates not in DUPLICATE_POLICIES:
-        raise InputError(f"fit_duplicates must be one of {', '.join(DUPLICATE_POLICIES)}, got {fit_duplicates!r}")
+    # the corpus is a file read below; the other settings are checked as a calibrated model checks them
+    fitting = FitSettings.make(max_fit_sentences=max_fit_sentences, fit_seed=fit_seed, fit_duplicates=fit_duplicates)
     if fit_corpus is not None and calibrator_path is not None:
         raise InputError(f"export of {registry_model.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
                          "(--calibrator), not both")
@@ -266,9 +265,9 @@ def export_model(
     check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
     corpus_path = Path(fit_corpus).expanduser() if fit_corpus is not None else None
     corpus = _read_fit_corpus(corpus_path) if corpus_path is not None else None
-    fitting = _FitSettings(fit_duplicates, max_fit_sentences, fit_seed, calibrator_params or {})
     source = _export_calibrator(registry_model, options, corpus_path, corpus,
-                                Path(calibrator_path).expanduser() if calibrator_path is not None else None, fitting)
+                                Path(calibrator_path).expanduser() if calibrator_path is not None else None, fitting,
+                                calibrator_params or {})
     calibrator = source.calibrator
     if calibrator.method == "flow":
         # the folder's flow runs where it is loaded (CUDA when available, else the CPU), not where it was fitted
@@ -286,16 +285,6 @@ def export_model(
                         size_bytes=size)
 
 
-@dataclass(frozen=True)
-class _FitSettings:
-    """How an export fits its calibrator on a corpus (the MTEB loader arguments of the same names)."""
-
-    duplicates: str
-    max_fit_sentences: int
-    fit_seed: int
-    calibrator_params: dict[str, Any]
-
-
 @dataclass
 class _CalibratorSource:
     """The calibrator an export writes, and where it came from (the record's ``calibrator``/``fit_corpus``)."""
@@ -307,8 +296,8 @@ class _CalibratorSource:
 
 
 def _export_calibrator(registry_model: RegistryModel, options: EncoderOptions, corpus_path: Path | None,
-                       corpus: list[str] | None, calibrator_path: Path | None,
-                       fitting: _FitSettings) -> _CalibratorSource:
+                       corpus: list[str] | None, calibrator_path: Path | None, fitting: FitSettings,
+                       calibrator_params: dict[str, Any]) -> _CalibratorSource:
     """The fitted calibrator of an export: none needed (raw), read from a saved file, or fitted on the corpus."""
     if registry_model.calibrator == "raw":
         calibrator = build_calibrator(registry_model)
@@ -324,18 +313,18 @@ def _export_calibrator(registry_model: RegistryModel, options: EncoderOptions, c
         raise InputError(f"{registry_model.name} needs its {registry_model.calibrator} calibrator: pass a fit corpus "
                          "(--fit-corpus FILE, one sentence per line) or a saved calibrator (--calibrator PATH)")
     encoder = build_encoder(registry_model, options)
-    template = build_calibrator(registry_model, device=str(encoder.backbone.device), **fitting.calibrator_params)
+    template = build_calibrator(registry_model, device=str(encoder.backbone.device), **calibrator_params)
     part = CorpusPart(corpus_path.name, lambda: iter([corpus]))
     sample = sample_corpus([part], cap=fitting.max_fit_sentences, seed=fitting.fit_seed)
     source = f"file {corpus_path.name}"
     calibrator, fit = fit_on_sample(encoder, template, sample, model=registry_model.name, source=source,
-                                    context={"fit_corpus": source}, duplicates=fitting.duplicates,
+                                    context={"fit_corpus": source}, duplicates=fitting.fit_duplicates,
                                     what=f"{registry_model.calibrator} on {corpus_path.name}",
                                     remedy="fit on more sentences")
     return _CalibratorSource(calibrator, fit=fit, corpus={
         "file": corpus_path.name, "sha256": file_sha256(corpus_path, "fit corpus file"), "sentences": len(corpus),
         "unique_sentences": len(set(corpus)), "fit_sentences": len(sample.sentences),
-        "sampling": sample.describe(), "duplicates": fitting.duplicates,
+        "sampling": sample.describe(), "duplicates": fitting.fit_duplicates,
         "max_fit_sentences": fitting.max_fit_sentences, "fit_seed": fitting.fit_seed,
     })
 

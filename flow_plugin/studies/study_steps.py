@@ -74,10 +74,14 @@ _TASKS: dict[tuple[str, str | None], Any] = {}  # (task, data root) -> the task 
 
 
 def _task(name: str, data: str | None) -> Any:
-    """The study task ``name`` (loaded once per process)."""
+    """The study task ``name``, its data loaded once per process: MTEB keeps data it did not load itself, so
+    the task's every evaluation in this process reads the same tables instead of the files again."""
     key = (name, data)
     if key not in _TASKS:
-        (_TASKS[key],) = study_tasks(data, [name])
+        (task,) = study_tasks(data, [name])
+        if not task.data_loaded:
+            task.load_data()
+        _TASKS[key] = task
     return _TASKS[key]
 
 

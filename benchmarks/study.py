@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     cpu = str(machine.get("cpu_model", "cpu")).lower().replace(" ", "-")[:24]
     fit = f"-fit-{args.mteb_run_fit_corpus}" if args.mteb_run_fit_corpus else ""
-    stem = args.output_dir / f"study-{report['date']}-{args.backbone}-{cpu}{fit}"
+    backbone = Path(args.backbone).name if os.path.isdir(args.backbone) else args.backbone.replace("/", "__")
+    stem = args.output_dir / f"study-{report['date']}-{backbone}-{cpu}{fit}"
     atomic_write_json(stem.with_suffix(".json"), report)
     atomic_write_text(stem.with_suffix(".md"), report_markdown(report))
     say(f"written {stem}.json and .md")

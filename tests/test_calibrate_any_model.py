@@ -51,6 +51,7 @@ class CountingWrapper:
 
     def __init__(self, base: Any) -> None:
         self.base, self.mteb_model_meta, self.texts = base, base.mteb_model_meta, 0
+        self.model, self.model_prompts = base.model, base.model_prompts  # what MTEB's wrapper holds
 
     def encode(self, inputs: Any, **kwargs: Any) -> Any:
         self.texts += sum(len(batch["text"]) for batch in inputs)
@@ -67,6 +68,36 @@ def test_raw_calibration_scores_what_mteb_scores_the_bare_model_with_its_prompts
     without_prompts = scores_of(wrapper(minilm_path, None), tasks(subset_root, RANKING))
     for name in RANKING:  # the prompts reached the model: without them it scores otherwise
         assert without_prompts[name]["test"][0]["main_score"] != bare[name]["test"][0]["main_score"], name
+
+
+# ------------------------------------------------------------------ the on-disk cache of a model MTEB loads
+def test_a_cache_folder_gives_each_call_of_a_loaded_model_once_and_bit_for_bit(minilm_path: Path, subset_root: Path,
+                                                                               tmp_path: Path,
+                                                                               caplog: pytest.LogCaptureFixture) -> None:
+    from flow_plugin.integrations.mteb.base_models import CachedBase
+
+    names = ["FlowPluginQNLIReranking", ONE_PER_TYPE["Classification"]]
+    bare = scores_of(wrapper(minilm_path), tasks(subset_root, names))
+    whitened = scores_of(flow_plugin.calibrate(wrapper(minilm_path), "whiten"), tasks(subset_root, names))
+
+    def cached(calibrator: str, prompts: dict[str, str] | None = PROMPTS) -> tuple[dict[str, Any], int]:
+        counting = CountingWrapper(wrapper(minilm_path, prompts))
+        scores = scores_of(flow_plugin.calibrate(CachedBase(counting, tmp_path), calibrator), tasks(subset_root, names))
+        return scores, counting.texts
+
+    first_raw, encoded = cached("raw")
+    assert first_raw == bare and encoded > 0  # every metric, to the last digit
+    assert cached("raw") == (bare, 0)  # a new model object on the same weights: every call read from disk
+    first_whiten, fit_encoded = cached("whiten")
+    assert first_whiten == whitened and fit_encoded > 0  # the fit's own call was new; MTEB's calls were not
+    assert cached("whiten") == (whitened, 0)
+    assert cached("raw", None)[1] > 0  # other prompts are another model: nothing of the prompted one is served
+    damaged = sorted(tmp_path.glob("calls-*/*.npz"))[0]
+    damaged.write_bytes(b"not an archive")
+    with caplog.at_level("WARNING"):
+        again, encoded_again = cached("raw")
+    assert again == bare and 0 < encoded_again < encoded  # the damaged call alone is computed again
+    assert "ignored and removed" in caplog.text and str(damaged) in caplog.text
 
 
 # ------------------------------------------------------------------ a calibrated model of MTEB's own encoder

@@ -15,6 +15,13 @@ removed and recomputed, never trusted.
 
 ``shared_encoder`` returns one ``CachedEncoder`` per backbone key in the process, so the
 six variants of a backbone share one model in memory and one embedding per sentence.
+
+``CallStore`` keeps whole ``encode`` calls of a model we do not run ourselves (a model MTEB loads, with its
+own prompts and batching): a call made again with the same inputs returns the embeddings stored the first
+time, bit for bit what the model returned then. Layout, checks and atomic writes are those of the shards:
+
+    <cache_dir>/calls-<digest of the model key>/key.json          the model key, for humans
+    <cache_dir>/calls-<digest of the model key>/<call digest>.npz  the call key + its embeddings
 """
 
 from __future__ import annotations
@@ -47,6 +54,11 @@ CACHE_DIR_ENV = "FLOW_PLUGIN_CACHE_DIR"
 
 def text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def key_digest(key: dict[str, Any]) -> str:
+    """A short, stable digest of a JSON-ready key (its folder or file name)."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _arrays_checksum(hashes: np.ndarray, embeddings: np.ndarray) -> str:
@@ -94,8 +106,7 @@ class CachedEncoder:
     def key_folder(self) -> Path | None:
         if self.cache_dir is None:
             return None
-        digest = hashlib.sha256(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:24]
-        return self.cache_dir / digest
+        return self.cache_dir / key_digest(self.key)
 
     def __len__(self) -> int:
         return len(self._where)
@@ -237,6 +248,93 @@ class CachedEncoder:
             if not sentences:
                 return np.empty((0, self.embedding_dim), dtype=np.float32)
             return self._lookup(digests)
+
+
+class CallStore:
+    """The embeddings of whole ``encode`` calls of one model, on disk (see the module's docstring).
+
+    Parameters
+    ----------
+    model_key:
+        JSON-ready: everything that determines the model's output apart from the call (weights, loader,
+        prompts, device, dtype, library versions).
+    cache_dir:
+        The embedding cache folder.
+
+    A call key is JSON-ready too: the texts (a digest of them, in their batches), the task, split, subset, side
+    and keywords of the call. A stored file that cannot be read, belongs to another key or fails a check
+    (rows, floating dtype, finite, checksum) is removed and the call computed again; embeddings that fail a
+    check are returned to the caller but never stored.
+    """
+
+    def __init__(self, model_key: dict[str, Any], cache_dir: str | os.PathLike[str]) -> None:
+        self.model_key = model_key
+        self.folder = Path(cache_dir).expanduser() / f"calls-{key_digest(model_key)}"
+        self._writable = True
+        #: calls served from disk, and calls computed and stored
+        self.n_hits = self.n_stored = 0
+
+    def _path(self, call_key: dict[str, Any]) -> Path:
+        return self.folder / f"{key_digest(call_key)}.npz"
+
+    def get(self, call_key: dict[str, Any], n_rows: int) -> np.ndarray | None:
+        """The stored embeddings of this call (``n_rows`` rows), or ``None``."""
+        path = self._path(call_key)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                header, embeddings = json.loads(str(archive["header"])), archive["embeddings"]
+        except Exception as error:  # noqa: BLE001 -- any unreadable file is simply not trusted
+            problem: str | None = f"unreadable: {type(error).__name__}: {error}"
+        else:
+            problem = self._problem(embeddings, n_rows)
+            if header.get("format") != CACHE_FORMAT or header.get("model") != self.model_key or \
+                    header.get("call") != call_key:
+                problem = "it belongs to another model or call"
+            elif not problem and header.get("checksum") != _arrays_checksum(np.empty(0), embeddings):
+                problem = "checksum mismatch"
+        if problem:
+            logger.warning("embedding cache file %s ignored and removed (%s); the call is computed again", path,
+                           problem)
+            path.unlink(missing_ok=True)
+            return None
+        self.n_hits += 1
+        return embeddings
+
+    def put(self, call_key: dict[str, Any], embeddings: np.ndarray, n_rows: int) -> None:
+        """Store a call's embeddings (checked first; a folder that cannot be written: one warning, then memory
+        only for the rest of the run)."""
+        problem = self._problem(embeddings, n_rows)
+        if problem:
+            logger.warning("embeddings of a call not stored in the embedding cache %s: %s", self.folder, problem)
+            return
+        if not self._writable:
+            return
+        header = {"format": CACHE_FORMAT, "model": self.model_key, "call": call_key,
+                  "checksum": _arrays_checksum(np.empty(0), embeddings)}
+        buffer = io.BytesIO()
+        np.savez(buffer, header=np.array(json.dumps(header)), embeddings=embeddings)
+        try:
+            if not (self.folder / "key.json").exists():
+                atomic_write_json(self.folder / "key.json", self.model_key)
+            atomic_write_bytes(self._path(call_key), buffer.getvalue())
+        except OSError as error:
+            self._writable = False
+            logger.warning("embedding cache folder %s cannot be written (%s); this run computes its calls again",
+                           self.folder, error)
+            return
+        self.n_stored += 1
+
+    @staticmethod
+    def _problem(embeddings: np.ndarray, n_rows: int) -> str | None:
+        if embeddings.ndim != 2 or embeddings.shape[0] != n_rows:
+            return f"shape {embeddings.shape} for {n_rows} inputs"
+        if embeddings.dtype.kind != "f":
+            return f"dtype {embeddings.dtype}, not floating point"
+        if not np.isfinite(embeddings).all():
+            return "non-finite embeddings"
+        return None
 
 
 _SHARED: dict[tuple[Any, ...], CachedEncoder] = {}

@@ -98,10 +98,12 @@ def load_model(model_name: str, options: EncoderOptions, loader_kwargs: dict[str
     import mteb
 
     from flow_plugin.catalog.registry import MODEL_PREFIX
+    from flow_plugin.integrations.mteb.base_models import with_call_cache
     from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 
     if not model_name.startswith(MODEL_PREFIX):
-        return CalibratedModel(mteb.get_model(model_name, device=options.device), "raw")
+        return CalibratedModel(with_call_cache(mteb.get_model(model_name, device=options.device), options.cache_dir),
+                               "raw")
     with _loader_cache_dir(options.cache_dir):
         return mteb.get_model(model_name, device=options.device, **loader_kwargs)
 

@@ -207,7 +207,7 @@ class TaskFits:
         """The base model's embeddings for one MTEB call: from the memo when the fit embedded every text of it,
         else from the base model (given MTEB's own batches, with any fields besides the text)."""
         key = (task_metadata.name, hf_subset, side)
-        found = None if _has_more_than_text(inputs) else self.memo.get(key, texts)
+        found = None if has_more_than_text(inputs) else self.memo.get(key, texts)
         if found is not None:
             return found
         with self.times.measure("encode"):
@@ -273,7 +273,7 @@ def texts_of(inputs: Any) -> list[str]:
     return check_sentences(texts)
 
 
-def _has_more_than_text(inputs: Any) -> bool:
+def has_more_than_text(inputs: Any) -> bool:
     """Whether MTEB's batches carry something the model reads besides the text (an instruction, an image ...)."""
     if isinstance(inputs, (list, tuple)):
         return False
@@ -297,4 +297,4 @@ def _split(task_metadata: Any) -> str:
     return str(splits[0])
 
 
-__all__ = ["EmbeddingMemo", "Fit", "TaskFits", "as_float32", "texts_of"]
+__all__ = ["EmbeddingMemo", "Fit", "TaskFits", "as_float32", "has_more_than_text", "texts_of"]

@@ -253,6 +253,11 @@ class CachedEncoder:
 class CallStore:
     """The embeddings of whole ``encode`` calls of one model, on disk (see the module's docstring).
 
+    A call key is JSON-ready: the texts (a digest of them, in their batches), the task, split, subset, side
+    and keywords of the call. A stored file that cannot be read, belongs to another key or fails a check
+    (rows, floating dtype, finite, checksum) is removed and the call computed again; embeddings that fail a
+    check are returned to the caller but never stored.
+
     Parameters
     ----------
     model_key:
@@ -260,11 +265,6 @@ class CallStore:
         prompts, device, dtype, library versions).
     cache_dir:
         The embedding cache folder.
-
-    A call key is JSON-ready too: the texts (a digest of them, in their batches), the task, split, subset, side
-    and keywords of the call. A stored file that cannot be read, belongs to another key or fails a check
-    (rows, floating dtype, finite, checksum) is removed and the call computed again; embeddings that fail a
-    check are returned to the caller but never stored.
     """
 
     def __init__(self, model_key: dict[str, Any], cache_dir: str | os.PathLike[str]) -> None:

@@ -100,6 +100,21 @@ def test_a_cache_folder_gives_each_call_of_a_loaded_model_once_and_bit_for_bit(m
     assert "ignored and removed" in caplog.text and str(damaged) in caplog.text
 
 
+def test_a_local_folder_edited_in_place_is_another_cache_key(minilm_path: Path, tmp_path: Path) -> None:
+    from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
+
+    from flow_plugin.integrations.mteb.base_models import CachedBase
+
+    folder = tmp_path / "my-model"
+    shutil.copytree(minilm_path, folder)
+    before = CachedBase(SentenceTransformerEncoderWrapper(str(folder)), tmp_path / "cache").store
+    config = folder / "sentence_bert_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "max_seq_length": 32}))
+    after = CachedBase(SentenceTransformerEncoderWrapper(str(folder)), tmp_path / "cache").store
+    assert before.model_key["weights"] == after.model_key["weights"]  # the same weights ...
+    assert after.folder != before.folder  # ... cut at 32 tokens now: never served the 256-token embeddings
+
+
 # ------------------------------------------------------------------ a calibrated model of MTEB's own encoder
 def test_a_calibrator_is_the_base_models_variant_and_its_results_sit_under_the_base(minilm_path: Path,
                                                                                   subset_root: Path,

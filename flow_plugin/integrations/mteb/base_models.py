@@ -109,8 +109,9 @@ def _batches_digest(inputs: Any) -> tuple[str, int]:
 
 def _model_key(base: Any) -> dict[str, Any]:
     """What determines a base's output apart from the call: its loader, name, revision, loader keywords and
-    prompts, the library versions, and for a torch module its architecture (``repr``) and a fingerprint of its
-    weights (a strided sample of every tensor, with names, shapes, dtypes and devices)."""
+    prompts, the library versions; for a torch module its architecture (``repr``), sequence limit and a
+    fingerprint of its weights (a strided sample of every tensor, with names, shapes, dtypes and devices); for a
+    local folder the name, size and modification time of each of its files."""
     meta = base.mteb_model_meta
     key: dict[str, Any] = {
         "loader": f"{type(base).__module__}.{type(base).__qualname__}", "name": meta.name, "revision": meta.revision,
@@ -127,6 +128,11 @@ def _model_key(base: Any) -> dict[str, Any]:
             weights.update(flat[::max(1, flat.numel() // 1024)].float().cpu().numpy().tobytes())
         key["weights"] = weights.hexdigest()
         key["architecture"] = "" if " at 0x" in repr(module) else repr(module)
+        key["max_seq_length"] = getattr(module, "max_seq_length", None)
+    if meta.name and Path(meta.name).is_dir():  # a local folder: its files as they are now (configs, tokenizer)
+        files = sorted(path for path in Path(meta.name).rglob("*") if path.is_file())
+        key["files"] = hashlib.sha256(repr([(str(path.relative_to(meta.name)), path.stat().st_size,
+                                              path.stat().st_mtime_ns) for path in files]).encode()).hexdigest()
     return key
 
 

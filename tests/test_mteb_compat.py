@@ -117,6 +117,16 @@ def test_a_failing_registration_is_one_line_and_never_breaks_mteb(
 
 
 # ------------------------------------------------------------------ unknown flow_plugin/ names
+@pytest.mark.parametrize("first", [*hook.WAITED_FOR, "flow_plugin.integrations.mteb.base_models"])
+def test_our_tasks_and_models_are_registered_whichever_module_imports_mteb_first(first: str) -> None:
+    code = (f"import {first}, mteb, sys; mteb.get_tasks(tasks=['SentEvalSTS12', 'GlueQNLIRetrieval', "
+            "'FlowPluginMRClassification']); mteb.get_model_meta('flow_plugin/minilm-l6-flow'); print('registered')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.stdout.strip() == "registered", done.stderr[-2000:]
+    assert "could not register" not in done.stderr
+
+
 def test_a_misspelt_name_is_one_error_with_close_names_not_a_hub_lookup() -> None:
     assert os.environ["HF_HUB_OFFLINE"] == "1"  # (conftest) a Hub lookup would fail with OfflineModeIsEnabled
     with pytest.raises(UnknownModelError) as caught:

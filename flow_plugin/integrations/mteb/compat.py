@@ -462,4 +462,4 @@ class FastLabelClassification:
 # need this module's names, waited for it (looked up, not imported: the hook imports this module)
 _hook = sys.modules.get("flow_plugin.integrations.mteb.hook")
 if _hook is not None:
-    _hook.run_deferred()
+    _hook.run_deferred(__name__)

@@ -13,7 +13,7 @@ modules finish executing, the finder's callbacks add:
 - the offline SentEval-format STS tasks, the offline GLUE QNLI retrieval task and the labelled
   tasks of every type (built-in and ``$FLOW_PLUGIN_TASKS``) to ``_TASKS_REGISTRY`` (found by name
   with ``mteb run -t``), and to the full task list when their data is configured
-  (``FLOW_PLUGIN_SENTEVAL_DATA``, ``FLOW_PLUGIN_GLUE_DATA``, ``FLOW_PLUGIN_SHARED_DATA``); a user's
+  (``FLOW_PLUGIN_SHARED_DATA``, :mod:`flow_plugin.data.roots`); a user's
   task file that is broken, or a task named like one of MTEB's, is left out with a warning;
 - a check of every result file of a ``flow_plugin/`` model before MTEB reads it: one cut short by a
   killed run is set aside and recomputed (:func:`.compat.check_results_before_loading`).
@@ -42,11 +42,15 @@ MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
 COMPAT_MODULE = "flow_plugin.integrations.mteb.compat"
+#: our modules the registrations import: while one of them executes (it imported MTEB), the registrations wait,
+#: and each runs :func:`run_deferred` as its last step
+WAITED_FOR = (COMPAT_MODULE, "flow_plugin.integrations.mteb.tasks", "flow_plugin.integrations.mteb.retrieval_tasks",
+              "flow_plugin.integrations.mteb.labelled_tasks")
 
 _registered: set[str] = set()
 _said: set[str] = set()
-#: registrations that MTEB's import reached while :mod:`.compat` (which they need) was itself importing MTEB;
-#: compat runs them when it has loaded (:func:`run_deferred`)
+#: registrations that MTEB's import reached while one of :data:`WAITED_FOR` (which they need) was itself
+#: importing MTEB; the last of them to finish runs them (:func:`run_deferred`)
 _deferred: dict[str, object] = {}
 
 
@@ -99,9 +103,9 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     from flow_plugin.integrations.mteb.compat import add_tasks, hint_unknown_tasks
     from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, listed_labelled_task_classes
     from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
-    from flow_plugin.integrations.mteb.tasks import DATA_ENV, TASK_CLASSES
+    from flow_plugin.integrations.mteb.tasks import TASK_CLASSES, configured_data_dir
 
-    listed = (TASK_CLASSES if os.environ.get(DATA_ENV) else ()) + (
+    listed = (TASK_CLASSES if configured_data_dir() is not None else ()) + (
         RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ())
     names = add_tasks((*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES), listed, module)
     # after the tasks above: a user's malformed task file is reported, and they stay registered
@@ -160,8 +164,16 @@ def _initializing(name: str) -> bool:
     return bool(getattr(spec, "_initializing", False))
 
 
-def run_deferred() -> None:
-    """Run the registrations deferred while :mod:`.compat` loaded MTEB (compat calls it as its last step)."""
+def _waiting(finished: str | None = None) -> bool:
+    """True while a module of :data:`WAITED_FOR` other than ``finished`` is executing."""
+    return any(_initializing(name) for name in WAITED_FOR if name != finished)
+
+
+def run_deferred(finished: str | None = None) -> None:
+    """Run the registrations deferred while our modules loaded MTEB, unless one other than ``finished`` (the
+    module that calls this as its last step) is still executing."""
+    if _waiting(finished):
+        return
     for name in [name for name in _CALLBACKS if name in _deferred]:
         _run_callback(name, _deferred.pop(name))
 
@@ -179,7 +191,7 @@ class _LoaderWithCallback:
 
     def exec_module(self, module: object) -> None:
         self._loader.exec_module(module)  # type: ignore[attr-defined]
-        if _initializing(COMPAT_MODULE):  # compat is importing MTEB: its names do not exist yet
+        if _waiting():  # one of our modules is importing MTEB: its names do not exist yet
             _deferred[self._name] = module
         else:
             _run_callback(self._name, module)

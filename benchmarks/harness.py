@@ -31,15 +31,12 @@ def say(message: str) -> None:
 
 
 def data_root(path: Path | None) -> Path:
-    if path is not None:
-        return path
-    value = os.environ.get("FLOW_PLUGIN_SENTEVAL_DATA")
-    if value:
-        return Path(value)
-    shared = os.environ.get("FLOW_PLUGIN_SHARED_DATA")
-    if shared:
-        return Path(shared) / "senteval"
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "senteval"
+    """The SentEval folder: ``path``, else the data root's ``senteval/`` (``$FLOW_PLUGIN_SHARED_DATA``, else
+    ``../shared/data`` beside the checkout)."""
+    from flow_plugin.data.roots import data_part
+
+    found = data_part("senteval", path)
+    return found if found is not None else Path(__file__).resolve().parents[2] / "shared" / "data" / "senteval"
 
 
 # =========================================================================== the machine

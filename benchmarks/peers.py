@@ -305,7 +305,7 @@ def run_peers(args: argparse.Namespace) -> dict[str, Any]:
         sentences, gold, calibration = stsb_workload(data, args.pairs)
     except DataFolderError as error:
         raise SystemExit(f"benchmarks.peers: no STS-B data ({error}): give --data the SentEval data folder (the one "
-                         "holding downstream/), or set FLOW_PLUGIN_SENTEVAL_DATA") from None
+                         "holding downstream/), or set FLOW_PLUGIN_SHARED_DATA to the data folder holding senteval/") from None
     location, pooling = model_location(args.model)
     wanted = [name.strip() for name in args.backends.split(",")] if args.backends else [peer.name for peer in PEERS]
     unknown = sorted(set(wanted) - {peer.name for peer in PEERS})
@@ -546,7 +546,7 @@ def write_results(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
 # =========================================================================== command line
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, default=None,
-                        help="SentEval data folder (default: $FLOW_PLUGIN_SENTEVAL_DATA, else ../shared/data/senteval)")
+                        help="SentEval data folder (default: $FLOW_PLUGIN_SHARED_DATA/senteval, else ../shared/data/senteval)")
     parser.add_argument("--model", default="minilm-l6", help="registry backbone or local model folder (default minilm-l6)")
     parser.add_argument("--backends", default=None,
                         help=f"comma-separated subset of: {', '.join(peer.name for peer in PEERS)} (default: all)")

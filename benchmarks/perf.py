@@ -76,7 +76,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", dest="main_model", default="minilm-l6",
                         help="backbone of the flow, variants and scaling sections (default: minilm-l6)")
     parser.add_argument("--data", type=Path, default=None,
-                        help="SentEval data folder (default: $FLOW_PLUGIN_SENTEVAL_DATA, else ../shared/data/senteval)")
+                        help="SentEval data folder (default: $FLOW_PLUGIN_SHARED_DATA/senteval, else ../shared/data/senteval)")
     parser.add_argument("--output", type=Path, default=Path("perf-results.json"),
                         help="JSON result file (default: perf-results.json)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: the GPU section (with CUDA "

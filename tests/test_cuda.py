@@ -74,7 +74,7 @@ def test_the_mteb_wrapper_scores_an_offline_task_on_the_gpu_like_on_the_cpu(sent
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     import mteb
 
-    monkeypatch.setenv("FLOW_PLUGIN_SENTEVAL_DATA", str(senteval_dir))
+    monkeypatch.setenv("FLOW_PLUGIN_SHARED_DATA", str(senteval_dir.parent))
     monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
     task = mteb.get_tasks(tasks=["SentEvalSTS16"])
     scores = {}

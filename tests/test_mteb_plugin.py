@@ -275,8 +275,9 @@ def test_fit_is_logged(minilm_path: Path, caplog: pytest.LogCaptureFixture) -> N
 
 # ------------------------------------------------------------------ offline tasks
 def test_offline_tasks_need_a_configured_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("FLOW_PLUGIN_SENTEVAL_DATA", raising=False)
-    with pytest.raises(DataFolderError, match="FLOW_PLUGIN_SENTEVAL_DATA"):
+    for variable in ("FLOW_PLUGIN_SHARED_DATA", "FLOW_PLUGIN_SENTEVAL_DATA", "FLOW_PLUGIN_GLUE_DATA"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(DataFolderError, match="FLOW_PLUGIN_SHARED_DATA"):
         get_offline_task("SentEvalSTSBenchmark").load_data()
     (tmp_path / "downstream" / "STS" / "STSBenchmark").mkdir(parents=True)
     with pytest.raises(DataFolderError, match="sts-train.csv"):
@@ -287,7 +288,7 @@ def test_offline_tasks_need_a_configured_folder(monkeypatch: pytest.MonkeyPatch,
 # ------------------------------------------------------------------ the real CLIs
 @pytest.mark.slow
 def test_real_mteb_run_cli_offline(senteval_dir: Path, minilm_path: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLOW_PLUGIN_SENTEVAL_DATA": str(senteval_dir),
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLOW_PLUGIN_SHARED_DATA": str(senteval_dir.parent),
            "FLOW_PLUGIN_CACHE_DIR": str(tmp_path / "cache")}
     output = tmp_path / "out"
     for model in ("flow_plugin/minilm-l6", "flow_plugin/minilm-l6-flow"):

@@ -14,7 +14,8 @@ import pytest
 
 from flow_plugin.errors import DataFolderError
 from flow_plugin.catalog.fit_records import fits_path, read_fits
-from flow_plugin.integrations.mteb.retrieval_tasks import GLUE_ENV, GlueQNLIRetrieval
+from flow_plugin.data.roots import DATA_ENV, PARTS
+from flow_plugin.integrations.mteb.retrieval_tasks import GlueQNLIRetrieval
 
 from conftest import result_file, tiny_registry
 
@@ -40,9 +41,9 @@ def test_qnli_retrieval_data(glue_dir: Path) -> None:
 
 
 def test_qnli_retrieval_needs_its_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(GLUE_ENV, raising=False)
-    monkeypatch.delenv("FLOW_PLUGIN_SENTEVAL_DATA", raising=False)
-    with pytest.raises(DataFolderError, match=GLUE_ENV):
+    for variable in (DATA_ENV, *PARTS.values()):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(DataFolderError, match=DATA_ENV):
         GlueQNLIRetrieval().load_data()
     with pytest.raises(DataFolderError, match="QNLI/dev.tsv"):
         GlueQNLIRetrieval(data_dir=tmp_path).load_data()
@@ -53,7 +54,7 @@ def test_qnli_retrieval_through_mteb_run(glue_dir: Path, tiny_minilm_vocab_bert:
     registry = tmp_path / "registry"
     registry.mkdir()
     tiny_registry(registry, tiny_minilm_vocab_bert)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", GLUE_ENV: str(glue_dir), "FLOW_PLUGIN_REGISTRY": str(registry),
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", DATA_ENV: str(glue_dir.parent), "FLOW_PLUGIN_REGISTRY": str(registry),
            "FLOW_PLUGIN_CACHE_DIR": str(tmp_path / "cache")}
     output = tmp_path / "out"
     done = subprocess.run(

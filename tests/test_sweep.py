@@ -371,7 +371,8 @@ def test_bad_sweep_files_are_refused_naming_file_and_key(
 ) -> None:
     import re
 
-    monkeypatch.delenv("FLOW_PLUGIN_SENTEVAL_DATA", raising=False)
+    for variable in ("FLOW_PLUGIN_SHARED_DATA", "FLOW_PLUGIN_SENTEVAL_DATA"):
+        monkeypatch.delenv(variable, raising=False)
     path = write(tmp_path, text.replace("{data}", str(senteval_dir)))
     assert cli_main(["sweep", str(path), "--output-folder", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err

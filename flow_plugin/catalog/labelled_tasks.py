@@ -11,7 +11,7 @@ Where entries come from, in order:
    data (MR, CR, SUBJ, MPQA, SST-2, TREC, Banking77 classification; Twitter URL Corpus, MRPC, SICK-E,
    QNLI pair classification; Banking77, TREC and STS-B-source clustering; QNLI reranking). Their
    file names are relative to the *data root*, the folder that holds ``senteval/``, ``glue/`` and
-   ``mteb/`` (:func:`data_root`);
+   ``mteb/`` (:func:`flow_plugin.data.roots.data_root`);
 2. every TOML file listed in ``$FLOW_PLUGIN_TASKS`` (separated by ``os.pathsep``; a folder stands
    for its ``*.toml`` files): a user's own tasks. Their file names are relative to the entry's
    ``data_dir``, itself relative to the TOML file's folder (default: that folder).
@@ -45,16 +45,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from flow_plugin._io import read_toml
 from flow_plugin.catalog.tasks import OFFLINE_TASKS
 from flow_plugin.data.labelled import WHOLE_SET, Source
+from flow_plugin.data.roots import DATA_ENV
 from flow_plugin.errors import DataFolderError, RegistryError
 
 logger = logging.getLogger(__name__)
 
 #: the environment variable listing a user's task files
 TASKS_ENV = "FLOW_PLUGIN_TASKS"
-#: the data root of the built-in entries (the shared data folder: senteval/, glue/, mteb/)
-DATA_ENV = "FLOW_PLUGIN_SHARED_DATA"
-#: the older variable naming the senteval/ folder; the data root is its parent
-SENTEVAL_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
 BUILT_IN_FILE = Path(__file__).with_name("labelled_tasks.toml")
 
 TaskType = Literal["Classification", "PairClassification", "Clustering", "Reranking", "Retrieval"]
@@ -158,7 +155,7 @@ class TaskEntry(BaseModel):
             if root is None:
                 raise DataFolderError(
                     f"task {self.name} reads the shared data folder (senteval/, glue/, mteb/): pass data_dir=..., "
-                    f"or set {DATA_ENV}=<that folder> (or {SENTEVAL_ENV}=<its senteval/ folder>)")
+                    f"or set {DATA_ENV}=<that folder>")
             base = root
         else:
             base = self.origin.parent
@@ -182,25 +179,6 @@ def _source_splits(source: Any) -> set[str]:
 
 
 # ----------------------------------------------------------------------------- loading
-def data_root(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """The data root of the built-in tasks: ``explicit``, else ``$FLOW_PLUGIN_SHARED_DATA``, else the
-    parent of ``$FLOW_PLUGIN_SENTEVAL_DATA``'s ``senteval/`` folder, else ``../shared/data`` beside a
-    source checkout; ``None`` when none exists."""
-    if explicit is not None:
-        return Path(explicit).expanduser()
-    value = os.environ.get(DATA_ENV)
-    if value:
-        return Path(value).expanduser()
-    senteval = os.environ.get(SENTEVAL_ENV)
-    if senteval:
-        return Path(senteval).expanduser().resolve().parent
-    checkout = Path(__file__).resolve().parents[2]
-    beside = checkout.parent / "shared" / "data"
-    if (checkout / "pyproject.toml").is_file() and beside.is_dir():
-        return beside
-    return None
-
-
 def user_task_files(problems: list[str] | None = None) -> list[Path]:
     """The TOML files named by ``$FLOW_PLUGIN_TASKS`` (a folder stands for its ``*.toml``). A name that is
     neither a file nor a folder is an error, or, given a ``problems`` list, a line appended to it."""
@@ -329,14 +307,12 @@ def labelled_task_names() -> tuple[str, ...]:
 
 __all__ = [
     "BUILT_IN_FILE",
-    "DATA_ENV",
     "DEFAULT_MAIN_SCORE",
     "REQUIRED_ROLES",
     "TASKS_ENV",
     "Catalogue",
     "SplitRule",
     "TaskEntry",
-    "data_root",
     "labelled_task",
     "labelled_task_names",
     "labelled_tasks",

@@ -17,8 +17,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", action="append", required=True, metavar="MODEL",
                         help="registry model name, e.g. flow_plugin/minilm-l6-flow (repeatable)")
     parser.add_argument("--data", type=Path, default=None,
-                        help="SentEval data folder (the one containing downstream/), needed by the offline tasks "
-                             "(default: $FLOW_PLUGIN_SENTEVAL_DATA)")
+                        help="the data folder holding senteval/ (or the SentEval folder itself, containing "
+                             "downstream/), needed by the offline tasks (default: $FLOW_PLUGIN_SHARED_DATA)")
     parser.add_argument("-t", "--task", action="append", metavar="TASK",
                         help=f"offline task, MTEB task or MTEB benchmark name (repeatable): {offline_tasks_help()}")
     parser.add_argument("--output-folder", type=Path, default=Path("results"),

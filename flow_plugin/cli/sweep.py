@@ -24,8 +24,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-folder", type=Path, default=None,
                         help="MTEB output folder, shared by all nodes (default: the file's 'output', else ./results)")
     parser.add_argument("--data", type=Path, default=None,
-                        help="SentEval data folder for offline tasks (default: the file's 'data', else "
-                             "$FLOW_PLUGIN_SENTEVAL_DATA)")
+                        help="the data folder holding senteval/, for offline tasks (default: the file's 'data', "
+                             "else $FLOW_PLUGIN_SHARED_DATA)")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="embedding cache (default: $FLOW_PLUGIN_CACHE_DIR, else <output-folder>/embedding-cache)")
     parser.add_argument("--leaderboard", type=Path, default=None, metavar="NAME.json",

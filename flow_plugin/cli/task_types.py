@@ -26,7 +26,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "sentence-transformers folder (/path/to/model)")
     parser.add_argument("--data", type=Path, default=None,
                         help="the shared data folder holding senteval/, glue/ and mteb/ (default: "
-                             "$FLOW_PLUGIN_SHARED_DATA, else the parent of $FLOW_PLUGIN_SENTEVAL_DATA)")
+                             "$FLOW_PLUGIN_SHARED_DATA)")
     parser.add_argument("--output-folder", type=Path, default=Path("results/task-types"),
                         help="MTEB output folder (default: results/task-types)")
     parser.add_argument("--calibrators", nargs="+", metavar="NAME", default=None,

@@ -235,8 +235,9 @@ def available_splits(task: str) -> tuple[str, ...]:
 def resolve_senteval_root(path: PathLike) -> Path:
     """Return the SentEval data folder, i.e. the folder that contains ``downstream/``.
 
-    ``path`` may be that folder (SentEval's ``task_path``, e.g. ``shared/data/senteval``)
-    or the ``downstream`` folder itself. Anything else raises :class:`DataFolderError`.
+    ``path`` may be that folder (SentEval's ``task_path``, e.g. ``shared/data/senteval``), the
+    ``downstream`` folder itself, or the data root holding ``senteval/`` (:mod:`flow_plugin.data.roots`).
+    Anything else raises :class:`DataFolderError`.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise InputTypeError(f"SentEval root must be a path, got {type(path).__name__}")
@@ -249,13 +250,12 @@ def resolve_senteval_root(path: PathLike) -> Path:
         return root
     if root.name == "downstream" and ((root / "STS").is_dir() or (root / "SICK").is_dir()):
         return root.parent
-    hint = ""
-    if (root / "senteval" / "downstream").is_dir():
-        hint = f" (did you mean {root / 'senteval'}?)"
+    if (root / "senteval" / "downstream").is_dir():  # the data root (flow_plugin.data.roots)
+        return root / "senteval"
     raise DataFolderError(
         f"{root} is not a SentEval data folder: expected a folder containing downstream/ "
         f"(SentEval's task_path, e.g. .../senteval) or the downstream/ folder itself "
-        f"(containing STS/ or SICK/){hint}"
+        f"(containing STS/ or SICK/), or the data folder holding senteval/"
     )
 
 

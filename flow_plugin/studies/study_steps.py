@@ -87,7 +87,7 @@ def _task(name: str, data: str | None) -> Any:
 
 def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str] | None = None) -> list[Any]:
     """The study's MTEB task objects (every labelled task, or those of ``names``): a built-in task reads the data root
-    ``data`` (default: :func:`flow_plugin.catalog.labelled_tasks.data_root`), a user's task its own folder. The data
+    ``data`` (default: :func:`flow_plugin.data.roots.data_root`), a user's task its own folder. The data
     root (needed by the built-in tasks) and every file the tasks read are checked here, before anything runs, and a
     user's task is loaded (what cannot be scored is refused)."""
     import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
@@ -113,7 +113,7 @@ def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str]
 
 def _study_data_root(data: str | os.PathLike[str] | None) -> Path:
     """The study's data root: ``data``, else the configured one; a missing one is a one-line error."""
-    from flow_plugin.catalog.labelled_tasks import data_root as configured
+    from flow_plugin.data.roots import data_root as configured
 
     root = configured(data)
     remedy = "give the shared data folder (holding senteval/, glue/ and mteb/) with --data, or set FLOW_PLUGIN_SHARED_DATA"

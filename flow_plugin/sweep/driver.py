@@ -174,7 +174,7 @@ def _run_jobs(sweep: Sweep, settings: Settings, todo: list[Job], total: int, don
               progress: Callable[[str], None], warn: Callable[[str], None]) -> RunReport:
     # MTEB and torch load when a sweep runs, not to plan one or start the CLI
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
-    from flow_plugin.integrations.mteb.tasks import DATA_ENV
+    from flow_plugin.data.roots import DATA_ENV
 
     extra = {CACHE_DIR_ENV: str(settings.cache_dir), "TOKENIZERS_PARALLELISM": "false"}
     if settings.data is not None:

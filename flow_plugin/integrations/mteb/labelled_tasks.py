@@ -39,6 +39,7 @@ import contextlib
 import logging
 import os
 import random
+import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,7 +55,6 @@ from mteb.abstasks.task_metadata import TaskMetadata
 
 from flow_plugin.catalog.labelled_tasks import (
     TaskEntry,
-    data_root,
     labelled_task,
     labelled_tasks,
     parse_task_entry,
@@ -72,6 +72,7 @@ from flow_plugin.data.labelled import (
     source_files,
     stratified_split,
 )
+from flow_plugin.data.roots import data_root
 from flow_plugin.data.task_tables import (RankingData, cluster_items, label_codes, label_levels,
                                           labels_with_few_items, ranking_data)
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, RegistryError
@@ -165,7 +166,7 @@ class LabelledTask(ItemCapture):
     # ------------------------------------------------------------------ data
     def base_folder(self) -> Path:
         """The folder the entry's relative file names are read from: a built-in entry's data root (``data_dir``,
-        else :func:`~flow_plugin.catalog.labelled_tasks.data_root`); a user's entry's own folder (its TOML file's,
+        else :func:`~flow_plugin.data.roots.data_root`); a user's entry's own folder (its TOML file's,
         then its ``data_dir`` key), whatever the data root."""
         entry = self.entry
         if not entry.built_in:
@@ -508,3 +509,9 @@ __all__ = [
     "task_class",
     "task_metadata",
 ]
+
+
+# The start-up hook's registrations, which need this module's names, wait while it loads MTEB (see compat's end)
+_hook = sys.modules.get("flow_plugin.integrations.mteb.hook")
+if _hook is not None:
+    _hook.run_deferred(__name__)

@@ -10,15 +10,15 @@ the file :func:`flow_plugin.data.senteval.load_qnli_dev` reads:
 
 It is an ``AbsTaskRetrieval`` in MTEB 2's layout, scored by MTEB (main score nDCG@10), with
 the sha256 of the file as ``dataset_revision``. The file comes from the task's ``data_dir``
-argument (the GLUE folder, the QNLI folder or the file), else ``$FLOW_PLUGIN_GLUE_DATA``, else
-``glue/`` next to the SentEval folder of ``$FLOW_PLUGIN_SENTEVAL_DATA`` (the layout of the
-shared data folder: ``senteval/`` and ``glue/`` side by side).
+argument (the GLUE folder, the QNLI folder or the file), else the data root's ``glue/``
+(``$FLOW_PLUGIN_SHARED_DATA``, :mod:`flow_plugin.data.roots`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,11 @@ from datasets import Dataset
 from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.task_metadata import TaskMetadata
 
+from flow_plugin.data.roots import DATA_ENV, data_part
 from flow_plugin.data.senteval import load_qnli_dev
 from flow_plugin.errors import DataFolderError
 from flow_plugin.integrations.mteb.labelled_tasks import RetrievalItems
 
-GLUE_ENV = "FLOW_PLUGIN_GLUE_DATA"
-SENTEVAL_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
 
 _QNLI_BIBTEX = r"""@inproceedings{wang2019glue,
   title = {GLUE: A Multi-Task Benchmark and Analysis Platform for Natural Language Understanding},
@@ -42,17 +41,10 @@ _QNLI_BIBTEX = r"""@inproceedings{wang2019glue,
 
 
 def configured_glue_data() -> Path | None:
-    """The GLUE data named by the environment: ``$FLOW_PLUGIN_GLUE_DATA``, else ``glue/`` beside
-    the SentEval folder of ``$FLOW_PLUGIN_SENTEVAL_DATA`` when it holds ``QNLI/dev.tsv``."""
-    value = os.environ.get(GLUE_ENV)
-    if value:
-        return Path(value).expanduser()
-    senteval = os.environ.get(SENTEVAL_ENV)
-    if senteval:
-        beside = Path(senteval).expanduser().resolve().parent / "glue"
-        if (beside / "QNLI" / "dev.tsv").is_file():
-            return beside
-    return None
+    """The GLUE folder the environment names (the data root's ``glue/``) when it holds ``QNLI/dev.tsv``, or
+    ``None``."""
+    folder = data_part("glue", beside_checkout=False)
+    return folder if folder is not None and (folder / "QNLI" / "dev.tsv").is_file() else None
 
 
 class GlueQNLIRetrieval(RetrievalItems, AbsTaskRetrieval):
@@ -93,8 +85,8 @@ class GlueQNLIRetrieval(RetrievalItems, AbsTaskRetrieval):
         folder = self.data_dir or configured_glue_data()
         if folder is None:
             raise DataFolderError(
-                f"task {self.metadata.name} reads GLUE QNLI dev.tsv: pass data_dir=..., set {GLUE_ENV}=<the folder "
-                f"containing QNLI/dev.tsv>, or set {SENTEVAL_ENV} to a senteval/ folder that has glue/ beside it"
+                f"task {self.metadata.name} reads GLUE QNLI dev.tsv: pass data_dir=..., or set {DATA_ENV}=<the data "
+                "folder holding glue/QNLI/dev.tsv>"
             )
         if folder.is_file():
             return folder
@@ -133,3 +125,9 @@ class GlueQNLIRetrieval(RetrievalItems, AbsTaskRetrieval):
 
 #: the offline retrieval tasks the start-up hook registers
 RETRIEVAL_TASK_CLASSES: tuple[type[AbsTaskRetrieval], ...] = (GlueQNLIRetrieval,)
+
+
+# The start-up hook's registrations, which need this module's names, wait while it loads MTEB (see compat's end)
+_hook = sys.modules.get("flow_plugin.integrations.mteb.hook")
+if _hook is not None:
+    _hook.run_deferred(__name__)

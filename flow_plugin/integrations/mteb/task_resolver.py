@@ -102,15 +102,15 @@ def _mteb_task(name: str) -> Any | None:
 
 def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str]) -> Path:
     """The SentEval folder the offline tasks ``offline`` read: ``data``, else
-    ``$FLOW_PLUGIN_SENTEVAL_DATA``; an error naming the tasks when neither is given."""
+    the data root's ``senteval/`` (``$FLOW_PLUGIN_SHARED_DATA``); an error naming the tasks when neither is given."""
+    from flow_plugin.data.roots import DATA_ENV, data_part
     from flow_plugin.data.senteval import resolve_senteval_root
-    from flow_plugin.integrations.mteb.tasks import DATA_ENV
 
-    folder = data if data is not None else os.environ.get(DATA_ENV) or None
+    folder = data if data is not None else data_part("senteval", beside_checkout=False)
     if folder is None:
         raise DataFolderError(
             f"the offline task(s) {', '.join(offline)} read a SentEval data folder: give --data DIR "
-            f"(the folder containing downstream/) or set {DATA_ENV}"
+            f"(the folder containing downstream/, or the data folder holding senteval/) or set {DATA_ENV}"
         )
     return resolve_senteval_root(folder)
 
@@ -118,7 +118,7 @@ def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str
 def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = None) -> list[Any]:
     """MTEB task objects for ``names`` (names or task objects, kept as given), in order.
 
-    Offline tasks read ``data`` (else ``$FLOW_PLUGIN_SENTEVAL_DATA``); MTEB's tasks load
+    Offline tasks read ``data`` (else the data root's ``senteval/``); MTEB's tasks load
     their data when evaluated. Every unknown name is reported, with close names, before
     anything is loaded.
     """

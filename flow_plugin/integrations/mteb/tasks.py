@@ -14,14 +14,15 @@ mean of per-subset Spearman correlations weighted by subset size (SentEval's and
 BERT-flow paper's "wmean"), the unweighted ``cosine_spearman_mean``, each subset's own
 scores, the protocol of every number and a sha256 of the data files read.
 
-The data folder comes from the task's ``data_dir`` argument, else from the environment
-variable ``FLOW_PLUGIN_SENTEVAL_DATA``.
+The data folder comes from the task's ``data_dir`` argument, else from the data root's ``senteval/``
+(``$FLOW_PLUGIN_SHARED_DATA``, :mod:`flow_plugin.data.roots`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import weakref
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,12 +34,12 @@ from scipy.stats import spearmanr
 
 from flow_plugin.errors import DataFolderError
 from flow_plugin.evaluation import evaluate_sts
+from flow_plugin.data.roots import DATA_ENV, data_part
 from flow_plugin.data.senteval import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
 from flow_plugin.catalog.tasks import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
 from flow_plugin.protocols import protocol_text
 from flow_plugin.integrations.mteb.compat import PairScoredSTS, result_destination
 
-DATA_ENV = "FLOW_PLUGIN_SENTEVAL_DATA"
 _SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}
 
 _SENTEVAL_BIBTEX = r"""@inproceedings{conneau2018senteval,
@@ -60,8 +61,8 @@ def loaded_task(name: str) -> SentEvalSTSTask | None:
 
 
 def configured_data_dir() -> Path | None:
-    value = os.environ.get(DATA_ENV)
-    return Path(value).expanduser() if value else None
+    """The SentEval folder the environment names (the data root's ``senteval/``), or ``None``."""
+    return data_part("senteval", beside_checkout=False)
 
 
 def _files_sha256(paths: list[Path]) -> str:
@@ -90,7 +91,7 @@ class SentEvalSTSTask(PairScoredSTS):
         if folder is None:
             raise DataFolderError(
                 f"task {self.metadata.name} reads a SentEval data folder: pass data_dir=..., set "
-                f"{DATA_ENV}=<folder containing downstream/>, or use `flow-plugin eval --data DIR`"
+                f"{DATA_ENV}=<the data folder holding senteval/>, or use `flow-plugin eval --data DIR`"
             )
         return resolve_senteval_root(folder)
 
@@ -269,3 +270,9 @@ def get_offline_task(name: str, data_dir: str | os.PathLike[str] | None = None) 
         if cls.metadata.name == name:
             return cls(data_dir=data_dir)
     raise KeyError(f"unknown offline task {name!r}; known: {', '.join(TASK_NAMES)}")
+
+
+# The start-up hook's registrations, which need this module's names, wait while it loads MTEB (see compat's end)
+_hook = sys.modules.get("flow_plugin.integrations.mteb.hook")
+if _hook is not None:
+    _hook.run_deferred(__name__)

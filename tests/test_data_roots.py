@@ -11,7 +11,7 @@ from flow_plugin.data import roots
 from flow_plugin.data.roots import DATA_ENV, PARTS, data_part, data_root
 from flow_plugin.data.senteval import resolve_senteval_root
 from flow_plugin.integrations.mteb.retrieval_tasks import configured_glue_data
-from flow_plugin.integrations.mteb.tasks import configured_data_dir
+from flow_plugin.integrations.mteb.sts_tasks import configured_data_dir
 
 
 @pytest.fixture()

@@ -359,7 +359,7 @@ def test_mteb_scores_an_exported_whitening_like_the_plugin(minilm_path: Path, fi
                                                             tmp_path: Path) -> None:
     import mteb
 
-    from flow_plugin.integrations.mteb.tasks import get_offline_task
+    from flow_plugin.integrations.mteb.sts_tasks import get_offline_task
 
     # all of STS16 (2,372 sentences), through both models; all-MiniLM-L6-v2 pooled after its first layer
     # (minilm-l6-layer1) keeps that to seconds, a sixth of the six-layer model's cost

@@ -96,7 +96,7 @@ def markdown_tables(text: str) -> dict[str, list[list[str]]]:
 
 # ------------------------------------------------------------------ reading real results
 def test_offline_task_list_matches_the_tasks_module() -> None:
-    from flow_plugin.integrations.mteb.tasks import TASK_NAMES
+    from flow_plugin.integrations.mteb.sts_tasks import TASK_NAMES
 
     assert lb.OFFLINE_TASKS == TASK_NAMES
 

@@ -20,7 +20,7 @@ from flow_plugin.errors import DataFolderError, InputError
 from flow_plugin.integrations.mteb.base_models import registry_model
 from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError
-from flow_plugin.integrations.mteb.tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
+from flow_plugin.integrations.mteb.sts_tasks import TASK_NAMES, SentEvalSTS13, get_offline_task
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, parse_model_name
 from flow_plugin.calibration import CALIBRATOR_METHODS, GENTLE_CALIBRATORS
 from flow_plugin.data.senteval import task_sentences

@@ -43,7 +43,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from flow_plugin._io import read_toml
-from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.data.labelled import WHOLE_SET, Source
 from flow_plugin.data.roots import DATA_ENV
 from flow_plugin.errors import DataFolderError, RegistryError

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flow_plugin.catalog.tasks import offline_tasks_help
+from flow_plugin.data.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, TARGET
 from flow_plugin.studies.bench import run_bench

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.data.fit_corpus import TARGET
-from flow_plugin.catalog.tasks import offline_tasks_help
+from flow_plugin.data.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.integrations.mteb.evaluate import evaluate_models
 

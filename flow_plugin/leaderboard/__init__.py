@@ -39,7 +39,7 @@ numpy and scipy when intervals are computed, matplotlib when a chart is drawn).
 
 from __future__ import annotations
 
-from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
 from flow_plugin.leaderboard.compare import Compared, compare, finalize
 from flow_plugin.leaderboard.ingest.merge import (

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 from flow_plugin.calibration import default_seed
 from flow_plugin.calibration.names import CALIBRATOR_NAMES, LINEAR_BASELINES
 from flow_plugin.catalog.registry import MODEL_PREFIX, weights_revision
-from flow_plugin.catalog.tasks import task_label
+from flow_plugin.data.tasks import task_label
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.leaderboard.ingest.rows import display_columns, display_name

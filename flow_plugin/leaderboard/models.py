@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeGuard
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, Strict, ValidationError, model_serializer
 
 from flow_plugin._validation_errors import describe_validation_error
-from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 

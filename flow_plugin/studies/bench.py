@@ -49,7 +49,7 @@ from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableErr
 from flow_plugin.studies.runs import Run, expand_runs
 from flow_plugin._io import make_output_folder
 from flow_plugin.integrations.mteb.results import quarantine_truncated_results
-from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_base
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.integrations.mteb.evaluate import evaluate_models

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.data.fit_corpus import POLICIES as FIT_POLICIES, TARGET
 from flow_plugin.encoding.options import PRECISIONS
 from flow_plugin._io import read_toml

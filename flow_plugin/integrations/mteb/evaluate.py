@@ -150,7 +150,7 @@ def evaluate_models(
     :class:`~flow_plugin.errors.OutputError` naming it and the cause.
     """
     from flow_plugin._io import make_output_folder, output_errors
-    from flow_plugin.catalog.tasks import OFFLINE_TASKS
+    from flow_plugin.data.tasks import OFFLINE_TASKS
     from flow_plugin.integrations.mteb.hook import register
     from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 

@@ -44,7 +44,7 @@ TASKS_MODULE = "mteb.get_tasks"
 COMPAT_MODULE = "flow_plugin.integrations.mteb.compat"
 #: our modules the registrations import: while one of them executes (it imported MTEB), the registrations wait,
 #: and each runs :func:`run_deferred` as its last step
-WAITED_FOR = (COMPAT_MODULE, "flow_plugin.integrations.mteb.tasks", "flow_plugin.integrations.mteb.retrieval_tasks",
+WAITED_FOR = (COMPAT_MODULE, "flow_plugin.integrations.mteb.sts_tasks", "flow_plugin.integrations.mteb.retrieval_tasks",
               "flow_plugin.integrations.mteb.labelled_tasks")
 
 _registered: set[str] = set()
@@ -103,7 +103,7 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     from flow_plugin.integrations.mteb.compat import add_tasks, hint_unknown_tasks
     from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, listed_labelled_task_classes
     from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
-    from flow_plugin.integrations.mteb.tasks import TASK_CLASSES, configured_data_dir
+    from flow_plugin.integrations.mteb.sts_tasks import TASK_CLASSES, configured_data_dir
 
     listed = (TASK_CLASSES if configured_data_dir() is not None else ()) + (
         RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ())

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.catalog.labelled_tasks import unknown_task_hint
-from flow_plugin.catalog.tasks import OFFLINE_TASKS
+from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.errors import DataFolderError, RegistryError
 
 
@@ -133,7 +133,7 @@ def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = No
         if not isinstance(name, str):
             resolved.append(name)
         elif name in OFFLINE_TASKS:
-            from flow_plugin.integrations.mteb.tasks import get_offline_task
+            from flow_plugin.integrations.mteb.sts_tasks import get_offline_task
 
             resolved.append(get_offline_task(name, data_dir=root))
         elif (task := _mteb_task(name)) is not None:

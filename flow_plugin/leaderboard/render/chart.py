@@ -10,7 +10,7 @@ import io
 import json
 from typing import Any
 
-from flow_plugin.catalog.tasks import task_label
+from flow_plugin.data.tasks import task_label
 from flow_plugin.errors import MissingExtraError
 from flow_plugin.leaderboard.compare import Compared
 from flow_plugin.leaderboard.models import AVERAGE, DECIMALS

@@ -20,7 +20,7 @@ from importlib import resources
 from typing import Any
 
 from flow_plugin.calibration.names import LINEAR_BASELINES
-from flow_plugin.catalog.tasks import task_label
+from flow_plugin.data.tasks import task_label
 from flow_plugin.leaderboard.compare import Compared, DeltaCell, Headline, Stats, board_units
 from flow_plugin.leaderboard.models import AVERAGE, Leaderboard, is_number
 from flow_plugin.leaderboard.render.text import (

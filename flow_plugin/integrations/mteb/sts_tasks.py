@@ -36,7 +36,7 @@ from flow_plugin.errors import DataFolderError
 from flow_plugin.evaluation import evaluate_sts
 from flow_plugin.data.roots import DATA_ENV, data_part
 from flow_plugin.data.senteval import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
-from flow_plugin.catalog.tasks import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
+from flow_plugin.data.tasks import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
 from flow_plugin.protocols import protocol_text
 from flow_plugin.integrations.mteb.compat import PairScoredSTS, result_destination
 
@@ -215,7 +215,7 @@ def _metadata(name: str, senteval_task: str, description: str, reference: str, d
 
 def _make_task(senteval_task: str, description: str, reference: str, date: tuple[str, str],
                domains: list[str]) -> type[SentEvalSTSTask]:
-    """The task class of ``senteval_task``, named as :data:`~flow_plugin.catalog.tasks.OFFLINE_TASKS_BY_SENTEVAL_NAME` says."""
+    """The task class of ``senteval_task``, named as :data:`~flow_plugin.data.tasks.OFFLINE_TASKS_BY_SENTEVAL_NAME` says."""
     name = OFFLINE_TASKS_BY_SENTEVAL_NAME[senteval_task]
     low, high = SCORE_RANGE[senteval_task]
     return type(
@@ -256,7 +256,7 @@ _DESCRIPTIONS: dict[str, tuple[str, str, tuple[str, str], list[str]]] = {
 }
 
 #: every offline task class, in the order tables list them (the names' one home is
-#: :mod:`flow_plugin.catalog.tasks`)
+#: :mod:`flow_plugin.data.tasks`)
 TASK_CLASSES: tuple[type[SentEvalSTSTask], ...] = tuple(
     _make_task(senteval_task, *_DESCRIPTIONS[senteval_task]) for senteval_task in OFFLINE_TASKS_BY_SENTEVAL_NAME
 )

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,8 +226,21 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
 
 def job_order(jobs: list[StepJob], cost: Callable[[StepJob], float]) -> Iterator[StepJob]:
-    """The jobs, costliest first (so the last ones to finish are short and the workers end together)."""
-    yield from sorted(jobs, key=lambda job: -cost(job))
+    """The jobs, costliest first (so the last ones to finish are short and the workers end together); among jobs
+    of one cost, a task's next job comes after every task's job before it, so the workers seldom start on one task
+    at once: a task's first job fills the embedding cache (a model MTEB loads: its calls), and the next read it.
+
+    >>> jobs = [StepJob(f"m-{run}", run, None, {}, task, None, "out", {}, False) for task in "AB" for run in ("x", "y")]
+    >>> [(job.task, job.label) for job in job_order(jobs, lambda job: 1.0)]
+    [('A', 'x'), ('B', 'x'), ('A', 'y'), ('B', 'y')]
+    """
+    rank: Counter[tuple[float, str]] = Counter()
+    keyed = []
+    for index, job in enumerate(jobs):
+        weight = cost(job)
+        keyed.append(((-weight, rank[weight, job.task], index), job))
+        rank[weight, job.task] += 1
+    yield from (job for _, job in sorted(keyed, key=lambda pair: pair[0]))
 
 
 __all__ = ["MTEB_SEED", "StepJob", "StudyStep", "job_order", "run_step", "run_steps", "study_tasks"]

@@ -10,14 +10,14 @@ takes its part of it through :func:`data_part`.
 
 Examples
 --------
->>> import os
->>> os.environ.pop(DATA_ENV, None) and None
->>> folder = Path(os.environ.get("TMPDIR", "/tmp")) / "flow-plugin-roots-doctest"
->>> (folder / "senteval").mkdir(parents=True, exist_ok=True)
+>>> import os, tempfile
+>>> saved = os.environ.get(DATA_ENV)
+>>> folder = Path(tempfile.mkdtemp())
+>>> (folder / "senteval").mkdir()
 >>> os.environ[DATA_ENV] = str(folder)
 >>> data_part("senteval") == folder / "senteval", data_part("glue") == folder
 (True, True)
->>> del os.environ[DATA_ENV]
+>>> _ = os.environ.pop(DATA_ENV); os.environ.update({DATA_ENV: saved} if saved is not None else {})
 """
 
 from __future__ import annotations

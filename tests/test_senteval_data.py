@@ -153,9 +153,10 @@ def test_root_may_be_downstream_folder(senteval_dir: Path) -> None:
     assert sum(len(p) for p in via_downstream) == 1500
 
 
-def test_shared_root_is_rejected_with_hint(shared_data_dir: Path) -> None:
-    with pytest.raises(DataFolderError, match=re.escape(str(shared_data_dir / "senteval"))):
-        resolve_senteval_root(shared_data_dir)
+def test_the_shared_root_stands_for_its_senteval_folder(shared_data_dir: Path, tmp_path: Path) -> None:
+    assert resolve_senteval_root(shared_data_dir) == shared_data_dir / "senteval"  # the one data root works here too
+    with pytest.raises(DataFolderError, match="or the data folder holding senteval/"):
+        resolve_senteval_root(tmp_path)  # a folder that is neither names every accepted layout
 
 
 def test_qnli_dev(shared_data_dir: Path) -> None:

@@ -61,11 +61,21 @@ def key_digest(key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _arrays_checksum(hashes: np.ndarray, embeddings: np.ndarray) -> str:
+def _arrays_checksum(*arrays: np.ndarray) -> str:
     digest = hashlib.sha256()
-    digest.update(np.ascontiguousarray(hashes).tobytes())
-    digest.update(np.ascontiguousarray(embeddings).tobytes())
+    for array in arrays:
+        digest.update(np.ascontiguousarray(array).tobytes())
     return digest.hexdigest()
+
+
+def _write_archive(path: Path, key: dict[str, Any], header: dict[str, Any], **arrays: np.ndarray) -> None:
+    """Write ``header`` and ``arrays`` as one ``.npz`` at ``path``, atomically, with the folder's ``key.json``
+    (written once, for humans); an ``OSError`` (an :class:`~flow_plugin.errors.OutputError`) when it cannot."""
+    buffer = io.BytesIO()
+    np.savez(buffer, header=np.array(json.dumps(header)), **arrays)
+    if not (path.parent / "key.json").exists():
+        atomic_write_json(path.parent / "key.json", key)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def default_cache_dir() -> Path | None:
@@ -211,12 +221,9 @@ class CachedEncoder:
             "count": len(digests),
             "checksum": _arrays_checksum(hashes, embeddings),
         }
-        buffer = io.BytesIO()
-        np.savez(buffer, header=np.array(json.dumps(header)), hashes=hashes, embeddings=embeddings)
         try:
-            if not (folder / "key.json").exists():
-                atomic_write_json(folder / "key.json", self.key)
-            atomic_write_bytes(folder / f"shard-{uuid.uuid4().hex}.npz", buffer.getvalue())
+            _write_archive(folder / f"shard-{uuid.uuid4().hex}.npz", self.key, header, hashes=hashes,
+                           embeddings=embeddings)
         except OSError as error:
             self._disk_writable = False
             logger.warning("embedding cache folder %s cannot be written (%s); this run keeps its embeddings in "
@@ -292,7 +299,7 @@ class CallStore:
             if header.get("format") != CACHE_FORMAT or header.get("model") != self.model_key or \
                     header.get("call") != call_key:
                 problem = "it belongs to another model or call"
-            elif not problem and header.get("checksum") != _arrays_checksum(np.empty(0), embeddings):
+            elif not problem and header.get("checksum") != _arrays_checksum(embeddings):
                 problem = "checksum mismatch"
         if problem:
             logger.warning("embedding cache file %s ignored and removed (%s); the call is computed again", path,
@@ -312,13 +319,9 @@ class CallStore:
         if not self._writable:
             return
         header = {"format": CACHE_FORMAT, "model": self.model_key, "call": call_key,
-                  "checksum": _arrays_checksum(np.empty(0), embeddings)}
-        buffer = io.BytesIO()
-        np.savez(buffer, header=np.array(json.dumps(header)), embeddings=embeddings)
+                  "checksum": _arrays_checksum(embeddings)}
         try:
-            if not (self.folder / "key.json").exists():
-                atomic_write_json(self.folder / "key.json", self.model_key)
-            atomic_write_bytes(self._path(call_key), buffer.getvalue())
+            _write_archive(self._path(call_key), self.model_key, header, embeddings=embeddings)
         except OSError as error:
             self._writable = False
             logger.warning("embedding cache folder %s cannot be written (%s); this run computes its calls again",

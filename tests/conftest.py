@@ -272,7 +272,7 @@ def subset_root(shared_data_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 def result_file(output: Path, model: str, task: str) -> Path:
     """The one result file of ``model`` (a model spelling: ``flow_plugin/minilm-l6-flow``, whose results sit
     in its backbone's folder under ``experiments/``) on ``task`` in an MTEB output folder."""
-    from flow_plugin.integrations.mteb.results import result_files
+    from flow_plugin.results.files import result_files
 
     files = list(result_files(output, model, task))
     assert len(files) == 1, f"expected one {task}.json for {model} under {output}, found {files}"

@@ -40,7 +40,7 @@ def revision(model: str) -> str:
 
 def result_path(output: Path, model: str) -> Path:
     """Where MTEB files ``model``'s result (a calibrator's under its backbone, in ``experiments/``)."""
-    from flow_plugin.integrations.mteb.results import result_path as mteb_result_path
+    from flow_plugin.results.files import result_path as mteb_result_path
 
     return mteb_result_path(output, mteb.get_model_meta(model), TASK)
 
@@ -94,7 +94,7 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
     assert MODELS[0] in done, (tmp_path / "killed.log").read_text()[-3000:]
     assert not board_path.exists() or len(done) == len(MODELS)
     # a result counts only with its run record: the kill may have struck between the two writes
-    from flow_plugin.integrations.mteb.results import recorded_run_keys, result_run_key
+    from flow_plugin.results.runs import recorded_run_keys, result_run_key
 
     recorded = recorded_run_keys(output)
     unrecorded = [model for model in done if result_run_key(result_path(output, model)) not in recorded]
@@ -199,7 +199,7 @@ def run_records(output: Path) -> list[dict[str, Any]]:
 
 
 def assert_every_result_has_its_record(output: Path) -> None:
-    from flow_plugin.integrations.mteb.results import record_run_key, result_run_key
+    from flow_plugin.results.runs import record_run_key, result_run_key
 
     recorded = {record_run_key(record): record for record in run_records(output)}
     results = list((output / "results").rglob("SentEvalSTS16.json"))

@@ -76,7 +76,7 @@ def test_the_runs_file_writer_removes_temporaries_of_killed_writers_but_not_a_li
     import threading
 
     from flow_plugin._io import file_lock
-    from flow_plugin.integrations.mteb.results import (
+    from flow_plugin.results.runs import (
         RUNS_FILE,
         RUNS_LOCK_FILE,
         append_run_records,

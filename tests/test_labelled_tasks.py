@@ -25,7 +25,7 @@ from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.data.labelled import parse_source, read_source, stratified_split
 from flow_plugin.errors import DataFolderError, InputError, RegistryError
 from flow_plugin.integrations.mteb.corpus import target_corpus
-from flow_plugin.evaluation.item_scores import items_of_result, items_path, main_score_of, read_items
+from flow_plugin.results.items import items_of_result, items_path, main_score_of, read_items
 from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, task_class
 from flow_plugin.integrations.mteb.base_models import registry_model
 

@@ -344,7 +344,7 @@ def test_a_result_without_its_run_record_is_set_aside_until_a_recorded_one_comes
         result_dirs: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A run killed between writing a result and its run record left a result that used to be merged with
     hardware null and no word; and once merged, the recomputed result with its record was "unchanged"."""
-    from flow_plugin.integrations.mteb.results import RUNS_FILE
+    from flow_plugin.results.runs import RUNS_FILE
 
     killed = copy_results(result_dirs["sts"], tmp_path / "killed")
     runs = killed / RUNS_FILE

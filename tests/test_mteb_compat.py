@@ -26,7 +26,8 @@ from mteb.mocks.mock_tasks import (
 )
 
 from flow_plugin.errors import RegistryError, UnknownModelError, UnsupportedVersionError
-from flow_plugin.catalog import fit_records
+from flow_plugin.results import fits as fit_records
+from flow_plugin.results.files import result_path
 from flow_plugin.integrations.mteb import compat, hook, versions
 from flow_plugin.integrations.mteb.base_models import registry_model
 from flow_plugin.integrations.mteb.calibrated import CalibratedModel
@@ -239,7 +240,7 @@ def test_after_results_saved_calls_back_after_each_save_once_and_holds_weakly(ti
     mteb.evaluate(model, MockSTSTask(), cache=cache, co2_tracker=False, show_progress_bar=False)
     assert twice.saved and twice.saved == once.saved  # each save reported once to each listener
     assert {(entry[0] is cache, entry[1], entry[2]) for entry in once.saved} == {(True, "MockSTSTask", model.mteb_model_meta.name)}
-    assert compat.task_result_path(tmp_path, model.mteb_model_meta, "MockSTSTask").is_file()
+    assert result_path(tmp_path, model.mteb_model_meta, "MockSTSTask").is_file()
     del twice, once
     gc.collect()
     assert sum(reference() is None for reference in cache.save_to_cache.listeners) == 2  # held weakly
@@ -247,7 +248,7 @@ def test_after_results_saved_calls_back_after_each_save_once_and_holds_weakly(ti
 
 def test_task_result_path_is_mtebs_and_creates_nothing(tiny_backbone: str, tmp_path: Path) -> None:
     meta = registry_model(f"flow_plugin/{tiny_backbone}-sn").mteb_model_meta
-    path = compat.task_result_path(tmp_path / "missing", meta, "SentEvalSTS13")
+    path = result_path(tmp_path / "missing", meta, "SentEvalSTS13")
     assert not (tmp_path / "missing").exists()
     assert path == ResultCache(tmp_path / "missing").get_task_result_path("SentEvalSTS13", meta)
 

@@ -27,7 +27,7 @@ from mteb.mocks.mock_tasks import MockRetrievalTask
 from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.data.sampling import CorpusPart, sample_corpus
 from flow_plugin.errors import InputError
-from flow_plugin.catalog.fit_records import fits_path, read_fits
+from flow_plugin.results.fits import fits_path, read_fits
 from flow_plugin.integrations.mteb.base_models import registry_model
 from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 

@@ -13,7 +13,7 @@ import mteb
 import pytest
 
 from flow_plugin.errors import DataFolderError
-from flow_plugin.catalog.fit_records import fits_path, read_fits
+from flow_plugin.results.fits import fits_path, read_fits
 from flow_plugin.data.roots import DATA_ENV, PARTS
 from flow_plugin.integrations.mteb.retrieval_tasks import GlueQNLIRetrieval
 

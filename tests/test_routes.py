@@ -38,7 +38,7 @@ reference = "https://example.org/tiny-bert"
 
 def main_scores(output: Path) -> dict[str, float]:
     """task -> main score of ``MODEL``'s result on each task under an MTEB output folder."""
-    from flow_plugin.integrations.mteb.results import result_files
+    from flow_plugin.results.files import result_files
 
     scores = {}
     for task in ONE_PER_TYPE.values():

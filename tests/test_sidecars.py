@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from flow_plugin.errors import DataFolderError
-from flow_plugin.evaluation.item_scores import read_items, write_items
-from flow_plugin.evaluation.pair_scores import read_pairs, write_pairs
-from flow_plugin.evaluation.sidecars import write_array_sidecar
+from flow_plugin.results.items import read_items, write_items
+from flow_plugin.results.pairs import read_pairs, write_pairs
+from flow_plugin.results.sidecars import write_array_sidecar
 
 
 def test_written_files_read_back(tmp_path: Path) -> None:

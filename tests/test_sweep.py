@@ -120,7 +120,7 @@ def result_path(output: Path, model: str, task: str, models: dict[str, str] = MO
     experiment of its precision (a precision given explicitly is a run setting, as in MTEB)."""
     from flow_plugin.catalog.registry import parse_model_name
     from flow_plugin.integrations.mteb.meta import model_meta
-    from flow_plugin.integrations.mteb.results import result_path as mteb_result_path
+    from flow_plugin.results.files import result_path as mteb_result_path
 
     meta = model_meta(parse_model_name(model), None)
     assert meta.revision.startswith(models[model] + "-"), (meta.revision, models[model])
@@ -449,7 +449,7 @@ def test_seeds_fit_corpora_and_benchmarks_expand_to_separate_results(
 def test_concurrent_run_records_are_all_kept(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from flow_plugin.integrations.mteb.results import append_run_records\n"
+        "from flow_plugin.results.runs import append_run_records\n"
         "for i in range(40):\n"
         "    append_run_records(sys.argv[1], [{'model': sys.argv[2], 'task': str(i)}])\n"
     )

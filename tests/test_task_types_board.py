@@ -12,7 +12,7 @@ import pytest
 from sklearn.metrics import average_precision_score, v_measure_score
 
 from flow_plugin.errors import LeaderboardError
-from flow_plugin.evaluation.item_scores import ItemScores, main_score_of
+from flow_plugin.results.items import ItemScores, main_score_of
 from flow_plugin.leaderboard.compare_types import board_problems, compare_task_types, n_items, resampled_scores
 from flow_plugin.leaderboard.ingest.task_items import TaskResult
 from flow_plugin.leaderboard.models import TaskTypesBoard

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flow_plugin.errors import DataFolderError, RegistryError
-from flow_plugin.evaluation.item_scores import items_path, read_items
+from flow_plugin.results.items import items_path, read_items
 
 
 TASKS = ["FlowPluginTRECClassification", "FlowPluginMRPCPairClassification"]

@@ -146,7 +146,7 @@ def test_a_reranking_query_with_more_rows_than_candidates_is_refused(tmp_path: P
 
 def test_queries_without_a_relevant_document_are_counted_said_and_recorded(
         tmp_path: Path, tiny_spec, caplog: pytest.LogCaptureFixture) -> None:
-    from flow_plugin.evaluation.item_scores import items_path, read_items
+    from flow_plugin.results.items import items_path, read_items
     from flow_plugin.integrations.mteb.base_models import registry_model
 
     (entry,) = parse_task_file(ranking(tmp_path / "task", "SomeUnanswered", relevant={0, 1, 3}))
@@ -306,7 +306,7 @@ def test_a_damaged_study_file_is_named_with_its_remedy(tmp_path: Path, shared_da
 
 
 def test_a_cut_short_per_item_file_is_named_with_its_remedy(tmp_path: Path) -> None:
-    from flow_plugin.evaluation.item_scores import read_items, write_items
+    from flow_plugin.results.items import read_items, write_items
 
     path = write_items(tmp_path / "Mine.json", task="Mine", task_type="Classification", split="test",
                        hf_subset="default", dataset_revision="sha256:0", main_score="accuracy", main_score_value=0.5,

@@ -72,7 +72,7 @@ from flow_plugin.leaderboard.models import (
 from flow_plugin.protocols import PROTOCOLS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from flow_plugin.evaluation.pair_scores import PairScores
+    from flow_plugin.results.pairs import PairScores
 
 #: what a unit is compared with: its raw backbone, and the best linear baseline of its setting
 REFERENCES: tuple[ReferenceName, ...] = ("raw", "linear")

@@ -49,7 +49,7 @@ from flow_plugin.leaderboard.models import (
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from flow_plugin.evaluation.item_scores import ItemScores
+    from flow_plugin.results.items import ItemScores
     from flow_plugin.leaderboard.ingest.task_items import TaskResult
 
 #: MTEB's task types in the board's column order
@@ -93,7 +93,7 @@ def resampled_scores(items: ItemScores, weights: np.ndarray) -> np.ndarray:
     was drawn); a row of ones gives MTEB's own score."""
     import numpy as np
 
-    from flow_plugin.evaluation.item_scores import retrieval_measure
+    from flow_plugin.results.items import retrieval_measure
 
     arrays, kind, name = _aligned(items), items.task_type, str(items.meta["main_score"])
     weights = np.asarray(weights, dtype=np.float64)

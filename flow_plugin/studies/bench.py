@@ -48,7 +48,7 @@ from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
 from flow_plugin.studies.runs import Run, expand_runs
 from flow_plugin._io import make_output_folder
-from flow_plugin.integrations.mteb.results import quarantine_truncated_results
+from flow_plugin.results import ResultStore
 from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_base
 from flow_plugin.calibration import CALIBRATOR_METHODS
@@ -211,7 +211,7 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
     encoded_before, hits_before = (encoder.n_encoded, encoder.n_cache_hits) if encoder else (0, 0)
 
     base_folder = report.models[0] if registry else spelled_model(report.models[0])[0]
-    report.quarantined = quarantine_truncated_results(output, [base_folder], report.tasks)
+    report.quarantined = ResultStore(output).quarantine_truncated([base_folder], report.tasks)
     for path in report.quarantined:
         progress(f"bench: {path.name[: path.name.index('.corrupt-')]} of {path.parent} was cut short (a killed run "
                  f"or a full disk): kept as {path.name}, recomputing")

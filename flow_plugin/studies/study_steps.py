@@ -156,7 +156,7 @@ def run_step(job: StepJob) -> list[StudyStep]:
 
 def _fit_summary(result_path: Path | None) -> dict[str, Any] | None:
     """What the study keeps of the fit record next to a result (None for raw)."""
-    from flow_plugin.catalog.fit_records import fits_path, read_fits
+    from flow_plugin.results.fits import fits_path, read_fits
 
     if result_path is None or not fits_path(result_path).is_file():
         return None

@@ -7,7 +7,7 @@ reranking, retrieval), and writes:
 
 * MTEB's result files, ``<output>/results/<model>/<revision>/[experiments/<kwargs>/]<Task>.json``;
 * next to each, the fit records (``flow-plugin-fits/``) and the per-item data a paired bootstrap resamples
-  (``flow-plugin-items/<Task>.items.npz``, :mod:`flow_plugin.evaluation.item_scores`);
+  (``flow-plugin-items/<Task>.items.npz``, :mod:`flow_plugin.results.items`);
 * ``<output>/task-types-study.json``: every step's score, time and fit, and the totals.
 
 Tasks run one after the other, every calibrator on a task before the next task, so the backbone encodes a

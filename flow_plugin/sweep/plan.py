@@ -22,7 +22,8 @@ from flow_plugin.sweep.jobs import Job, Run
 from flow_plugin.errors import DataFolderError, FlowPluginError, RegistryError
 from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 from flow_plugin.integrations.mteb.hook import register
-from flow_plugin.integrations.mteb.results import recorded_run_keys, result_path, result_run_key
+from flow_plugin.results import ResultStore
+from flow_plugin.results.runs import result_run_key
 
 @dataclass(frozen=True)
 class Item:
@@ -64,7 +65,7 @@ def run_meta(run: Run) -> Any:
 
 def is_done(path: Path, task: Any, recorded: set[tuple[Any, ...]]) -> bool:
     """True when ``path`` holds a result of ``task`` that misses no split or subset, and its run
-    key is among ``recorded`` (:func:`~flow_plugin.integrations.mteb.results.recorded_run_keys`)."""
+    key is among ``recorded`` (:meth:`~flow_plugin.results.store.ResultStore.recorded_run_keys`)."""
     if not path.is_file():
         return False
     # MTEB loads when a result is checked, not to read a sweep file
@@ -80,6 +81,7 @@ def is_done(path: Path, task: Any, recorded: set[tuple[Any, ...]]) -> bool:
 
 def plan_job(job: Job, output: Path, tasks: list[Any]) -> list[Item]:
     """The job's items, task by task (every run of a task in turn), each marked done or not."""
+    store = ResultStore(output)
     paths: dict[tuple[int, str], Path] = {}
     for index, run in enumerate(job.runs):
         try:
@@ -89,8 +91,8 @@ def plan_job(job: Job, output: Path, tasks: list[Any]) -> list[Item]:
         except Exception as error:  # noqa: BLE001 -- MTEB refuses the kwargs: say which run
             raise RegistryError(f"{run.label}: MTEB cannot load this model: {type(error).__name__}: {error}") from None
         for task in tasks:
-            paths[(index, task.metadata.name)] = result_path(output, meta, task.metadata.name)
-    recorded = recorded_run_keys(output)
+            paths[(index, task.metadata.name)] = store.result_path(meta, task.metadata.name)
+    recorded = store.recorded_run_keys()
     items = []
     for task in tasks:
         name = task.metadata.name

@@ -9,7 +9,8 @@ publishes each result in an order that never shows a partial one:
 1. ``model_meta.json`` of the result's folder, replaced atomically;
 2. MTEB's ``run_settings.jsonl`` of that folder: the task's lines replaced, atomically
    (one job owns a backbone's model folders, so no other writer touches it meanwhile);
-3. the task's fit records (``flow-plugin-fits/<Task>.fits.json``), replaced atomically;
+3. the files kept with the result (fit records, per-pair and per-item data: :mod:`flow_plugin.results.sidecars`),
+   replaced atomically;
 4. the result's line in ``flow-plugin-runs.jsonl`` (hardware), appended under that file's
    lock, since jobs of other backbones append to it too;
 5. the result file itself, by ``os.replace``: the commit. Before it nothing is visible; a
@@ -27,8 +28,8 @@ from pathlib import Path
 
 from flow_plugin._io import atomic_write_bytes, atomic_write_text, file_lock, split_lines
 from flow_plugin.errors import SweepError
-from flow_plugin.catalog.fit_records import fits_path
-from flow_plugin.integrations.mteb.results import RUNS_FILE, append_run_records, read_run_records
+from flow_plugin.results import ResultStore
+from flow_plugin.results.sidecars import side_files
 
 
 class Stage:
@@ -72,19 +73,16 @@ class Stage:
         settings = staged.parent / "run_settings.jsonl"
         if settings.is_file():
             _replace_task_lines(final.parent / "run_settings.jsonl", settings, task=final.stem)
-        from flow_plugin.evaluation.pair_scores import pairs_path  # numpy: only when a result is published
-
-        for sidecar in (fits_path, pairs_path):  # fit records, per-pair cosines (the intervals' data)
-            found = sidecar(staged)
+        for found, target in zip(side_files(staged), side_files(final)):  # fit records, per-pair and per-item data
             if found.is_file():
-                atomic_write_bytes(sidecar(final), found.read_bytes())
+                atomic_write_bytes(target, found.read_bytes())
         with open(staged, "rb") as handle:  # the bytes are on disk before the name points at them
             os.fsync(handle.fileno())
-        runs = self.folder / RUNS_FILE
-        records = [{k: v for k, v in record.items() if k != "format"} for record in read_run_records(runs)]
+        stage = ResultStore(self.folder)
+        records = [{k: v for k, v in record.items() if k != "format"} for record in stage.run_records()]
         if records:
-            append_run_records(self.output, records)
-        runs.unlink(missing_ok=True)
+            ResultStore(self.output).append_run_records(records)
+        stage.runs_file.unlink(missing_ok=True)
         os.replace(staged, final)
 
 

@@ -28,8 +28,6 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
 - :class:`PairScoredSTS`: overrides ``AbsTaskSTS._evaluate_subset`` and ``_calculate_scores`` (MTEB's
   extension points for subclasses, underscored) to add the "wmean" protocol and keep the per-pair
   cosines of the offline STS tasks.
-- :func:`task_result_path`: ``ResultCache.get_task_result_path`` (public) on a temporary cache,
-  since constructing a ``ResultCache`` creates its folder and a dry run must create nothing.
 - :func:`fresh_evaluator_state`, :func:`reseeded`: a task's ``seed``, ``rng_state`` and ``np_rng``, the seed and
   the random generators ``AbsTask.__init__`` makes and MTEB's evaluators draw from (clustering's bootstrap draws),
   which advance with every evaluation of the same task object; a copy of a loaded task with another seed.
@@ -51,7 +49,6 @@ import importlib
 import inspect
 import random
 import sys
-import tempfile
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -75,7 +72,6 @@ from flow_plugin.errors import UnknownModelError, UnknownTaskError  # noqa: E402
 
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
-NO_REVISION = "no_revision_available"  # MTEB's revision folder for a model whose metadata names no revision
 
 
 # ----------------------------------------------------------------------------- registries
@@ -318,23 +314,9 @@ class _Writer:
     def saved(self, cache: Any, task_result: Any, meta: Any) -> None:
         task = getattr(task_result, "task_name", None)
         if task in self.tasks and meta == self.model.mteb_model_meta:
-            from flow_plugin.catalog.fit_records import write_task_fits
+            from flow_plugin.results.fits import write_task_fits
 
             write_task_fits(cache.get_task_result_path(task, meta), self.model, task)
-
-
-# ----------------------------------------------------------------------------- result paths
-def task_result_path(output_folder: str | Path, meta: ModelMeta, task_name: str) -> Path:
-    """Where a ``ResultCache`` over ``output_folder`` files the result of ``meta`` (its name, revision
-    and experiment) on ``task_name``; nothing is created (a ``ResultCache`` makes its folder, so the
-    path is computed on one over the temporary folder and moved)."""
-    from mteb.cache import ResultCache
-
-    cache = ResultCache(tempfile.gettempdir())
-    # the revision is given, never looked up among the folders of the temporary cache
-    path = cache.get_task_result_path(task_name, meta.model_name_as_path(), meta.revision or NO_REVISION,
-                                      experiment_name=meta.experiment_name)
-    return Path(output_folder) / path.relative_to(cache.cache_path)
 
 
 # ----------------------------------------------------------------------------- feeding a base model

@@ -15,6 +15,7 @@ from typing import Any
 
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, DEFAULT_PRECISION, EncoderOptions
 from flow_plugin.errors import RegistryError
+from flow_plugin.results import ResultStore
 
 
 @contextlib.contextmanager
@@ -204,11 +205,11 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
     from mteb.cache import ResultCache
 
     from flow_plugin.integrations.mteb.compat import fresh_evaluator_state
-    from flow_plugin.integrations.mteb.results import prepare_result_folder, result_path, set_aside_partial_results
 
     meta = model.mteb_model_meta
-    prepare_result_folder(output, meta, tasks, overwrite)
-    paths = {task.metadata.name: result_path(output, meta, task.metadata.name) for task in tasks}
+    store = ResultStore(output)
+    store.prepare(meta, tasks, overwrite=overwrite)
+    paths = {task.metadata.name: store.result_path(meta, task.metadata.name) for task in tasks}
     before = {task: _stamp(path) for task, path in paths.items()}
     for task in tasks:  # each model's evaluation draws as a fresh `mteb run` of the task would
         fresh_evaluator_state(task)
@@ -219,11 +220,11 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
                                encode_kwargs={"batch_size": batch_size}, co2_tracker=False, show_progress_bar=True)
     except BaseException:  # failed or interrupted: what it wrote has no run record, so it is no result
         with contextlib.suppress(Exception):  # (the next run sets aside what this cannot)
-            set_aside_partial_results([path for task, path in paths.items() if _stamp(path) != before[task]])
+            store.discard([path for task, path in paths.items() if _stamp(path) != before[task]])
         raise
     computed = {task: path for task, path in paths.items() if _stamp(path) != before[task]}
     evaluation = ModelEvaluation(model_name, result, precision=_precision(model))
-    _record(output, model, computed, batch_size, command)
+    _record(store, model, computed, batch_size, command)
     for task_result in result.task_results:
         task = task_result.task_name
         date = task_result.date.isoformat(timespec="seconds") if getattr(task_result, "date", None) else None
@@ -241,11 +242,10 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return stat.st_mtime_ns, stat.st_size
 
 
-def _record(output: Path, model: Any, computed: dict[str, Path], batch_size: int, command: str) -> None:
+def _record(store: ResultStore, model: Any, computed: dict[str, Path], batch_size: int, command: str) -> None:
     """The fit records next to each result computed now, then their run records (hardware, encoder)."""
     from flow_plugin._machine import describe_machine
-    from flow_plugin.catalog.fit_records import write_task_fits
-    from flow_plugin.integrations.mteb.results import record_runs
+    from flow_plugin.results.fits import write_task_fits
 
     for task, path in computed.items():
         write_task_fits(path, model, task)
@@ -257,7 +257,7 @@ def _record(output: Path, model: Any, computed: dict[str, Path], batch_size: int
     else:  # a model MTEB loads: its own loader decides how it runs, and its torch module says where
         hardware = describe_machine(*_loaded_device_precision(model.base))
         settings.update(encoder={"model": model.mteb_model_meta.name, "loader": "MTEB's"})
-    record_runs(output, list(computed.values()), hardware, settings)  # or set them aside, and say why
+    store.record(list(computed.values()), hardware, settings)  # or set them aside, and say why
 
 
 def _loaded_device_precision(base: Any) -> tuple[str | None, str | None]:

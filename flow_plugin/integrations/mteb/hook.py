@@ -114,7 +114,7 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     # (mteb.cache is whole by now, unlike when the models register): a damaged result of ours is recomputed
     from flow_plugin.catalog.registry import MODEL_PREFIX
     from flow_plugin.integrations.mteb.compat import check_results_before_loading
-    from flow_plugin.integrations.mteb.results import set_aside_if_truncated
+    from flow_plugin.results.recovery import set_aside_if_truncated
 
     check_results_before_loading(MODEL_PREFIX, set_aside_if_truncated)
     _registered.add(TASKS_MODULE)

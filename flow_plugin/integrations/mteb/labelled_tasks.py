@@ -107,7 +107,7 @@ class ItemCapture:
     def _keep_items(self, data_split: Any, hf_split: str, hf_subset: str, scores: dict[str, Any]) -> None:
         """Write the captured per-item data next to the result MTEB is about to write (inside ``mteb.evaluate``
         with a result folder); it is kept on the task as ``last_items`` either way."""
-        from flow_plugin.evaluation.item_scores import write_items
+        from flow_plugin.results.items import write_items
         from flow_plugin.integrations.mteb.compat import result_destination
 
         arrays, extra = self.item_arrays(data_split, hf_split)

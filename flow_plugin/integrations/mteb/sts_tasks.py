@@ -178,7 +178,7 @@ class SentEvalSTSTask(PairScoredSTS):
                     hf_subset: str) -> None:
         """Write the per-pair cosines of the test split next to the result MTEB is about to write
         (:mod:`.pair_scores`), when this runs inside ``mteb.evaluate`` with a result folder."""
-        from flow_plugin.evaluation.pair_scores import write_pairs
+        from flow_plugin.results.pairs import write_pairs
 
         destination = result_destination()
         if destination is None:

@@ -41,7 +41,7 @@ from flow_plugin.leaderboard.models import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from flow_plugin.evaluation.pair_scores import PairScores
+    from flow_plugin.results.pairs import PairScores
 
 #: (row id, task) -> the per-pair cosines of the board's score of that task
 Pairs = dict[tuple[str, str], "PairScores"]
@@ -201,7 +201,7 @@ def merge_results(
     result whose run record is missing (its run was killed before the record was written) is not merged,
     with a one-line warning; a recorded result replaces one kept without its record."""
     # numpy and scipy load when per-pair cosines are read (a merge), not to render a board or start the CLI
-    from flow_plugin.evaluation.pair_scores import pairs_of_result
+    from flow_plugin.results.pairs import pairs_of_result
 
     tolerance = board.tolerance if tolerance is None else tolerance
     if not is_number(tolerance) or tolerance < 0:
@@ -296,7 +296,7 @@ def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: Pairs)
     """Add the per-pair cosines of ``result_file`` to ``pairs`` when its row and task are on the board, have
     none yet, and the cosines reproduce the score recorded there."""
     # numpy and scipy load when per-pair cosines are read (a merge), not to render a board or start the CLI
-    from flow_plugin.evaluation.pair_scores import pairs_of_result
+    from flow_plugin.results.pairs import pairs_of_result
 
     rid = board_row_id(rows, result_file)
     on_board = rows.get(rid)

@@ -3,12 +3,12 @@
 A folder is an MTEB output folder (``<dir>/results/<model>/<revision>/...``) or its
 ``results/`` folder; mteb's ``ResultCache`` lists its result files (experiments too),
 ``TaskResult`` parses each one and ``ModelMeta`` says whose it is (see
-:mod:`flow_plugin.integrations.mteb.results`). On top of that this module checks what a
+:mod:`flow_plugin.results`). On top of that this module checks what a
 leaderboard needs (the file's task, one evaluated split, main scores in [-1, 1]), converts
 to points, and adds what MTEB does not keep in the result: flow-plugin's "wmean" protocol
 field, the library versions of ``run_settings.jsonl`` and the hardware of
 ``flow-plugin-runs.jsonl`` and what each calibrator was fitted on (the fit records written
-next to the result, :mod:`flow_plugin.catalog.fit_records`). Every error names the file. The first step of the
+next to the result, :mod:`flow_plugin.results.fits`). Every error names the file. The first step of the
 leaderboard's ingest stage (:mod:`.merge` merges what is read here).
 """
 
@@ -24,20 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from flow_plugin._io import read_json_lines
 from flow_plugin.errors import DataFolderError
-from flow_plugin.catalog.fit_records import fits_of_result, summarize_fit
-from flow_plugin.integrations.mteb.results import (
-    RESULTS_FOLDER,
-    RUNS_FILE,
-    RUNS_LOCK_FILE,
-    ResultIdentity,
-    load_task_result,
-    open_result_cache,
-    read_run_records,
-    record_run_key,
-    result_identity,
-    run_key,
-    task_result_paths,
-)
+from flow_plugin.results.fits import fits_of_result, summarize_fit
+from flow_plugin.results import ResultStore
+from flow_plugin.results.files import RESULTS_FOLDER, ResultIdentity, load_task_result, result_identity
+from flow_plugin.results.runs import RUNS_FILE, RUNS_LOCK_FILE, read_run_records, record_run_key, run_key
 from flow_plugin.leaderboard.ingest.rows import public_experiment, public_fits, row_id
 from flow_plugin.leaderboard.models import TaskScore, is_number, to_points
 from flow_plugin.protocols import DEFAULT_PROTOCOL
@@ -103,9 +93,9 @@ def find_results(folder: str | os.PathLike[str]) -> ResultFolder:
     """List the task result files of ``folder`` with mteb's ``ResultCache`` (nothing is parsed
     yet but each run's ``model_meta.json``), with the hardware records of the folder and where they are
     kept."""
-    cache = open_result_cache(folder)
-    files = [ResultFile(path, result_identity(path)) for path in task_result_paths(cache)]
-    output = cache.cache_path
+    store = ResultStore.existing(folder)
+    files = [ResultFile(path, result_identity(path)) for path in store.task_result_paths()]
+    output = store.folder
     folders = [output, output / RESULTS_FOLDER]
     runs_file = next((place / RUNS_FILE for place in folders
                       if (place / RUNS_FILE).is_file() or (place / RUNS_LOCK_FILE).is_file()), None)

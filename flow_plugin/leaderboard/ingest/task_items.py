@@ -4,7 +4,7 @@
 own ``ResultCache``, as the STS boards do), keeps those of the labelled tasks
 (:mod:`flow_plugin.catalog.labelled_tasks`), reads each main score and the per-item file kept next to it
 (``flow-plugin-items/<Task>.items.npz``), checked to reproduce that score
-(:func:`~flow_plugin.evaluation.item_scores.items_of_result`). A result without usable per-item data is
+(:func:`~flow_plugin.results.items.items_of_result`). A result without usable per-item data is
 an error naming the file: the board never shows a Δ without its interval.
 """
 
@@ -21,15 +21,9 @@ from flow_plugin.catalog.labelled_tasks import labelled_task_names
 from flow_plugin.catalog.registry import get_base
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.integrations.mteb.evaluate import EVALUATOR_SEEDS_FOLDER, MTEB_SEED
-from flow_plugin.evaluation.item_scores import ItemScores, items_of_result
-from flow_plugin.integrations.mteb.results import (
-    load_task_result,
-    open_result_cache,
-    read_run_records,
-    result_identity,
-    runs_file_for,
-    task_result_paths,
-)
+from flow_plugin.results.items import ItemScores, items_of_result
+from flow_plugin.results import ResultStore
+from flow_plugin.results.files import load_task_result, result_identity
 
 
 @dataclass(frozen=True)
@@ -77,9 +71,8 @@ def _read_folder(folder: Path, base: Any, wanted: set[str], calibrators: list[st
     """The results of one output folder (one evaluator seed)."""
     if not (folder / "results").is_dir():
         return []
-    cache = open_result_cache(folder)
     found: list[TaskResult] = []
-    for path in task_result_paths(cache):
+    for path in ResultStore.existing(folder).task_result_paths():
         if path.stem not in wanted:
             continue
         identity = result_identity(path)
@@ -112,11 +105,11 @@ _PROVENANCE_KEYS = ("cpu", "cpu_cores", "device", "gpu", "precision", "bf16_kern
 def run_provenance(folder: str | os.PathLike[str]) -> dict[str, Any] | None:
     """Where a study's results were computed, from the run records of the folder: the distinct hardware
     descriptions (CPU, cores, device, precision, torch), or None when the folder has no run records."""
-    path = runs_file_for(folder)
-    if not Path(path).is_file():
+    store = ResultStore(folder)
+    if not store.runs_file.is_file():
         return None
     seen: list[dict[str, Any]] = []
-    for record in read_run_records(Path(path)):
+    for record in store.run_records():
         hardware = record.get("hardware")
         if isinstance(hardware, dict):
             summary = {key: hardware.get(key) for key in _PROVENANCE_KEYS if hardware.get(key) is not None}

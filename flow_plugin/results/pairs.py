@@ -32,10 +32,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from flow_plugin.errors import DataFolderError
-from flow_plugin.evaluation.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
+from flow_plugin.results.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
 
-PAIRS_FOLDER = "flow-plugin-pairs"
-PAIRS_SUFFIX = ".pairs.npz"
 PAIRS_FORMAT = "flow-plugin-pairs"
 PAIRS_VERSION = 1
 #: points: a file must reproduce its result's main score this closely (the leaderboard's tolerance)
@@ -66,7 +64,7 @@ class PairScores:
 
 def pairs_path(result_path: str | os.PathLike[str]) -> Path:
     """The per-pair file of an MTEB task result file."""
-    return sidecar_path(result_path, PAIRS_FOLDER, PAIRS_SUFFIX)
+    return sidecar_path(result_path, "pairs")
 
 
 def _runs(labels: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:

@@ -39,10 +39,8 @@ from typing import Any
 import numpy as np
 
 from flow_plugin.errors import DataFolderError
-from flow_plugin.evaluation.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
+from flow_plugin.results.sidecars import read_array_sidecar, sidecar_path, write_array_sidecar
 
-ITEMS_FOLDER = "flow-plugin-items"
-ITEMS_SUFFIX = ".items.npz"
 ITEMS_FORMAT = "flow-plugin-items"
 ITEMS_VERSION = 1
 #: a file must reproduce its result's main score this closely (0-1 scale): MTEB keeps classification, pair
@@ -82,7 +80,7 @@ class ItemScores:
 
 def items_path(result_path: str | os.PathLike[str]) -> Path:
     """The per-item file of an MTEB task result file."""
-    return sidecar_path(result_path, ITEMS_FOLDER, ITEMS_SUFFIX)
+    return sidecar_path(result_path, "items")
 
 
 def write_items(result_path: str | os.PathLike[str], *, task: str, task_type: str, split: str, hf_subset: str,
@@ -167,5 +165,5 @@ def items_of_result(result_path: str | os.PathLike[str], *, main_score: float,
     return items, None
 
 
-__all__ = ["ARRAYS", "ITEMS_FOLDER", "ItemScores", "items_of_result", "items_path", "main_score_of", "read_items",
+__all__ = ["ARRAYS", "ItemScores", "items_of_result", "items_path", "main_score_of", "read_items",
            "retrieval_measure", "write_items"]

@@ -10,7 +10,7 @@ format and version. Every sidecar is written atomically.
 
 Examples
 --------
->>> sidecar_path(Path("out/results/m/rev/STS12.json"), "flow-plugin-fits", ".fits.json").as_posix()
+>>> sidecar_path(Path("out/results/m/rev/STS12.json"), "fits").as_posix()
 'out/results/m/rev/flow-plugin-fits/STS12.fits.json'
 """
 
@@ -33,11 +33,25 @@ if TYPE_CHECKING:  # numpy is imported where an array file is read or written: t
 T = TypeVar("T")
 
 
-def sidecar_path(result_path: str | os.PathLike[str], folder: str, suffix: str) -> Path:
-    """A file flow-plugin keeps with an MTEB task result: ``<folder>/<Task><suffix>`` next to it, out of
-    what result scans read."""
+#: every kind of file kept with a result: kind -> (its folder next to the result, its suffix)
+SIDE_FILES = {
+    "fits": ("flow-plugin-fits", ".fits.json"),
+    "pairs": ("flow-plugin-pairs", ".pairs.npz"),
+    "items": ("flow-plugin-items", ".items.npz"),
+}
+
+
+def sidecar_path(result_path: str | os.PathLike[str], kind: str) -> Path:
+    """The file of ``kind`` (a key of :data:`SIDE_FILES`) kept with an MTEB task result: ``<folder>/<Task><suffix>``
+    next to it, out of what result scans read."""
+    folder, suffix = SIDE_FILES[kind]
     result_path = Path(result_path)
     return result_path.parent / folder / f"{result_path.stem}{suffix}"
+
+
+def side_files(result_path: str | os.PathLike[str]) -> list[Path]:
+    """Every file a result may have next to it (whether it exists or not), in :data:`SIDE_FILES` order."""
+    return [sidecar_path(result_path, kind) for kind in SIDE_FILES]
 
 
 def write_array_sidecar(path: str | os.PathLike[str], meta: dict[str, Any], arrays: dict[str, Any], *,

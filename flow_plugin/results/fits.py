@@ -20,17 +20,15 @@ from typing import Any
 
 from flow_plugin._io import atomic_write_json, read_json
 from flow_plugin.errors import DataFolderError
-from flow_plugin.evaluation.sidecars import sidecar_path
+from flow_plugin.results.sidecars import sidecar_path
 
-FITS_FOLDER = "flow-plugin-fits"
-FITS_SUFFIX = ".fits.json"
 FITS_FORMAT = "flow-plugin-fits"
 FITS_VERSION = 1
 
 
 def fits_path(result_path: str | os.PathLike[str]) -> Path:
     """The fit-records file of an MTEB task result file."""
-    return sidecar_path(result_path, FITS_FOLDER, FITS_SUFFIX)
+    return sidecar_path(result_path, "fits")
 
 
 def write_fits(result_path: str | os.PathLike[str], *, task: str, model: str, revision: str | None,

@@ -56,8 +56,10 @@ def run_sampled(command: list[str], env: dict[str, str], cwd: Path) -> dict[str,
     import psutil
 
     started = time.perf_counter()
-    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    # stderr goes to a file, not a pipe: a long study's progress lines would fill a pipe nobody reads until the
+    # end, and the study would wait on its write forever
+    log = tempfile.TemporaryFile(mode="w+", encoding="utf-8", dir=cwd)
+    process = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=log, text=True)
     root = psutil.Process(process.pid)
     peak, cpu = 0, 0.0
     seen: dict[int, float] = {}
@@ -71,7 +73,9 @@ def run_sampled(command: list[str], env: dict[str, str], cwd: Path) -> dict[str,
         except psutil.Error:
             pass
         time.sleep(0.5)
-    stderr = process.stderr.read() if process.stderr else ""
+    log.seek(0)
+    stderr = log.read()
+    log.close()
     wall = time.perf_counter() - started
     cpu = sum(seen.values())
     if process.returncode != 0:

@@ -100,7 +100,23 @@ def study(python: str, backbone: str, data: Path, tasks: list[str] | None, calib
     recorded = json.loads((folder / "task-types-study.json").read_text(encoding="utf-8"))
     measured["stages"] = recorded.get("stages")
     measured["results"] = len(recorded.get("steps", []))
+    measured["scores"] = {f"{step['model']} | {step['task']} | {step.get('seed')}": step["score"]
+                          for step in recorded.get("steps", [])
+                          if step.get("score") is not None and step.get("evaluator_seed", 42) == 42}
     return measured
+
+
+def score_agreement(baseline: dict[str, float], study: dict[str, float]) -> dict[str, Any]:
+    """How the scores both studies computed compare (same model, task and seed; MTEB's evaluator seed 42):
+    how many, how many are equal, and the largest difference (0-1 scale).
+
+    >>> score_agreement({"a": 0.5, "b": 0.25}, {"a": 0.5, "b": 0.2501, "c": 1.0})
+    {'compared': 2, 'equal': 1, 'max_abs_difference': 0.0001}
+    """
+    common = sorted(set(baseline) & set(study))
+    differences = [abs(study[key] - baseline[key]) for key in common]
+    return {"compared": len(common), "equal": sum(difference == 0 for difference in differences),
+            "max_abs_difference": round(max(differences, default=0.0), 6)}
 
 
 #: one evaluation as ``mteb run`` makes it, with loader arguments (which ``mteb run`` cannot pass): argv is the
@@ -179,6 +195,10 @@ def report_markdown(report: dict[str, Any]) -> str:
     if report.get("ratios"):
         lines += ["## Ratios (this code over the baseline, one run)", ""]
         lines += [f"- {key}: {value}" for key, value in report["ratios"].items()] + [""]
+    if report.get("scores"):
+        found = report["scores"]
+        lines += [f"Scores of both (same model, task and seed; evaluator seed 42): {found['equal']} of "
+                  f"{found['compared']} equal, largest difference {found['max_abs_difference']} (0-1 scale)", ""]
     if report.get("mteb_run"):
         names = list(next(iter(report["mteb_run"].values()))["calibrated"])
         lines += ["## A calibrated mteb run over the raw one (wall seconds, median of the repeats; ratio to raw)", "",
@@ -239,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         if report.get("baseline") and report.get("study"):
             report["ratios"] = {key: round(report["study"][key] / report["baseline"][key], 3)
                                 for key in ("wall_seconds", "cpu_seconds", "peak_gib")}
+            report["scores"] = score_agreement(report["baseline"].pop("scores"), report["study"]["scores"])
+        for side in ("baseline", "study"):
+            report.get(side, {}).pop("scores", None)
         if args.mteb_run_calibrators:
             report["mteb_run"] = mteb_runs(args.backbone, args.mteb_run_calibrators, args.data, args.runs,
                                            folder / "mteb-run", args.mteb_run_fit_corpus,

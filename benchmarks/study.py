@@ -111,12 +111,13 @@ def score_agreement(baseline: dict[str, float], study: dict[str, float]) -> dict
     how many, how many are equal, and the largest difference (0-1 scale).
 
     >>> score_agreement({"a": 0.5, "b": 0.25}, {"a": 0.5, "b": 0.2501, "c": 1.0})
-    {'compared': 2, 'equal': 1, 'max_abs_difference': 0.0001}
+    {'compared': 2, 'equal': 1, 'max_abs_difference': 0.0001, 'differing': {'b': [0.25, 0.2501]}}
     """
     common = sorted(set(baseline) & set(study))
     differences = [abs(study[key] - baseline[key]) for key in common]
     return {"compared": len(common), "equal": sum(difference == 0 for difference in differences),
-            "max_abs_difference": round(max(differences, default=0.0), 6)}
+            "max_abs_difference": round(max(differences, default=0.0), 6),
+            "differing": {key: [baseline[key], study[key]] for key in common if study[key] != baseline[key]}}
 
 
 #: one evaluation as ``mteb run`` makes it, with loader arguments (which ``mteb run`` cannot pass): argv is the
@@ -199,6 +200,8 @@ def report_markdown(report: dict[str, Any]) -> str:
         found = report["scores"]
         lines += [f"Scores of both (same model, task and seed; evaluator seed 42): {found['equal']} of "
                   f"{found['compared']} equal, largest difference {found['max_abs_difference']} (0-1 scale)", ""]
+        lines += [f"- {key}: {old} -> {new}" for key, (old, new) in found.get("differing", {}).items()]
+        lines += [""] if found.get("differing") else []
     if report.get("mteb_run"):
         names = list(next(iter(report["mteb_run"].values()))["calibrated"])
         lines += ["## A calibrated mteb run over the raw one (wall seconds, median of the repeats; ratio to raw)", "",

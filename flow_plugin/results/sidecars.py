@@ -4,8 +4,8 @@ written and read.
 MTEB writes ``<output>/results/<model>/<revision>/[experiments/<name>/]<Task>.json``. A sidecar is
 ``<folder>/<Task><suffix>`` next to it: the subfolder keeps it out of what mteb's ``ResultCache``
 (``*/*/*.json``) and flow-plugin's result scans (``<Task>.json``) read as task results. The fit
-records (:mod:`.fit_records`) are JSON; the per-pair (:mod:`.pair_scores`) and per-item
-(:mod:`.item_scores`) scores are NumPy ``.npz`` archives with a JSON ``meta`` entry that names their
+records (:mod:`.fits`) are JSON; the per-pair (:mod:`.pairs`) and per-item
+(:mod:`.items`) scores are NumPy ``.npz`` archives with a JSON ``meta`` entry that names their
 format and version. Every sidecar is written atomically.
 
 Examples

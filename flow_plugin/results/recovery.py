@@ -11,9 +11,10 @@ and the UTC time (``STS12.json.corrupt-20261127T060000Z``) for a look.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,30 +101,41 @@ def current_data_revision(task: Any) -> str | None:
     return getattr(task.metadata, "revision", None)
 
 
-def set_aside_stale_results(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[str]:
-    """Rename each existing result of ``meta``'s model (name, revision, experiment) whose
-    ``dataset_revision`` is not the task's current one to ``<Task>.json.stale-<time>``, so
-    MTEB recomputes it instead of reusing a score of other data. Returns one line per file."""
+def _set_aside_each(output_folder: Path, meta: Any, tasks: Sequence[Any], label: str,
+                    why: Callable[[Path, Any], str | None]) -> list[str]:
+    """Rename each existing result of ``meta``'s model run on ``tasks`` for which ``why(path, task)`` gives a
+    reason to ``<Task>.json.<label>-<time>``, warning with that reason; returns one line per file."""
     from mteb.cache import ResultCache
 
     cache = ResultCache(output_folder)
     notes = []
     for task in tasks:
         path = cache.get_task_result_path(task.metadata.name, meta)
-        if not path.is_file():
+        reason = why(path, task) if path.is_file() else None
+        if reason is None:
             continue
+        target = set_aside(path, label)
+        notes.append(f"{path} {reason}: kept as {target.name}, recomputing")
+        logger.warning("%s", notes[-1])
+    return notes
+
+
+def set_aside_stale_results(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[str]:
+    """Rename each existing result of ``meta``'s model (name, revision, experiment) whose
+    ``dataset_revision`` is not the task's current one to ``<Task>.json.stale-<time>``, so
+    MTEB recomputes it instead of reusing a score of other data. Returns one line per file."""
+
+    def other_data(path: Path, task: Any) -> str | None:
         try:
             recorded = json.loads(path.read_text(encoding="utf-8")).get("dataset_revision")
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            continue  # unreadable: quarantine_truncated_results deals with it
+            return None  # unreadable: quarantine_truncated_results deals with it
         current = current_data_revision(task)
         if current is None or recorded == current:
-            continue
-        target = set_aside(path, "stale")
-        notes.append(f"{path} was computed from other data (dataset_revision {recorded}, now {current}): "
-                     f"kept as {target.name}, recomputing")
-        logger.warning("%s", notes[-1])
-    return notes
+            return None
+        return f"was computed from other data (dataset_revision {recorded}, now {current})"
+
+    return _set_aside_each(output_folder, meta, tasks, "stale", other_data)
 
 
 def set_aside_unrecorded_results(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[str]:
@@ -131,24 +143,15 @@ def set_aside_unrecorded_results(output_folder: Path, meta: Any, tasks: Sequence
     folder's ``flow-plugin-runs.jsonl`` (its run was killed between writing the result and its
     record, or the disk was full) to ``<Task>.json.unrecorded-<time>``, so MTEB recomputes it
     instead of reusing a result whose hardware nobody knows. Returns one line per file."""
-    from mteb.cache import ResultCache
+    recorded = functools.cache(lambda: recorded_run_keys(output_folder))  # read once, only if a result is there
 
-    cache = ResultCache(output_folder)
-    recorded: set[tuple[Any, ...]] | None = None
-    notes = []
-    for task in tasks:
-        path = cache.get_task_result_path(task.metadata.name, meta)
-        if not path.is_file():
-            continue
-        if recorded is None:
-            recorded = recorded_run_keys(output_folder)
-        if result_run_key(path) in recorded:
-            continue
-        target = set_aside(path, "unrecorded")
-        notes.append(f"{path} has no run record in {runs_file_for(output_folder)} (its run was killed before the "
-                     f"record was written, or the disk was full): kept as {target.name}, recomputing")
-        logger.warning("%s", notes[-1])
-    return notes
+    def no_record(path: Path, task: Any) -> str | None:
+        if result_run_key(path) in recorded():
+            return None
+        return (f"has no run record in {runs_file_for(output_folder)} (its run was killed before the record was "
+                "written, or the disk was full)")
+
+    return _set_aside_each(output_folder, meta, tasks, "unrecorded", no_record)
 
 
 def set_aside_partial_results(paths: Iterable[Path]) -> list[Path]:

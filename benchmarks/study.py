@@ -23,6 +23,7 @@ the raw one.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +177,17 @@ def mteb_runs(backbone: str, calibrators: list[str], data: Path, repeats: int, f
     return found
 
 
+@contextlib.contextmanager
+def _scratch(kept: Path | None) -> Iterator[Path]:
+    """The folder the commands run in: ``kept`` (created, left in place), else a temporary one."""
+    if kept is not None:
+        kept.mkdir(parents=True)
+        yield kept
+        return
+    with tempfile.TemporaryDirectory(prefix="study-bench-") as scratch:
+        yield Path(scratch)
+
+
 def report_markdown(report: dict[str, Any]) -> str:
     """The report as Markdown."""
     machine = report["machine"]
@@ -243,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="repeats of each mteb run (the median counts)")
     parser.add_argument("--skip-study", action="store_true")
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--keep-folder", type=Path, default=None,
+                        help="run in this (new) folder and keep both studies' output there (default: a temporary one)")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         print(f"benchmarks.study: no data folder {args.data}: give --data the shared data folder", file=sys.stderr)
@@ -251,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "machine": machine,
                               "command": "python -m benchmarks.study " + " ".join(argv or sys.argv[1:]),
                               "load_average_start": load_average()}
-    with tempfile.TemporaryDirectory(prefix="study-bench-") as scratch:
-        folder = Path(scratch)
+    if args.keep_folder is not None and args.keep_folder.exists():
+        print(f"benchmarks.study: {args.keep_folder} exists: give --keep-folder a new folder", file=sys.stderr)
+        return 2
+    with _scratch(args.keep_folder) as folder:
         if args.baseline_python and not args.skip_study:
             report["baseline"] = study(args.baseline_python, args.backbone, args.data, args.tasks, args.calibrators,
                                        args.seeds, args.baseline_args, folder / "baseline")

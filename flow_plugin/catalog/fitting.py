@@ -107,19 +107,29 @@ class FitRecord:
                 f"{self.fit_seconds:.2f}s{likelihood}{adapted}")
 
 
+def canonical_permutation(sentences: list[str]) -> list[int]:
+    """The positions of ``sentences`` in canonical order: sorted by the text with runs of whitespace read as one
+    space (SentEval re-joins tokens with single spaces; our readers keep a file's stray spaces), then by the text
+    itself; equal texts keep their order. A fit's rows follow it, so a calibrator whose training depends on the
+    order of its rows (the flow's batches) sees the same rows in the same order whatever order the text came in.
+
+    Examples
+    --------
+    >>> canonical_permutation(["b", "a ", "b", " a"])
+    [3, 1, 0, 2]
+    """
+    return sorted(range(len(sentences)), key=lambda index: (" ".join(sentences[index].split()), sentences[index]))
+
+
 def canonical_order(sentences: list[str]) -> list[str]:
-    """The sentences sorted by their text with runs of whitespace read as one space (SentEval
-    re-joins tokens with single spaces; our readers keep a file's stray spaces), then by the
-    text itself; duplicates kept. The same list whatever order the sentences came in.
+    """The sentences in canonical order (:func:`canonical_permutation`), duplicates kept.
 
     Examples
     --------
     >>> canonical_order(["b", "a ", "b", " a"])
     [' a', 'a ', 'b', 'b']
     """
-    return sorted(sentences, key=lambda text: (" ".join(text.split()), text))
-
-
+    return [sentences[index] for index in canonical_permutation(sentences)]
 
 
 def fit_calibrator(

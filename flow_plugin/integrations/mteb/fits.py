@@ -35,7 +35,7 @@ import numpy as np
 from flow_plugin._io import file_sha256
 from flow_plugin._machine import StageTimes
 from flow_plugin.calibration import Calibrator
-from flow_plugin.catalog.fitting import FitRecord, canonical_order, fit_embeddings
+from flow_plugin.catalog.fitting import FitRecord, canonical_order, canonical_permutation, fit_embeddings
 from flow_plugin.data.fit_corpus import EVAL_SPLITS, PER_CALL, FitSettings, read_sentence_file
 from flow_plugin.data.sampling import CorpusPart, sample_corpus
 from flow_plugin.errors import DataFolderError, InputError
@@ -147,15 +147,20 @@ class TaskFits:
         where = source if file else f"task {task_metadata.name}, subset {subset}"
         started = time.perf_counter()
         sample, by_side = _side_sample(parts, self.settings.max_fit_sentences, self.settings.fit_seed)
-        blocks, count, distinct = [], 0, 0
+        blocks, rows, distinct = [], [], 0
         for side, texts in by_side.items():
             if self.settings.fit_duplicates == "unique":
                 texts = list(dict.fromkeys(texts))
-            count, distinct = count + len(texts), distinct + len(set(texts))
+            texts, distinct = canonical_order(texts), distinct + len(set(texts))
             if texts:
-                blocks.append(self.embed_texts(canonical_order(texts), task_metadata, subset, side))
+                blocks.append(self.embed_texts(texts, task_metadata, subset, side))
+                rows += texts
         if not blocks:
             raise TaskCorpusError(f"no sentences to fit {self.model_name} for {where} ({source})")
+        # the sides' rows interleaved in one canonical order of their texts, as one side's would be: the rows a
+        # calibrator sees do not depend on which side came first (the flow's training follows their order)
+        embeddings = np.concatenate(blocks)[canonical_permutation(rows)]
+        count = len(rows)
         context: dict[str, Any] = {"task": None if file else task_metadata.name, "hf_subset": None if file else subset,
                                    "fit_corpus": self.settings.fit_corpus.describe()}
         if list(by_side) != [None]:
@@ -167,7 +172,7 @@ class TaskFits:
         try:
             with self.times.measure("fit"):
                 calibrator, record = fit_embeddings(
-                    self._template_for(task_type or getattr(task_metadata, "type", None)), np.concatenate(blocks),
+                    self._template_for(task_type or getattr(task_metadata, "type", None)), embeddings,
                     model=self.model_name,
                     source=f"{source}, {sample.describe()}", n_sentences=count, n_unique_sentences=distinct,
                     duplicates=self.settings.fit_duplicates, encode_seconds=time.perf_counter() - started,

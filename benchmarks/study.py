@@ -16,9 +16,9 @@ second for its memory and CPU):
 
 The report goes to ``benchmarks/results/study-<date>-<cpu>.json`` and ``.md`` (``--output-dir``), with the
 machine and the load average, and names each result whose score differs from the baseline's; ``--keep-folder``
-keeps both studies' output (results, per-item and fit files) to compare them further. Targets (issue "a whole board in 20 minutes"): mpnet-base's board at most 20
-minutes wall, minilm-l6's at most 8, peak memory at most 6 GB, a calibrated ``mteb run`` at most 1.15 times
-the raw one.
+keeps both studies' output (results, per-item and fit files) to compare them further. Targets (issue "a whole
+board in 20 minutes"): mpnet-base's board at most 20 minutes wall, minilm-l6's at most 8, peak memory at most
+6 GB, a calibrated ``mteb run`` at most 1.15 times the raw one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Per-item scores next to MTEB's results: what a paired bootstrap of a non-STS task resamples.
 
 MTEB's result JSON keeps a task's averages; an interval of a delta between two models needs each
-test item's outcome under both. The labelled tasks (:mod:`flow_plugin.integrations.mteb.labelled_tasks`) capture what MTEB's own
-evaluator computed while it scores a model inside ``mteb.evaluate`` and write it next to
-``<Task>.json`` as ``flow-plugin-items/<Task>.items.npz``:
+test item's outcome under both. The labelled tasks (:mod:`flow_plugin.integrations.mteb.labelled_tasks`)
+capture what MTEB's own evaluator computed while it scores a model inside ``mteb.evaluate`` and write it next
+to ``<Task>.json`` as ``flow-plugin-items/<Task>.items.npz``:
 
 =================  ==============================================================================================
 type               arrays (item order = the order of the task's scored split)

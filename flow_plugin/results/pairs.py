@@ -2,8 +2,8 @@
 
 A leaderboard's interval of a delta resamples the test pairs (:mod:`flow_plugin.evaluation.intervals`),
 so it needs every pair's gold score and predicted cosine, which MTEB's result JSON does not keep.
-flow-plugin's offline STS tasks (:mod:`flow_plugin.integrations.mteb.sts_tasks`) write them when they score a model inside
-``mteb.evaluate``: next to ``<Task>.json``, ``flow-plugin-pairs/<Task>.pairs.npz`` holds
+flow-plugin's offline STS tasks (:mod:`flow_plugin.integrations.mteb.sts_tasks`) write them when they score a
+model inside ``mteb.evaluate``: next to ``<Task>.json``, ``flow-plugin-pairs/<Task>.pairs.npz`` holds
 
 * ``gold`` and ``cosine``: one value per test pair, in the order of the task's data, as scored
   (the dtype MTEB computed them in; nothing is rounded);

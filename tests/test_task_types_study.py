@@ -41,11 +41,18 @@ def small_root(shared_data_dir: Path, tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbone: str, small_root: Path,
                                                              tmp_path: Path) -> None:
+    from flow_plugin.encoding import cache
+    from flow_plugin.studies import study_steps
     from flow_plugin.studies.task_types import STUDY_FILE, run_task_types
 
     output = tmp_path / "study"
+    cache.clear_shared_encoders()
+    study_steps._TASKS.clear()
     report = run_task_types(tiny_minilm_backbone, small_root, output_folder=output, calibrators=["raw", "whiten", "flow"],
-                            seeds=2, tasks=TASKS, show_progress_bar=False)
+                            seeds=2, tasks=TASKS, workers=2, show_progress_bar=False)
+    # with workers, this process loads neither the backbone nor a task's data: the raw runs and the warm-up ran in
+    # a process of their own, which took them along when it exited (the study's peak memory)
+    assert not cache._SHARED and not study_steps._TASKS
     assert report.runs == ["flow_plugin/tiny", "flow_plugin/tiny-whiten", "flow_plugin/tiny-flow [seed=1234]",
                            "flow_plugin/tiny-flow [seed=1235]"]
     # 4 runs x 2 tasks at MTEB's evaluator seed, and the classification task's 2 further evaluator seeds (its

@@ -146,6 +146,11 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     return choose_precision(precision, device).precision
 
 
+def process_threads() -> int:
+    """The torch threads this process runs with (torch's default: one per physical core, unless limited)."""
+    return torch.get_num_threads()
+
+
 def limit_process_threads(threads: int) -> None:
     """This process's torch and BLAS (NumPy, SciPy, scikit-learn) use ``threads`` threads from now on: what each
     worker of a pool that fills the cores together runs with."""

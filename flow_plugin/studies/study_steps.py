@@ -4,8 +4,8 @@ of worker processes that runs the steps side by side.
 A step is a :class:`StepJob`, plain data a worker process receives; :func:`run_step` evaluates it through
 :func:`flow_plugin.integrations.mteb.evaluate.evaluate_models` (the loop our commands share, so a step's score is
 the score of ``mteb run``) and returns a :class:`StudyStep` per evaluator seed. :func:`run_steps` runs jobs in
-this process (one worker) or in a pool of spawned processes, each with one torch and one BLAS thread so that the
-workers together use every core; it yields each step as it finishes. A step's numbers do not depend on the
+this process (one worker) or in a pool of spawned processes (:func:`process_pool`), each with one torch and one
+BLAS thread so that the workers together use every core; it yields each step as it finishes. A step's numbers do not depend on the
 worker that ran it: the embeddings come from the study's embedding cache, the fit from its seed, the evaluator
 from its seed.
 """
@@ -74,7 +74,7 @@ class StepJob:
 _TASKS: dict[tuple[str, str | None], Any] = {}  # (task, data root) -> the task object this process loaded
 
 
-def _task(name: str, data: str | None) -> Any:
+def load_task(name: str, data: str | None) -> Any:
     """The study task ``name``, its data loaded once per process: MTEB keeps data it did not load itself, so
     the task's every evaluation in this process reads the same tables instead of the files again."""
     key = (name, data)
@@ -132,7 +132,7 @@ def run_step(job: StepJob) -> list[StudyStep]:
     from flow_plugin.integrations.mteb.evaluate import evaluate_models
 
     begin, cpu_begin = time.perf_counter(), time.process_time()
-    task = _task(job.task, job.data)
+    task = load_task(job.task, job.data)
     metadata = task.metadata
     try:
         with evaluator_threads():  # MTEB's logistic regressions and k-means: the faster BLAS thread count here
@@ -178,25 +178,35 @@ def _init_worker(threads: int) -> None:
 
 
 def run_steps(jobs: Sequence[StepJob], workers: int, on_step: Callable[[list[StudyStep]], None]) -> None:
-    """Run ``jobs`` (in this process with one worker, else in a pool of ``workers`` spawned processes), calling
-    ``on_step`` with each job's steps as it finishes. Ctrl-C, or SIGTERM while the pool runs, cancels the jobs not
-    started, stops the workers (no worker outlives the study) and raises ``KeyboardInterrupt``."""
+    """Run ``jobs`` (in this process with one worker, else in a :func:`process_pool` of ``workers``), calling
+    ``on_step`` with each job's steps as it finishes."""
     if workers <= 1:
         for job in jobs:
             on_step(run_step(job))
         return
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    with process_pool(workers) as pool:
+        pending = {pool.submit(run_step, job) for job in jobs}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                on_step(future.result())
+
+
+@contextlib.contextmanager
+def process_pool(workers: int, threads: int = 1) -> Iterator[Any]:
+    """A pool of ``workers`` spawned processes with ``threads`` torch and BLAS threads each. Ctrl-C, or SIGTERM
+    within the block, cancels the jobs not started, stops the workers (no worker outlives the block) and raises
+    ``KeyboardInterrupt``; when the block ends, the workers exit and their memory goes back to the system."""
     import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(1,))
+                               initializer=_init_worker, initargs=(threads,))
     try:
         with _terminate_as_interrupt():
-            pending = {pool.submit(run_step, job) for job in jobs}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    on_step(future.result())
+            yield pool
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         for worker in multiprocessing.active_children():  # a running job would otherwise go on alone
@@ -243,4 +253,4 @@ def job_order(jobs: list[StepJob], cost: Callable[[StepJob], float]) -> Iterator
     yield from (job for _, job in sorted(keyed, key=lambda pair: pair[0]))
 
 
-__all__ = ["MTEB_SEED", "StepJob", "StudyStep", "job_order", "run_step", "run_steps", "study_tasks"]
+__all__ = ["MTEB_SEED", "StepJob", "StudyStep", "job_order", "process_pool", "run_step", "run_steps", "study_tasks"]

@@ -146,7 +146,8 @@ def run_task_types(
     seeds: MTEB's own (42) and the next ones, each further seed in ``<output>/evaluator-seeds/<seed>/``.
 
     A registry backbone first encodes every task's text once, with every core, into the study's embedding cache
-    (its raw runs, and the fit sample every calibrator draws); then the other runs go to ``workers`` processes
+    (its raw runs, and the fit sample every calibrator draws; with more than one worker, in a process of its own
+    that exits before the workers start, taking the model along); then the other runs go to ``workers`` processes
     (default: one per core, at most 4) that read the embeddings from the cache. Finished results are reused unless
     ``overwrite``. A failing step is reported and the others go on. With ``senteval`` (keyword arguments of
     :func:`flow_plugin.studies.senteval_transfer.run_transfer`, at least ``task_path``), SentEval's transfer tasks
@@ -264,30 +265,52 @@ def _run_plan(plan: _Plan, report: StudyReport, workers: int, progress: Callable
             raise RuntimeError(f"task types: stopped: {step.error}")
 
     try:
-        run_steps(first, 1, landed)
-        if first:
-            _warm_fit_samples(plan, report)
+        if first and workers > 1:
+            _run_first_apart(plan, first, report, landed)
+        elif first:
+            run_steps(first, 1, landed)
+            report.warm_up = warm_fit_samples(plan.spec.name, [task.metadata.name for task in plan.tasks], plan.data,
+                                              asdict(plan.options), plan.max_fit_sentences)
         run_steps(list(job_order(rest, _cost)), workers, lambda steps: landed(steps, workers > 1))
     finally:
         bar.close()
 
 
-def _warm_fit_samples(plan: _Plan, report: StudyReport) -> None:
-    """Encode the fit sample of every task (the one every calibrator draws: same cap, same seed) into the study's
-    embedding cache, with every core, so the workers read their fits' embeddings instead of loading the model."""
+def _run_first_apart(plan: _Plan, first: list[StepJob], report: StudyReport, landed: Callable[..., None]) -> None:
+    """The raw runs and the warm-up in one spawned process with this process's torch threads (as many as it would
+    use itself): the backbone, the tasks' data and their embeddings leave with that process, so the workers start
+    beside a small parent instead of one still holding all of it."""
+    from flow_plugin.encoding.device import process_threads
+    from flow_plugin.studies.study_steps import process_pool, run_step
+
+    with process_pool(1, threads=process_threads()) as pool:
+        for future in [pool.submit(run_step, job) for job in first]:  # one process: they run in this order
+            landed(future.result(), True)
+        report.warm_up = pool.submit(warm_fit_samples, plan.spec.name, [task.metadata.name for task in plan.tasks],
+                                     None if plan.data is None else str(plan.data), asdict(plan.options),
+                                     plan.max_fit_sentences).result()
+    report.worker_cpu_seconds += sum(spent["cpu"] for spent in report.warm_up.values())
+
+
+def warm_fit_samples(backbone: str, tasks: Sequence[str], data: Any, options: dict[str, Any],
+                     max_fit_sentences: int) -> dict[str, dict[str, float]]:
+    """Encode the fit sample of every task (the one every calibrator draws: same cap, same seed) of the registry
+    ``backbone`` into the study's embedding cache (``options``' cache folder) with this process's threads, so
+    the workers read their fits' embeddings instead of loading the model; the wall and CPU seconds it took."""
     from flow_plugin._machine import StageTimes
-    from flow_plugin.catalog.registry import RegistryModel
+    from flow_plugin.catalog.registry import RegistryModel, get_base
     from flow_plugin.encoding.cache import clear_shared_encoders
     from flow_plugin.integrations.mteb.base_models import registry_model
+    from flow_plugin.studies.study_steps import load_task
 
-    times = StageTimes()
+    spec, times = get_base(backbone), StageTimes()
     with times.measure("encode"):
-        for task in plan.tasks:
-            model = registry_model(RegistryModel(plan.spec, "sn"), max_fit_sentences=plan.max_fit_sentences,
-                                   **{key: value for key, value in asdict(plan.options).items() if value is not None})
-            model.prepare(task)
-    report.warm_up = times.as_dict()
+        for name in tasks:
+            model = registry_model(RegistryModel(spec, "sn"), max_fit_sentences=max_fit_sentences,
+                                   **{key: value for key, value in options.items() if value is not None})
+            model.prepare(load_task(name, None if data is None else str(data)))
     clear_shared_encoders()  # the workers read the cache; this process lets its copy go
+    return times.as_dict()
 
 
 def _cost(job: StepJob) -> float:

@@ -91,3 +91,35 @@ def test_a_sweep_publishes_every_file_kept_with_a_result(tmp_path: Path) -> None
     assert [side.read_bytes() for side in side_files(final)] == [bytes([n]) * 8 for n in range(len(SIDE_FILES))]
     assert [record["task"] for record in ResultStore(output).run_records()] == ["Task"]
     assert not ResultStore(stage.folder).runs_file.exists()
+
+
+def test_mteb_saves_into_a_folder_while_no_other_process_reads_its_files(tmp_path: Path) -> None:
+    """A study's workers evaluate into one folder, and MTEB writes a result and ``model_meta.json`` in place: a
+    worker recording its result while another's MTEB saved once read an empty ``model_meta.json`` and failed its
+    step. Our evaluations save through a cache that waits for the folder's write lock, which the store's readers
+    hold."""
+    import threading
+
+    from flow_plugin.integrations.mteb.compat import locked_result_cache
+
+    evaluate_into(ResultStore(tmp_path / "first"))  # MTEB's first evaluation in this process imports and loads
+    store = ResultStore(tmp_path / "out")
+    model = mteb.get_model("mteb/baseline-random-encoder")
+    task = MockSTSTask()
+    path = store.result_path(model.mteb_model_meta, task.metadata.name)
+    saved = threading.Event()
+
+    def evaluate() -> None:
+        mteb.evaluate(model, task, cache=locked_result_cache(store.folder, store.writing), co2_tracker=False,
+                      show_progress_bar=False)
+        saved.set()
+
+    evaluation = threading.Thread(target=evaluate)
+    with store.writing():  # as another process reading the folder's files does
+        evaluation.start()
+        # the random encoder on MTEB's mock pairs evaluates in well under a second; its save waits for the lock
+        assert not saved.wait(timeout=5) and not path.exists()
+    evaluation.join(timeout=120)
+    assert saved.is_set() and path.is_file()
+    store.record([path], HARDWARE, {"command": "test"})  # reads model_meta.json, under the same lock
+    assert result_run_key(path) in store.recorded_run_keys()

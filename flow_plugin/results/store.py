@@ -20,14 +20,22 @@ the tasks and the calibrated model that compute them, next to the result file, t
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flow_plugin._io import file_lock
 from flow_plugin.errors import OutputError
 from flow_plugin.results import files, recovery, runs
+
+
+#: the lock of a folder's MTEB files: MTEB writes a result and ``model_meta.json`` in place, so each process that
+#: evaluates into the folder (a study's workers) holds it while MTEB saves, and :meth:`ResultStore.prepare` and
+#: :meth:`ResultStore.record`, which read those files, hold it too
+WRITE_LOCK_FILE = ".flow-plugin-results.lock"
 
 
 class ResultStore:
@@ -88,11 +96,17 @@ class ResultStore:
         repair its ``model_meta.json``; unless ``overwrite``, set aside its stale and unrecorded results too, so
         MTEB recomputes them instead of reusing them."""
         names = [task.metadata.name for task in tasks]
-        recovery.quarantine_truncated_results(self.folder, [meta.name], names)
-        recovery.repair_model_meta(self.folder, meta, tasks)
-        if not overwrite:
-            recovery.set_aside_stale_results(self.folder, meta, tasks)
-            recovery.set_aside_unrecorded_results(self.folder, meta, tasks)
+        with self.writing():
+            recovery.quarantine_truncated_results(self.folder, [meta.name], names)
+            recovery.repair_model_meta(self.folder, meta, tasks)
+            if not overwrite:
+                recovery.set_aside_stale_results(self.folder, meta, tasks)
+                recovery.set_aside_unrecorded_results(self.folder, meta, tasks)
+
+    def writing(self) -> contextlib.AbstractContextManager[None]:
+        """The folder's write lock (:data:`WRITE_LOCK_FILE`), to hold around MTEB's saves into the folder and
+        around reading what they write: processes evaluating into one folder take turns."""
+        return file_lock(self.folder / WRITE_LOCK_FILE)
 
     def quarantine_truncated(self, models: Sequence[str], tasks: Sequence[str]) -> list[Path]:
         """Set aside every result file of ``models`` on ``tasks`` that is not valid JSON; returns the new names."""
@@ -105,8 +119,9 @@ class ResultStore:
         if not paths:
             return
         recorded = datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds")
-        records = [{**runs.result_fields(path), "recorded": recorded, "hardware": hardware, "settings": settings}
-                   for path in paths]
+        with self.writing():
+            records = [{**runs.result_fields(path), "recorded": recorded, "hardware": hardware, "settings": settings}
+                       for path in paths]
         try:
             runs.append_run_records(self.folder, records)
         except OSError as error:

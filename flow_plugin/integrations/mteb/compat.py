@@ -25,6 +25,9 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
 - :func:`after_results_saved`: listens to ``save_to_cache`` of that ``ResultCache`` instance (the
   instance's attribute, never the class), so that fit records are written when MTEB writes the
   task's result: MTEB tells a model neither that a task starts nor that it ended.
+- :func:`locked_result_cache`: a ``ResultCache`` whose ``save_to_cache`` (public) holds a lock, because it writes the
+  task result and ``model_meta.json`` in place: a second process evaluating into the same folder (a study's
+  workers) would otherwise read a half-written file.
 - :class:`PairScoredSTS`: overrides ``AbsTaskSTS._evaluate_subset`` and ``_calculate_scores`` (MTEB's
   extension points for subclasses, underscored) to add the "wmean" protocol and keep the per-pair
   cosines of the offline STS tasks.
@@ -44,6 +47,7 @@ raises one sentence, before any of the internals above is touched.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
@@ -250,6 +254,31 @@ def result_destination() -> tuple[ResultCache, ModelMeta] | None:
         cache = next((value for value in values if isinstance(value, ResultCache)), None)
         return (cache, meta) if cache is not None else None
     return None
+
+
+@functools.cache
+def _locked_cache_class() -> type:
+    from mteb.cache import ResultCache
+
+    class LockedResultCache(ResultCache):
+        """MTEB's result cache; each save holds the lock the instance was made with."""
+
+        def __init__(self, cache_path: Path, lock: Callable[[], contextlib.AbstractContextManager[Any]]) -> None:
+            super().__init__(cache_path)
+            self.lock = lock
+
+        def save_to_cache(self, *args: Any, **kwargs: Any) -> Any:
+            with self.lock():
+                return super().save_to_cache(*args, **kwargs)
+
+    return LockedResultCache
+
+
+def locked_result_cache(folder: Path, lock: Callable[[], contextlib.AbstractContextManager[Any]]) -> ResultCache:
+    """MTEB's ``ResultCache`` of ``folder`` whose every ``save_to_cache`` (the task result, then ``model_meta.json``,
+    each written in place) runs inside ``lock()``; readers of those files that take the same lock never see one
+    half-written."""
+    return _locked_cache_class()(folder, lock)
 
 
 class _SaveWithListeners:

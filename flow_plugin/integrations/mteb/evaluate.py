@@ -202,9 +202,8 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
                     batch_size: int, command: str) -> ModelEvaluation:
     """One model over ``tasks`` into ``output``: the folder made ready, MTEB's evaluation, the records."""
     import mteb
-    from mteb.cache import ResultCache
 
-    from flow_plugin.integrations.mteb.compat import fresh_evaluator_state
+    from flow_plugin.integrations.mteb.compat import fresh_evaluator_state, locked_result_cache
 
     meta = model.mteb_model_meta
     store = ResultStore(output)
@@ -215,7 +214,7 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
         fresh_evaluator_state(task)
         model.fits.remember(task)  # its fit reads this task object's text
     try:
-        result = mteb.evaluate(model, list(tasks), cache=ResultCache(output),
+        result = mteb.evaluate(model, list(tasks), cache=locked_result_cache(output, store.writing),
                                overwrite_strategy="always" if overwrite else "only-missing",
                                encode_kwargs={"batch_size": batch_size}, co2_tracker=False, show_progress_bar=True)
     except BaseException:  # failed or interrupted: what it wrote has no run record, so it is no result

@@ -5,6 +5,7 @@ An output folder holds MTEB's results and what flow-plugin keeps with them::
 
     <output>/
       flow-plugin-runs.jsonl                  run records: hardware and settings of each result (.runs)
+      .flow-plugin-results.lock               the write lock MTEB's saves and our readers hold (.writing)
       results/<model>/<revision>/[experiments/<name>/]
         <Task>.json, model_meta.json          MTEB's own files (.files)
         flow-plugin-fits/<Task>.fits.json     what each calibrator was fitted on (.fits)

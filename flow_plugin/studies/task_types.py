@@ -216,20 +216,28 @@ class _Plan:
     evaluator_seeds: tuple[int, ...]
 
     def job(self, run: Any, task: Any) -> StepJob:
-        from dataclasses import asdict as fields_of
-
         from flow_plugin.data.sampling import DEFAULT_MAX_FIT_SENTENCES
 
         kwargs = dict(run.kwargs)
         if run.model != self.spec.model_name("raw") and self.max_fit_sentences != DEFAULT_MAX_FIT_SENTENCES:
             kwargs["max_fit_sentences"] = self.max_fit_sentences
-        return StepJob(run.model, run.label, run.seed, kwargs, task.metadata.name,
-                       None if self.data is None else str(self.data), str(self.output), fields_of(self.options),
-                       self.overwrite, self.evaluator_seeds)
+        return StepJob(run.model, run.label, run.seed, kwargs, task.metadata.name, self.data_root, str(self.output),
+                       asdict(self.options), self.overwrite, self.evaluator_seeds)
 
     @property
     def jobs(self) -> list[StepJob]:
         return [self.job(run, task) for task in self.tasks for run in self.runs]
+
+    @property
+    def warm_up_arguments(self) -> tuple[Any, ...]:
+        """:func:`warm_fit_samples`' arguments, plain and picklable."""
+        return (self.spec.name, [task.metadata.name for task in self.tasks], self.data_root, asdict(self.options),
+                self.max_fit_sentences)
+
+    @property
+    def data_root(self) -> str | None:
+        """The data root as a worker receives it (a step's job, the warm-up)."""
+        return None if self.data is None else str(self.data)
 
     @property
     def first(self) -> list[StepJob]:
@@ -269,8 +277,7 @@ def _run_plan(plan: _Plan, report: StudyReport, workers: int, progress: Callable
             _run_first_apart(plan, first, report, landed)
         elif first:
             run_steps(first, 1, landed)
-            report.warm_up = warm_fit_samples(plan.spec.name, [task.metadata.name for task in plan.tasks], plan.data,
-                                              asdict(plan.options), plan.max_fit_sentences)
+            report.warm_up = warm_fit_samples(*plan.warm_up_arguments)
         run_steps(list(job_order(rest, _cost)), workers, lambda steps: landed(steps, workers > 1))
     finally:
         bar.close()
@@ -286,13 +293,11 @@ def _run_first_apart(plan: _Plan, first: list[StepJob], report: StudyReport, lan
     with process_pool(1, threads=process_threads()) as pool:
         for future in [pool.submit(run_step, job) for job in first]:  # one process: they run in this order
             landed(future.result(), True)
-        report.warm_up = pool.submit(warm_fit_samples, plan.spec.name, [task.metadata.name for task in plan.tasks],
-                                     None if plan.data is None else str(plan.data), asdict(plan.options),
-                                     plan.max_fit_sentences).result()
+        report.warm_up = pool.submit(warm_fit_samples, *plan.warm_up_arguments).result()
     report.worker_cpu_seconds += sum(spent["cpu"] for spent in report.warm_up.values())
 
 
-def warm_fit_samples(backbone: str, tasks: Sequence[str], data: Any, options: dict[str, Any],
+def warm_fit_samples(backbone: str, tasks: Sequence[str], data: str | None, options: dict[str, Any],
                      max_fit_sentences: int) -> dict[str, dict[str, float]]:
     """Encode the fit sample of every task (the one every calibrator draws: same cap, same seed) of the registry
     ``backbone`` into the study's embedding cache (``options``' cache folder) with this process's threads, so
@@ -308,7 +313,7 @@ def warm_fit_samples(backbone: str, tasks: Sequence[str], data: Any, options: di
         for name in tasks:
             model = registry_model(RegistryModel(spec, "sn"), max_fit_sentences=max_fit_sentences,
                                    **{key: value for key, value in options.items() if value is not None})
-            model.prepare(load_task(name, None if data is None else str(data)))
+            model.prepare(load_task(name, data))
     clear_shared_encoders()  # the workers read the cache; this process lets its copy go
     return times.as_dict()
 

@@ -116,6 +116,23 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
                        show_progress_bar=False)
 
 
+@pytest.mark.slow
+def test_a_board_after_a_second_run_has_a_row_for_every_calibrator_in_the_folder(
+        tiny_minilm_backbone: str, small_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Results's recipe: a study in two runs into one folder, the second with --board, gives a board of both runs'
+    rows (the second run's --calibrators name what it runs, not what the board shows)."""
+    from flow_plugin.cli.main import main as cli_main
+
+    common = ["task-types", "-b", tiny_minilm_backbone, "--data", str(small_root), "--output-folder",
+              str(tmp_path / "study"), "--tasks", TASKS[1], "--workers", "1"]
+    assert cli_main([*common, "--calibrators", "raw", "whiten"]) == 0
+    board = tmp_path / "board.json"
+    assert cli_main([*common, "--calibrators", "sn", "--board", str(board)]) == 0
+    rows = [row["calibrator"] for row in json.loads(board.read_text(encoding="utf-8"))["rows"]]
+    assert sorted(rows) == ["raw", "sn", "whiten"]
+    capsys.readouterr()
+
+
 def test_study_refuses_unknown_names_before_running(tmp_path: Path) -> None:
     from flow_plugin.studies.task_types import run_task_types
 

@@ -49,8 +49,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_encoder_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="recompute finished results")
     parser.add_argument("--board", type=Path, default=None, metavar="JSON",
-                        help="then build the backbone's task-types board from the output folder: JSON, Markdown and "
-                             "HTML (e.g. leaderboards/task-types-minilm-l6.json)")
+                        help="then build the backbone's task-types board from the output folder, a row for every "
+                             "calibrator with results there (this run's and earlier ones'): JSON, Markdown and HTML "
+                             "(e.g. leaderboards/task-types-minilm-l6.json)")
     parser.add_argument("--board-only", action="store_true",
                         help="build the --board from the results already in the output folder; run nothing")
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     if args.board is not None and not failed:
         _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks,
-                               calibrators=args.calibrators or STUDY_CALIBRATORS, study=report.totals())
+                               study=report.totals())
         print(f"task-types board written: {', '.join(str(path) for path in paths)}")
     return 1 if failed else 0
 

@@ -40,6 +40,18 @@ def _cluster_items(rng: np.random.Generator, n: int = 200, noise: float = 0.3) -
     return ItemScores(_meta("C", "Clustering", "v_measure"), {"gold": gold, "draws": draws, "assignments": assignments})
 
 
+def _one_class_items(rng: np.random.Generator) -> ItemScores:
+    """Clustering with a single gold class (its entropy 0: homogeneity 1 by definition)."""
+    items = _cluster_items(rng)
+    return ItemScores(items.meta, {**items.arrays, "gold": np.zeros_like(items.arrays["gold"])})
+
+
+def _one_cluster_items(rng: np.random.Generator) -> ItemScores:
+    """Clustering that puts every item in one cluster (its entropy 0: completeness 1, V-measure 0)."""
+    items = _cluster_items(rng)
+    return ItemScores(items.meta, {**items.arrays, "assignments": np.zeros_like(items.arrays["assignments"])})
+
+
 def _class_items(rng: np.random.Generator, n: int = 400, accuracy: float = 0.7) -> ItemScores:
     gold = rng.integers(0, 3, n)
     predictions = np.where(rng.random((4, n)) < accuracy, gold[None, :], (gold[None, :] + 1) % 3)
@@ -52,7 +64,8 @@ def _query_items(rng: np.random.Generator, n: int = 150, level: float = 0.6) -> 
                        "ndcg_cut_10": np.clip(rng.normal(level, 0.2, n), 0, 1)})
 
 
-@pytest.mark.parametrize("make", [_pair_items, _cluster_items, _class_items, _query_items])
+@pytest.mark.parametrize("make", [_pair_items, _cluster_items, _one_class_items, _one_cluster_items, _class_items,
+                                  _query_items])
 def test_a_resample_scores_what_scikit_learn_scores_on_the_drawn_items(make) -> None:
     """Weights of ones give the task's own score (:func:`main_score_of`); weights drawn from a resample give the
     score scikit-learn computes on the resampled items themselves (ties, repeated items and all)."""

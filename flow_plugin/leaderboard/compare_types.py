@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import statistics
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -115,7 +116,8 @@ def resampled_scores(items: ItemScores, weights: np.ndarray) -> np.ndarray:
         if name != "v_measure":
             raise LeaderboardError(f"{items.meta['task']}: a bootstrap of {name} is not supported (v_measure is)")
         gold, draws, assignments = arrays["gold"], arrays["draws"], arrays["assignments"]
-        values = [_v_measure(gold[level][draws[level, run]], assignments[level, run], weights[:, draws[level, run]])
+        by_item = np.ascontiguousarray(weights.T)  # (items, resamples), shared by every experiment
+        values = [_v_measure(gold[level][draws[level, run]], assignments[level, run], draws[level, run], by_item)
                   for level in range(draws.shape[0]) for run in range(draws.shape[1])]
         return np.mean(values, axis=0)
     raise LeaderboardError(f"{items.meta['task']}: unknown task type {kind!r}")
@@ -137,32 +139,42 @@ def _average_precision(scores: np.ndarray, gold: np.ndarray, weights: np.ndarray
     return np.divide((gained * precision).sum(axis=1), total, out=np.zeros_like(total), where=total > 0)
 
 
-def _v_measure(gold: np.ndarray, assigned: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """scikit-learn's V-measure (beta 1) of each weighted resample of one clustering experiment."""
+def _v_measure(gold: np.ndarray, assigned: np.ndarray, drawn: np.ndarray, by_item: np.ndarray) -> np.ndarray:
+    """scikit-learn's V-measure (beta 1) of each resample of one clustering experiment: the experiment's test
+    items ``drawn`` (rows of ``by_item``, (items, resamples): how often each resample drew each item), with their
+    ``gold`` and ``assigned`` labels."""
     import numpy as np
     from scipy import sparse  # scipy loads with the bootstrap, like numpy
 
     _, classes = np.unique(gold, return_inverse=True)
     _, clusters = np.unique(assigned, return_inverse=True)
-    joint, cells = np.unique(classes * (clusters.max() + 1) + clusters, return_inverse=True)
-    n, k, c = weights.shape[1], classes.max() + 1, clusters.max() + 1
-    counts = np.asarray(weights @ sparse.csr_matrix((np.ones(n), (np.arange(n), cells)), shape=(n, joint.size)))
-    cell_class, cell_cluster = joint // c, joint % c
-    by_class = np.asarray(counts @ sparse.csr_matrix((np.ones(joint.size), (np.arange(joint.size), cell_class)),
-                                                     shape=(joint.size, k)))
-    by_cluster = np.asarray(counts @ sparse.csr_matrix((np.ones(joint.size), (np.arange(joint.size), cell_cluster)),
-                                                       shape=(joint.size, c)))
-    total = counts.sum(axis=1, keepdims=True)
+    c = clusters.max() + 1
+    joint, cells = np.unique(classes * c + clusters, return_inverse=True)
 
-    def entropy(table: np.ndarray) -> np.ndarray:
-        p = np.divide(table, total, out=np.zeros_like(table), where=total > 0)
-        return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=1)
+    def summed(groups: np.ndarray, n_groups: int, table: Any) -> np.ndarray:
+        """(groups, resamples): the rows of ``table`` summed by group (an item drawn twice counts twice)."""
+        return np.asarray(sparse.csr_matrix((np.ones(groups.size), (groups, np.arange(groups.size))),
+                                            shape=(n_groups, groups.size)) @ table)
 
-    h_class, h_cluster, h_joint = entropy(by_class), entropy(by_cluster), entropy(counts)
+    counts = summed(cells, joint.size, by_item[drawn])  # (class, cluster) cells x resamples
+    h_joint, h_class, h_cluster = (_entropy(table) for table in (
+        counts, summed(joint // c, classes.max() + 1, counts), summed(joint % c, c, counts)))
     homogeneity = np.where(h_class > 0, 1.0 - (h_joint - h_cluster) / np.where(h_class > 0, h_class, 1.0), 1.0)
     completeness = np.where(h_cluster > 0, 1.0 - (h_joint - h_class) / np.where(h_cluster > 0, h_cluster, 1.0), 1.0)
     both = homogeneity + completeness
     return np.divide(2.0 * homogeneity * completeness, both, out=np.zeros_like(both), where=both > 0)
+
+
+def _entropy(counts: np.ndarray) -> np.ndarray:
+    """Each column's entropy in nats, from its counts: log N - sum(n log n) / N; exactly 0 where at most one cell
+    is drawn."""
+    import numpy as np
+
+    total = counts.sum(axis=0)
+    spread = counts.max(axis=0) < total
+    n = np.where(spread, total, 1.0)
+    return np.where(spread, np.log(n) - (counts * np.log(counts, out=np.zeros_like(counts), where=counts > 0)).sum(axis=0) / n,
+                    0.0)
 
 
 def _same_items(task: str, first: ItemScores, other: ItemScores) -> None:
@@ -312,9 +324,10 @@ def _resampled(by_row: _ByRow, calibrators: list[str], tasks: list[str], evaluat
     row and evaluator seed of a task) and the evaluator seeds (with replacement, the same for every row, so the
     rows stay paired), and averages the drawn seeds' resampled scores."""
     import numpy as np
+    from tqdm.auto import tqdm
 
     out: dict[str, dict[Any, dict[str, Any]]] = {cal: {s: {} for s in by_row[cal]} for cal in calibrators}
-    for task in tasks:
+    for task in tqdm(tasks, desc="board: bootstrap", unit="task", file=sys.stderr, disable=None):
         reference = first[task].items
         size = n_items(reference)
         generator = np.random.default_rng(_task_seed(seed, task))

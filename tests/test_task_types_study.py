@@ -131,6 +131,13 @@ def test_a_board_after_a_second_run_has_a_row_for_every_calibrator_in_the_folder
     rows = [row["calibrator"] for row in json.loads(board.read_text(encoding="utf-8"))["rows"]]
     assert sorted(rows) == ["raw", "sn", "whiten"]
     capsys.readouterr()
+    # a row without a result of a task the folder has: the study's results stay, the board says which row and how
+    common[common.index("--tasks") + 1:common.index("--tasks") + 2] = TASKS
+    assert cli_main([*common, "--calibrators", "raw", "sn", "--evaluator-seeds", "1", "--board", str(board)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"flow-plugin task-types: error: tiny: not every row has a result of {TASKS[0]} (rows lacking one: whiten); "
+        "finish the study (flow-plugin task-types reuses the results it has), or build the board of fewer rows or "
+        "tasks (--board-only with --calibrators or --tasks)")
 
 
 def test_study_refuses_unknown_names_before_running(tmp_path: Path) -> None:

@@ -289,8 +289,12 @@ def _task_columns(by_row: _ByRow, raw: dict[str, dict[int, Any]], backbone: str
     common = set.intersection(*(set(runs) for runs in every))
     missing = sorted({task for runs in every for task in runs} - common)
     if missing:
-        raise LeaderboardError(f"{backbone}: not every row has a result of {', '.join(missing)}; finish the study "
-                               "(flow-plugin task-types reuses the results it has) or leave those tasks out")
+        lacking = [cal for cal, seeds in by_row.items() if any(task not in runs for runs in seeds.values()
+                                                               for task in missing)]
+        raise LeaderboardError(f"{backbone}: not every row has a result of {', '.join(missing)} (rows lacking one: "
+                               f"{', '.join(lacking)}); finish the study (flow-plugin task-types reuses the results "
+                               "it has), or build the board of fewer rows or tasks (--board-only with --calibrators "
+                               "or --tasks)")
     kind = {task: next(iter(raw[task].values())).task_type for task in common}
     types: dict[str, list[str]] = {}
     for task in sorted(common, key=lambda t: (TYPE_ORDER.index(kind[t]) if kind[t] in TYPE_ORDER else len(TYPE_ORDER),

@@ -119,7 +119,7 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
 @pytest.mark.slow
 def test_a_board_after_a_second_run_has_a_row_for_every_calibrator_in_the_folder(
         tiny_minilm_backbone: str, small_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Results's recipe: a study in two runs into one folder, the second with --board, gives a board of both runs'
+    """Results' recipe: a study in two runs into one folder, the second with --board, gives a board of both runs'
     rows (the second run's --calibrators name what it runs, not what the board shows)."""
     from flow_plugin.cli.main import main as cli_main
 

@@ -173,8 +173,8 @@ def _entropy(counts: np.ndarray) -> np.ndarray:
     total = counts.sum(axis=0)
     spread = counts.max(axis=0) < total
     n = np.where(spread, total, 1.0)
-    return np.where(spread, np.log(n) - (counts * np.log(counts, out=np.zeros_like(counts), where=counts > 0)).sum(axis=0) / n,
-                    0.0)
+    n_log_n = (counts * np.log(counts, out=np.zeros_like(counts), where=counts > 0)).sum(axis=0)
+    return np.where(spread, np.log(n) - n_log_n / n, 0.0)
 
 
 def _same_items(task: str, first: ItemScores, other: ItemScores) -> None:

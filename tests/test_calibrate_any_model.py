@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -237,6 +238,27 @@ def test_a_name_neither_mteb_nor_the_registry_knows_is_one_error_naming_the_ways
                                         r"spell a local folder as ./no-such-org/no-such-model"):
         flow_plugin.calibrate("no-such-org/no-such-model", "flow")
 
+
+
+@pytest.mark.parametrize(("folder", "message"), [
+    ("missing", "no such folder"), ("empty", "not a sentence-transformers folder (no modules.json or config.json")])
+def test_a_folder_that_is_not_a_saved_model_is_named_as_such(folder: str, message: str, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / folder}: {message}")):
+        flow_plugin.calibrate(str(tmp_path / folder), "flow")
+
+
+@pytest.mark.slow
+def test_mteb_run_of_a_folder_that_is_not_a_saved_model_ends_in_one_line(tmp_path: Path) -> None:
+    """MTEB calls our loader for the spelled name; the loader's error is the process's last line, not a traceback."""
+    done = subprocess.run(["mteb", "run", "-m", f"flow_plugin/{tmp_path / 'nowhere'}-flow", "-t", "STS12",
+                           "--output-folder", str(tmp_path / "out"), "--no-co2-tracker"], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"flow-plugin: error: {tmp_path / 'nowhere'}: no such folder ({tmp_path / 'nowhere'}); give the folder a "
+        "SentenceTransformer was saved to")
 
 
 # ------------------------------------------------------------------ as a user runs it: a local folder with prompts

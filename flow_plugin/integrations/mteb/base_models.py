@@ -166,6 +166,8 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
                          "backbones only; the model's own loader decides how it encodes")
     if is_folder(base):
         folder = Path(base).expanduser().resolve()
+        if not folder.is_dir():
+            raise InputError(f"{base}: no such folder ({folder}); give the folder a SentenceTransformer was saved to")
         if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
             raise InputError(f"{base}: not a sentence-transformers folder (no modules.json or config.json in "
                              f"{folder}); give the folder a SentenceTransformer was saved to")
@@ -288,7 +290,7 @@ def _from_mteb(base: str, look_up: Any) -> Any:
 def load_registry_name(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:
     """MTEB's loader of every registered ``flow_plugin/`` entry: MTEB passes the backbone's name and the
     calibrator among the keywords."""
-    return load_calibrated(model_name.removeprefix(MODEL_PREFIX), revision, **kwargs)
+    return _load_for_mteb(model_name.removeprefix(MODEL_PREFIX), revision, **kwargs)
 
 
 def calibrate(model: Any, calibrator: str = "flow", **settings: Any) -> Any:
@@ -302,7 +304,19 @@ def calibrate(model: Any, calibrator: str = "flow", **settings: Any) -> Any:
 
 def _load_spelled(base: str, name: str, revision: str | None = None, **kwargs: Any) -> Any:
     """MTEB's loader of a spelled name: MTEB passes the base's own name; the spelling says what to load."""
-    return load_calibrated(base, revision, **kwargs)
+    return _load_for_mteb(base, revision, **kwargs)
+
+
+def _load_for_mteb(base: str, revision: str | None, **kwargs: Any) -> Any:
+    """:func:`load_calibrated` as MTEB's loaders call it: a flow-plugin error left uncaught (``mteb run -m`` with a
+    missing folder or a bad keyword) ends the process in its one line."""
+    from flow_plugin.integrations.mteb.compat import uncaught_in_one_line
+
+    try:
+        return load_calibrated(base, revision, **kwargs)
+    except FlowPluginError:
+        uncaught_in_one_line(FlowPluginError)
+        raise
 
 
 __all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "calibrate", "is_folder", "load_base", "load_calibrated",

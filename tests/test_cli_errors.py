@@ -46,6 +46,22 @@ def test_bad_eval_arguments_are_one_line_errors(
     assert re.search(message, err), err
 
 
+@pytest.mark.parametrize("command", ["task-types", "bench"])
+@pytest.mark.parametrize(("folder", "message"), [
+    ("missing", "no such folder"), ("empty", "not a sentence-transformers folder")])
+def test_a_study_of_a_folder_without_a_model_stops_before_it_runs(
+        command: str, folder: str, message: str, shared_data_dir: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """One line and exit 2 up front, and no output folder: not one failure per calibrator and task."""
+    (tmp_path / "empty").mkdir()
+    output = tmp_path / "out"
+    code, err = run_cli([command, "-b", str(tmp_path / folder), "--output-folder", str(output),
+                         "--data", str(shared_data_dir / ("senteval" if command == "bench" else ""))], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith(f"flow-plugin {command}: error: {tmp_path / folder}: {message}"), err
+    assert not output.exists()
+
+
 def test_a_bad_auto_precision_variable_is_one_line_naming_it(
     senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

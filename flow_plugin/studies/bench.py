@@ -46,11 +46,11 @@ from typing import Any
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET, FitCorpus
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
-from flow_plugin.studies.runs import Run, expand_runs
+from flow_plugin.studies.runs import Run, expand_runs, loadable_base
 from flow_plugin._io import make_output_folder
 from flow_plugin.results import ResultStore
 from flow_plugin.data.tasks import OFFLINE_TASKS
-from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_base
+from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.integrations.mteb.evaluate import evaluate_models
 from flow_plugin.leaderboard import update_leaderboard
@@ -156,7 +156,7 @@ def run_bench(
 
 
     started = time.perf_counter()
-    spec = get_base(backbone)
+    spec = loadable_base(backbone)
     methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
     if methods == ["all"]:
         methods = list(MODEL_NAME_SUFFIXES)

@@ -107,4 +107,18 @@ def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Seque
     return tuple(runs)
 
 
-__all__ = ["Run", "default_seed", "expand_runs"]
+def loadable_base(name: str) -> Any:
+    """:func:`~flow_plugin.catalog.registry.get_base` of ``name``, once a base outside the registry is known to
+    load (a local folder holding a saved model; a name MTEB's registry or the Hugging Face Hub knows), so that a
+    study of a mistyped base ends in one line before it runs, not in one failure per result."""
+    from flow_plugin.catalog.registry import ForeignBase, get_base
+
+    spec = get_base(name)
+    if isinstance(spec, ForeignBase):
+        from flow_plugin.integrations.mteb.base_models import base_meta
+
+        base_meta(spec.name)
+    return spec
+
+
+__all__ = ["Run", "default_seed", "expand_runs", "loadable_base"]

@@ -154,14 +154,14 @@ def run_task_types(
     run too, written to ``senteval-transfer.json``.
     """
     from flow_plugin._io import make_output_folder
-    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_base
+    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES
     from flow_plugin.data.sampling import check_cap
     from flow_plugin.encoding.options import EncoderOptions
     from flow_plugin.studies.bench import bench_cache_dir
-    from flow_plugin.studies.runs import expand_runs
+    from flow_plugin.studies.runs import expand_runs, loadable_base
 
     started, cpu_started = time.perf_counter(), time.process_time()
-    spec = get_base(backbone)
+    spec = loadable_base(backbone)
     unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")

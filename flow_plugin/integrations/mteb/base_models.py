@@ -155,6 +155,18 @@ def is_folder(base: str) -> bool:
     return base.startswith(("/", "./", "../", "~")) or os.path.isabs(base)
 
 
+def model_folder(base: str) -> Path:
+    """The absolute folder a base spelled as a folder names, once it holds a saved model (``modules.json`` or
+    ``config.json``); else a one-line :class:`~flow_plugin.errors.InputError` saying what it is instead."""
+    folder = Path(base).expanduser().resolve()
+    if not folder.is_dir():
+        raise InputError(f"{base}: no such folder ({folder}); give the folder a SentenceTransformer was saved to")
+    if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
+        raise InputError(f"{base}: not a sentence-transformers folder (no modules.json or config.json in "
+                         f"{folder}); give the folder a SentenceTransformer was saved to")
+    return folder
+
+
 def load_base(base: str, revision: str | None = None, device: str | None = None, **encoder_options: Any) -> Any:
     """The base model a spelling names: a registry backbone, a local sentence-transformers folder, or a model
     MTEB loads by name (with its own prompts); ``encoder_options`` reach a registry backbone only."""
@@ -165,15 +177,10 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
         raise InputError(f"{base}: the encoder options {', '.join(sorted(encoder_options))} apply to registry "
                          "backbones only; the model's own loader decides how it encodes")
     if is_folder(base):
-        folder = Path(base).expanduser().resolve()
-        if not folder.is_dir():
-            raise InputError(f"{base}: no such folder ({folder}); give the folder a SentenceTransformer was saved to")
-        if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
-            raise InputError(f"{base}: not a sentence-transformers folder (no modules.json or config.json in "
-                             f"{folder}); give the folder a SentenceTransformer was saved to")
         from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
-        return with_call_cache(SentenceTransformerEncoderWrapper(str(folder), revision=revision, device=device))
+        return with_call_cache(SentenceTransformerEncoderWrapper(str(model_folder(base)), revision=revision,
+                                                                 device=device))
     import mteb
 
     return with_call_cache(_from_mteb(base, lambda: mteb.get_model(base, revision, device=device)))
@@ -248,12 +255,14 @@ def resolve_spelling(name: str) -> Any:
             parse_model_name(name)  # a registry model added since MTEB's registry was built, or close names
         except RegistryError as error:
             raise UnknownModelError(str(error)) from None
-    base_meta = _base_meta(base)
-    meta = calibrated_meta(base_meta, calibrator)
+    meta = calibrated_meta(base_meta(base), calibrator)
     return meta.model_copy(update={"loader": functools.partial(_load_spelled, base), "loader_kwargs": {}})
 
 
-def _base_meta(base: str) -> Any:
+def base_meta(base: str) -> Any:
+    """MTEB's ``ModelMeta`` of a base (a registry backbone, a local folder, a model MTEB's registry or the Hub
+    knows), without loading its weights; a base that cannot be loaded is a one-line error (a missing folder, an
+    unknown name with close names)."""
     from mteb.models.model_meta import ModelMeta
 
     if base in default_registry():
@@ -261,7 +270,7 @@ def _base_meta(base: str) -> Any:
 
         return backbone_meta(default_registry()[base], load_registry_name)
     if is_folder(base):
-        return ModelMeta.create_empty(overwrites={"name": str(Path(base).expanduser().resolve())})
+        return ModelMeta.create_empty(overwrites={"name": str(model_folder(base))})
     import mteb
 
     return _from_mteb(base, lambda: mteb.get_model_meta(base, fetch_from_hf=True))
@@ -319,5 +328,5 @@ def _load_for_mteb(base: str, revision: str | None, **kwargs: Any) -> Any:
         raise
 
 
-__all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "calibrate", "is_folder", "load_base", "load_calibrated",
-           "load_registry_name", "registry_model", "resolve_spelling", "with_call_cache"]
+__all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "base_meta", "calibrate", "is_folder", "load_base",
+           "load_calibrated", "load_registry_name", "model_folder", "registry_model", "resolve_spelling", "with_call_cache"]

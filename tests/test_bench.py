@@ -170,7 +170,9 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
 def test_bench_rejects_bad_arguments(senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = ["bench", "--data", str(senteval_dir), "--output-folder", str(tmp_path), "--no-leaderboard"]
     assert cli_main([*base, "-b", "minilm-l7"]) == 2
-    assert "unknown backbone 'minilm-l7'" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "unknown backbone 'minilm-l7'" in said
+    assert "Any other base is an MTEB model name (org/name) or a local folder (./minilm-l7 or an absolute path)" in said
     assert cli_main([*base, "-b", BACKBONE, "--tasks", "STS13"]) == 2
     assert "unknown task(s) STS13" in capsys.readouterr().err
     assert cli_main([*base, "-b", BACKBONE, "--calibrators", "pca"]) == 2

@@ -141,7 +141,11 @@ def get_base(name: str, registry: dict[str, BackboneSpec] | None = None) -> Back
         return ForeignBase(str(Path(short).expanduser().resolve()))
     if "/" in short:
         return ForeignBase(short)
-    return get_backbone(name, registry)
+    try:
+        return get_backbone(name, registry)
+    except RegistryError as error:
+        raise RegistryError(f"{error} Any other base is an MTEB model name (org/name) or a local folder "
+                            f"(./{short} or an absolute path)") from None
 
 
 # ---------------------------------------------------------------------------- the validated file

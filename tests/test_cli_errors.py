@@ -62,6 +62,20 @@ def test_a_study_of_a_folder_without_a_model_stops_before_it_runs(
     assert not output.exists()
 
 
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--workers", "0", "workers must be a positive number of processes (1 runs every step in this process), got 0"),
+    ("--workers", "-2", "workers must be a positive number of processes (1 runs every step in this process), got -2"),
+    ("--evaluator-seeds", "0", "evaluator_seeds must be a positive number of seeds, got 0; give --evaluator-seeds 1"),
+])
+def test_a_study_refuses_a_count_below_one(flag: str, value: str, message: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A count below one is an error up front, not a study run in this process as if it were 1."""
+    output = tmp_path / "out"
+    code, err = run_cli(["task-types", "-b", "minilm-l6", flag, value, "--output-folder", str(output)], capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not output.exists()
+
+
 def test_a_bad_auto_precision_variable_is_one_line_naming_it(
     senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -166,9 +166,9 @@ def run_task_types(
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
     check_cap(max_fit_sentences, 0)
-    if isinstance(evaluator_seeds, bool) or not isinstance(evaluator_seeds, int) or evaluator_seeds < 1:
-        raise RegistryError(f"evaluator_seeds must be a positive number of seeds, got {evaluator_seeds!r}; give "
-                            "--evaluator-seeds 1 or more")
+    _check_count("evaluator_seeds", evaluator_seeds, "seeds")
+    if workers is not None:
+        _check_count("workers", workers, "processes (1 runs every step in this process)")
     runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     task_objects = study_tasks(data, tasks)
     output = make_output_folder(output_folder)
@@ -193,6 +193,12 @@ def run_task_types(
         report.senteval = run_transfer(spec.name, arguments.pop("task_path"), **arguments)
     _save(report, started, cpu_started)
     return report
+
+
+def _check_count(name: str, value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RegistryError(f"{name} must be a positive number of {what}, got {value!r}; give "
+                            f"--{name.replace('_', '-')} 1 or more")
 
 
 def default_workers() -> int:

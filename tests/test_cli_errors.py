@@ -76,6 +76,18 @@ def test_a_study_refuses_a_count_below_one(flag: str, value: str, message: str, 
     assert not output.exists()
 
 
+def test_a_study_on_a_device_this_machine_lacks_stops_before_it_runs(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from flow_plugin._machine import cuda_available
+
+    if cuda_available():
+        pytest.skip("this machine has CUDA")
+    output = tmp_path / "out"
+    code, err = run_cli(["task-types", "-b", "minilm-l6", "--device", "cuda", "--output-folder", str(output)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "no usable CUDA device" in err, err
+    assert not output.exists()
+
+
 def test_a_bad_auto_precision_variable_is_one_line_naming_it(
     senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

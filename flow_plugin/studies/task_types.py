@@ -154,6 +154,7 @@ def run_task_types(
     run too, written to ``senteval-transfer.json``.
     """
     from flow_plugin._io import make_output_folder
+    from flow_plugin._machine import resolve_device
     from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES
     from flow_plugin.data.sampling import check_cap
     from flow_plugin.encoding.options import EncoderOptions
@@ -166,6 +167,8 @@ def run_task_types(
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
     check_cap(max_fit_sentences, 0)
+    if options is not None and options.device is not None:
+        resolve_device(options.device)  # a device this machine lacks: one line now, not at the first encoding
     _check_count("evaluator_seeds", evaluator_seeds, "seeds")
     if workers is not None:
         _check_count("workers", workers, "processes (1 runs every step in this process)")

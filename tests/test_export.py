@@ -23,7 +23,7 @@ from flow_plugin.calibration import CALIBRATOR_METHODS, GENTLE_CALIBRATORS, make
 from flow_plugin.catalog.registry import RegistryModel, parse_backbone_file, parse_model_name
 from flow_plugin.catalog.builders import build_encoder
 from flow_plugin.encoding.options import EncoderOptions
-from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, LeaderboardError, RegistryError
+from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, LeaderboardError, OutputError, RegistryError
 from flow_plugin.leaderboard import Leaderboard, Row, TaskScore, benchmark_row, empty_leaderboard
 from flow_plugin.integrations.sentence_transformers import export_model
 from flow_plugin.integrations.sentence_transformers import export as export_module
@@ -414,6 +414,9 @@ def test_bad_input_is_a_one_line_error_naming_the_remedy(minilm_path: Path, expo
     with pytest.raises(InputError, match="holds no sentence-transformers model"):
         export_model("flow_plugin/minilm-l6-whiten", fit_corpus.parent, fit_corpus=fit_corpus, overwrite=True)
     assert fit_corpus.is_file()
+    under_a_file = fit_corpus / "x" / "out"  # before any fit, not a FileExistsError after it
+    with pytest.raises(OutputError, match=f"cannot write the export folder {under_a_file}: {fit_corpus} is a file"):
+        export_model("flow_plugin/minilm-l6-whiten", under_a_file, fit_corpus=fit_corpus)
 
 
 def test_cli_errors_are_one_line(minilm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -25,8 +25,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from flow_plugin._io import file_lock
-from flow_plugin.errors import InputError
+from flow_plugin._io import file_lock, output_errors
+from flow_plugin.errors import InputError, OutputError
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,10 @@ def check_destination(destination: Path, *, overwrite: bool) -> None:
     holds a model)."""
     if destination.is_file():
         raise InputError(f"--out {destination} is a file; give a folder path that does not exist yet")
+    existing = next(folder for folder in Path(os.path.abspath(destination)).parents if folder.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        problem = "is a file, not a folder" if not existing.is_dir() else "is not writable"
+        raise OutputError(f"cannot write the export folder {destination}: {existing} {problem}; choose another folder")
     if not destination.is_dir() or not any(destination.iterdir()):
         return
     if not overwrite:
@@ -84,7 +88,8 @@ def staged_folder(destination: str | os.PathLike[str], *, overwrite: bool = Fals
     error, the staging folder becomes ``destination``; otherwise it is removed."""
     destination = Path(os.path.abspath(destination))  # "." has no name and no parent of its own; links are kept
     check_destination(destination, overwrite=overwrite)
-    destination.parent.mkdir(parents=True, exist_ok=True)
+    with output_errors(destination, "export folder"):
+        destination.parent.mkdir(parents=True, exist_ok=True)
     remove_killed_stages(destination)
     stage = destination.parent / f".{destination.name}.{secrets.token_hex(6)}.partial"
     lock = stage.with_name(stage.name + ".lock")

@@ -137,7 +137,7 @@ def test_a_board_after_a_second_run_has_a_row_for_every_calibrator_in_the_folder
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"flow-plugin task-types: error: tiny: not every row has a result of {TASKS[0]} (rows lacking one: whiten); "
         "finish the study (flow-plugin task-types reuses the results it has), or build the board of fewer rows or "
-        "tasks (--board-only with --calibrators or --tasks)")
+        "tasks (build_board's calibrators= or tasks=; on the command line, --board-only with --calibrators or --tasks)")
     kept = [path for path in (tmp_path / "study").rglob(f"{TASKS[0]}.json") if "calibrator_sn_" in path.parent.name]
     assert len(kept) == 1  # the run's own result is kept
 

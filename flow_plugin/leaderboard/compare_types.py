@@ -293,8 +293,8 @@ def _task_columns(by_row: _ByRow, raw: dict[str, dict[int, Any]], backbone: str
                                                                for task in missing)]
         raise LeaderboardError(f"{backbone}: not every row has a result of {', '.join(missing)} (rows lacking one: "
                                f"{', '.join(lacking)}); finish the study (flow-plugin task-types reuses the results "
-                               "it has), or build the board of fewer rows or tasks (--board-only with --calibrators "
-                               "or --tasks)")
+                               "it has), or build the board of fewer rows or tasks (build_board's calibrators= or "
+                               "tasks=; on the command line, --board-only with --calibrators or --tasks)")
     kind = {task: next(iter(raw[task].values())).task_type for task in common}
     types: dict[str, list[str]] = {}
     for task in sorted(common, key=lambda t: (TYPE_ORDER.index(kind[t]) if kind[t] in TYPE_ORDER else len(TYPE_ORDER),

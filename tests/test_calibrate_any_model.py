@@ -219,6 +219,7 @@ def test_mtebs_random_encoder_runs_calibrated_on_every_task_type(subset_root: Pa
     ("random", "flow", {"max_fit_sentence": 10}, TypeError, "did you mean 'max_fit_sentences'"),
     ("random", "flow", {"calibrator_params": {"n_layer": 2}}, TypeError, "no hyper-parameter 'n_layer'"),
     ("random", "soft-whiten", {"calibrator_params": {"strength": -3}}, ValueError, r"strength must be a number in \[0, 1\]"),
+    ("random", "flow", {"calibrator_params": {"seed": "7"}}, ValueError, "FlowCalibrator seed must be an int >= 0, got '7'"),
     ("calibrated", "whiten", {}, ValueError, r"already calibrated \(.*-sn\); calibrate its base instead"),
 ])
 def test_calibrate_refuses_what_it_cannot_honour_before_any_text_is_encoded(

@@ -152,6 +152,12 @@ def test_flow_is_deterministic_for_a_seed(train: np.ndarray, heldout: np.ndarray
     other = FlowCalibrator(seed=6, show_progress_bar=False).fit(train).transform(heldout)
     np.testing.assert_array_equal(first, second)
     assert not np.allclose(first, other)
+    # a NumPy integer is the same seed (scikit-learn users pass them); a seed that is not an int >= 0 is refused
+    numpy_seed = FlowCalibrator(seed=np.int64(5), show_progress_bar=False).fit(train).transform(heldout)
+    np.testing.assert_array_equal(first, numpy_seed)
+    for bad in ("5", -1, 5.0, True):
+        with pytest.raises(InputError, match=f"FlowCalibrator seed must be an int >= 0, got {bad!r}"):
+            FlowCalibrator(seed=bad).fit(train)
 
 
 def test_flow_structure_follows_official_config(fitted_flow: FlowCalibrator) -> None:

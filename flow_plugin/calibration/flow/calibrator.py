@@ -43,7 +43,7 @@ def member_seeds(seed: int, ensemble: int) -> list[int]:
     >>> member_seeds(1234, 5), member_seeds(1235, 5), member_seeds(1234, 1)
     ([6170, 6171, 6172, 6173, 6174], [6175, 6176, 6177, 6178, 6179], [1234])
     """
-    return [seed * ensemble + member for member in range(ensemble)]
+    return [int(seed) * ensemble + member for member in range(ensemble)]
 
 
 class FlowCalibrator(Calibrator, method="flow"):
@@ -196,6 +196,8 @@ class FlowCalibrator(Calibrator, method="flow"):
             0 <= self.validation_fraction < 0.5
         ):
             raise InputError(f"FlowCalibrator validation_fraction must be in [0, 0.5), got {self.validation_fraction!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise InputError(f"FlowCalibrator seed must be an int >= 0, got {self.seed!r}")
         for name in ("n_levels", "depth", "hidden_features", "batch_size", "init_samples", "patience", "ensemble"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -10,6 +10,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from flow_plugin.calibration import (
+    CALIBRATOR_NAMES,
     NATSV,
     Centering,
     FlowCalibrator,
@@ -19,6 +20,7 @@ from flow_plugin.calibration import (
     StandardNormalization,
     StandardNormalizationNATSV,
     Whitening,
+    make_calibrator,
 )
 
 ESTIMATORS = [
@@ -72,3 +74,19 @@ def test_clone_set_params_and_pipeline_compose_like_any_sklearn_transformer() ->
     pipeline = make_pipeline(StandardNormalization(), NATSV(n_components=2)).fit(X)
     ours = StandardNormalizationNATSV(n_components=2).fit(X)
     np.testing.assert_allclose(pipeline.transform(X), ours.transform(X), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", CALIBRATOR_NAMES)
+def test_numpy_numbers_as_hyper_parameters_fit_what_python_numbers_fit(name: str) -> None:
+    """A hyper-parameter read from a NumPy array or a grid (``np.int64(3)``, ``np.float32(0.5)``) is the same value:
+    accepted, and the same fit bit for bit (torch takes sizes and seeds as Python ints only)."""
+    X = np.random.default_rng(0).normal(size=(200, 16)).astype(np.float32)
+    params = make_calibrator(name).get_params()
+    params.update({"n_components": 8} if params.get("n_components", 0) is None else {})
+    params.update({"epochs": 0.05} if "epochs" in params else {})
+    as_numpy = {key: np.int64(value) if isinstance(value, int) and not isinstance(value, bool)
+                else np.float32(value) if isinstance(value, float) and key != "learning_rate"
+                else value for key, value in params.items()}
+    python_fit = type(make_calibrator(name))(**params).fit(X).transform(X)
+    numpy_fit = type(make_calibrator(name))(**as_numpy).fit(X).transform(X)
+    np.testing.assert_array_equal(numpy_fit, python_fit)

@@ -319,7 +319,8 @@ class Whitening(Calibrator, method="whiten"):
             _check_n_components(self, n_features, minimum=1)
         shrinkage = self.shrinkage
         if shrinkage != "auto" and (
-            isinstance(shrinkage, bool) or not isinstance(shrinkage, (int, float)) or not 0 <= shrinkage <= 1
+            isinstance(shrinkage, bool) or not isinstance(shrinkage, (int, float, np.integer, np.floating))
+            or not 0 <= shrinkage <= 1
         ):
             raise InputError(f"Whitening shrinkage must be a number in [0, 1] or 'auto', got {shrinkage!r}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from typing import Any
 
 from typing import TYPE_CHECKING
@@ -43,7 +44,7 @@ def member_seeds(seed: int, ensemble: int) -> list[int]:
     >>> member_seeds(1234, 5), member_seeds(1235, 5), member_seeds(1234, 1)
     ([6170, 6171, 6172, 6173, 6174], [6175, 6176, 6177, 6178, 6179], [1234])
     """
-    return [int(seed) * ensemble + member for member in range(ensemble)]
+    return [int(seed) * int(ensemble) + member for member in range(int(ensemble))]
 
 
 class FlowCalibrator(Calibrator, method="flow"):
@@ -192,18 +193,18 @@ class FlowCalibrator(Calibrator, method="flow"):
             raise InputError(f"coupling must be one of {COUPLINGS}, got {self.coupling!r}")
         if not isinstance(self.whiten_first, bool):
             raise InputError(f"FlowCalibrator whiten_first must be True or False, got {self.whiten_first!r}")
-        if isinstance(self.validation_fraction, bool) or not isinstance(self.validation_fraction, (int, float)) or not (
+        if isinstance(self.validation_fraction, bool) or not isinstance(self.validation_fraction, numbers.Real) or not (
             0 <= self.validation_fraction < 0.5
         ):
             raise InputError(f"FlowCalibrator validation_fraction must be in [0, 0.5), got {self.validation_fraction!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise InputError(f"FlowCalibrator seed must be an int >= 0, got {self.seed!r}")
         for name in ("n_levels", "depth", "hidden_features", "batch_size", "init_samples", "patience", "ensemble"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise InputError(f"FlowCalibrator {name} must be a positive int, got {value!r}")
         if self.whiten_components is not None and (
-            isinstance(self.whiten_components, bool) or not isinstance(self.whiten_components, int)
+            isinstance(self.whiten_components, bool) or not isinstance(self.whiten_components, numbers.Integral)
             or not 1 <= self.whiten_components <= n_features
         ):
             raise InputError(f"FlowCalibrator whiten_components must be None or an int in 1..{n_features}, "
@@ -225,18 +226,20 @@ class FlowCalibrator(Calibrator, method="flow"):
         from flow_plugin.calibration.flow.glow import build_glow
 
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed if seed is None else seed)
-            return build_glow(n_features, n_levels=self.n_levels, depth=self.depth,
-                              hidden_features=self.hidden_features, permutation=self.permutation,
+            torch.manual_seed(int(self.seed if seed is None else seed))
+            return build_glow(n_features, n_levels=int(self.n_levels), depth=int(self.depth),
+                              hidden_features=int(self.hidden_features), permutation=self.permutation,
                               coupling=self.coupling)
 
     def _settings(self, seed: int) -> Any:
         # torch loads when a flow is trained
         from flow_plugin.calibration.flow.train import TrainingSettings
 
-        return TrainingSettings(epochs=self.epochs, batch_size=self.batch_size, learning_rate=self.learning_rate,
-                                weight_decay=self.weight_decay, clip_grad_norm=self.clip_grad_norm,
-                                init_samples=self.init_samples, seed=seed)
+        # plain Python numbers (torch refuses NumPy integers as sizes and seeds)
+        return TrainingSettings(epochs=float(self.epochs), batch_size=int(self.batch_size),
+                                learning_rate=float(self.learning_rate), weight_decay=float(self.weight_decay),
+                                clip_grad_norm=self.clip_grad_norm, init_samples=int(self.init_samples),
+                                seed=int(seed))
 
     # ------------------------------------------------------------ fitting
     def _fit(self, X: np.ndarray) -> None:

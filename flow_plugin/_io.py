@@ -189,8 +189,21 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def plain_json_value(value: Any) -> Any:
+    """``json.dumps``'s ``default``: a NumPy scalar (``np.int64(3)``, a hyper-parameter from a grid) as the Python
+    number it holds; anything else is JSON's usual error.
+
+    >>> import numpy as np; json.dumps({"seed": np.int64(3), "strength": np.float32(0.5)}, default=plain_json_value)
+    '{"seed": 3, "strength": 0.5}'
+    """
+    if getattr(value, "shape", None) == () and callable(getattr(value, "item", None)):
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, ensure_ascii=False) + "\n")
+    return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, ensure_ascii=False,
+                                              default=plain_json_value) + "\n")
 
 
 @contextlib.contextmanager

@@ -232,6 +232,15 @@ def test_calibrate_refuses_what_it_cannot_honour_before_any_text_is_encoded(
         flow_plugin.calibrate(base, calibrator, **settings)
 
 
+def test_numpy_numbers_as_settings_are_the_same_experiment_as_python_numbers() -> None:
+    """MTEB refuses NumPy scalars in an experiment's kwargs; the seed np.int64(3) is the seed 3, filed in one folder."""
+    base = mteb.get_model("mteb/baseline-random-encoder")
+    as_numpy = flow_plugin.calibrate(base, "flow", calibrator_params={"seed": np.int64(3), "epochs": np.float32(0.5)},
+                                     max_fit_sentences=np.int64(1000))
+    as_python = flow_plugin.calibrate(base, "flow", calibrator_params={"seed": 3, "epochs": 0.5}, max_fit_sentences=1000)
+    assert as_numpy.mteb_model_meta.experiment_name == as_python.mteb_model_meta.experiment_name
+
+
 def test_a_name_neither_mteb_nor_the_registry_knows_is_one_error_naming_the_ways_to_spell_a_model() -> None:
     """Offline (as here) MTEB looks the name up on the Hub and fails with a network error; the user gets
     what the name is not and how a local folder is spelled, with the Hub's reason in the same line."""

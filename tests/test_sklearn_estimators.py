@@ -77,9 +77,9 @@ def test_clone_set_params_and_pipeline_compose_like_any_sklearn_transformer() ->
 
 
 @pytest.mark.parametrize("name", CALIBRATOR_NAMES)
-def test_numpy_numbers_as_hyper_parameters_fit_what_python_numbers_fit(name: str) -> None:
+def test_numpy_numbers_as_hyper_parameters_fit_what_python_numbers_fit(name: str, tmp_path) -> None:
     """A hyper-parameter read from a NumPy array or a grid (``np.int64(3)``, ``np.float32(0.5)``) is the same value:
-    accepted, and the same fit bit for bit (torch takes sizes and seeds as Python ints only)."""
+    accepted, the same fit bit for bit (torch takes sizes and seeds as Python ints only), and saved and loaded."""
     X = np.random.default_rng(0).normal(size=(200, 16)).astype(np.float32)
     params = make_calibrator(name).get_params()
     params.update({"n_components": 8} if params.get("n_components", 0) is None else {})
@@ -88,5 +88,9 @@ def test_numpy_numbers_as_hyper_parameters_fit_what_python_numbers_fit(name: str
                 else np.float32(value) if isinstance(value, float) and key != "learning_rate"
                 else value for key, value in params.items()}
     python_fit = type(make_calibrator(name))(**params).fit(X).transform(X)
-    numpy_fit = type(make_calibrator(name))(**as_numpy).fit(X).transform(X)
-    np.testing.assert_array_equal(numpy_fit, python_fit)
+    fitted = type(make_calibrator(name))(**as_numpy).fit(X)
+    np.testing.assert_array_equal(fitted.transform(X), python_fit)
+    fitted.save(tmp_path / "numpy.npz")
+    loaded = type(fitted).load(tmp_path / "numpy.npz")
+    assert loaded.get_params() == {key: getattr(value, "item", lambda: value)() for key, value in as_numpy.items()}
+    np.testing.assert_array_equal(loaded.transform(X), python_fit)

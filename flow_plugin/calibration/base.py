@@ -42,7 +42,7 @@ from sklearn.base import clone as sklearn_clone
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from flow_plugin._io import atomic_write_bytes
+from flow_plugin._io import atomic_write_bytes, plain_json_value
 from flow_plugin._validation import check_embeddings
 from flow_plugin.calibration.names import CALIBRATOR_LABELS, resolve_name
 from flow_plugin.calibration.stability import MIN_COSINE_STABILITY, is_rounding_noise
@@ -314,7 +314,7 @@ class Calibrator(TransformerMixin, BaseEstimator):
         }
         arrays = {f"state/{key}": np.asarray(value) for key, value in self._get_state().items()}
         buffer = io.BytesIO()
-        np.savez(buffer, **{_HEADER_KEY: np.array(json.dumps(header))}, **arrays)
+        np.savez(buffer, **{_HEADER_KEY: np.array(json.dumps(header, default=plain_json_value))}, **arrays)
         atomic_write_bytes(path, buffer.getvalue())
 
     @classmethod

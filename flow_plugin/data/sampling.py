@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,11 +117,11 @@ def check_cap(cap: Any, seed: Any) -> tuple[int, int]:
     ...
     flow_plugin.errors.InputError: max_fit_sentences must be a positive int, got 0
     """
-    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+    if isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < 1:
         raise InputError(f"max_fit_sentences must be a positive int, got {cap!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise InputError(f"fit_seed must be an int >= 0, got {seed!r}")
-    return cap, seed
+    return int(cap), int(seed)
 
 
 def _hasher(seed: int) -> Callable[[str], int]:

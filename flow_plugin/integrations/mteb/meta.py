@@ -9,6 +9,7 @@ results are filed in ``experiments/calibrator_flow/`` under the backbone's folde
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from mteb.models.model_meta import ModelMeta, ScoringFunction
 
 from flow_plugin.integrations.mteb.compat import registered_model
 
+from flow_plugin._io import plain_json_value
 from flow_plugin.calibration.names import calibrator_method
 from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry
 
@@ -55,7 +57,8 @@ def calibrated_meta(base: ModelMeta, calibrator: str, calibrator_params: dict[st
         return base
     kwargs = {**dict(base.experiment_kwargs or {}), "calibrator": calibrator}
     if calibrator_params:
-        kwargs["calibrator_params"] = dict(calibrator_params)
+        # plain JSON values: MTEB names the experiment folder from them (np.int64(3) is the seed 3)
+        kwargs["calibrator_params"] = json.loads(json.dumps(dict(calibrator_params), default=plain_json_value))
     update: dict[str, Any] = {"experiment_kwargs": kwargs, "similarity_fn_name": ScoringFunction.COSINE}
     if embed_dim is not None:
         update["embed_dim"] = embed_dim

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn import config_context
 from sklearn.base import clone
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -74,6 +75,17 @@ def test_clone_set_params_and_pipeline_compose_like_any_sklearn_transformer() ->
     pipeline = make_pipeline(StandardNormalization(), NATSV(n_components=2)).fit(X)
     ours = StandardNormalizationNATSV(n_components=2).fit(X)
     np.testing.assert_allclose(pipeline.transform(X), ours.transform(X), rtol=0, atol=1e-5)
+
+    # output feature names, as every scikit-learn transformer gives them; the embeddings stay float32 arrays even
+    # where scikit-learn is set to give DataFrames (MTEB and our other routes read arrays)
+    fitted = make_pipeline(StandardNormalization(), Whitening(n_components=4)).fit(X)
+    assert list(fitted.get_feature_names_out()) == ["whitening0", "whitening1", "whitening2", "whitening3"]
+    plain = fitted.transform(X)
+    with config_context(transform_output="pandas"):
+        under_pandas = Whitening(n_components=4).fit(X)
+        assert isinstance(under_pandas.transform(X), np.ndarray) and under_pandas.transform(X).dtype == np.float32
+        assert isinstance(StandardNormalization().fit_transform(X), np.ndarray)
+    assert plain.dtype == np.float32
 
 
 @pytest.mark.parametrize("name", CALIBRATOR_NAMES)

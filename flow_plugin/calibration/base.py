@@ -37,7 +37,7 @@ import zipfile
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.base import clone as sklearn_clone
 from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.utils.validation import check_is_fitted
@@ -112,7 +112,7 @@ def count_distinct_rows(X: np.ndarray) -> int:
     return int(np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1])))).shape[0])
 
 
-class Calibrator(TransformerMixin, BaseEstimator):
+class Calibrator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """Base class. A calibrator class declares its method (``class Whitening(Calibrator, method="whiten")``),
     which enters it in the registry, and implements ``_fit``/``_transform`` (and ``_inverse_transform``
     where the map is invertible)."""
@@ -125,7 +125,9 @@ class Calibrator(TransformerMixin, BaseEstimator):
     def __init_subclass__(cls, method: str | None = None, **kwargs: Any) -> None:
         """Enter a class that declares ``method`` in :data:`CALIBRATOR_CLASSES`: one of the methods of
         :data:`~flow_plugin.calibration.names.CALIBRATOR_LABELS`, each declared by one class."""
-        super().__init_subclass__(**kwargs)
+        # embeddings leave as float32 arrays whatever scikit-learn's output config says (no set_output wrapping):
+        # the MTEB, SentEval and export routes read them as arrays, also under a user's transform_output="pandas"
+        super().__init_subclass__(**{"auto_wrap_output_keys": None, **kwargs})
         if method is None:
             return  # a subclass of a calibrator keeps its method and does not replace it in the registry
         if method not in CALIBRATOR_LABELS:
@@ -265,6 +267,11 @@ class Calibrator(TransformerMixin, BaseEstimator):
     def n_features_out_(self) -> int:
         self._check_is_fitted()
         return self.output_width(self.n_features_in_)
+
+    @property
+    def _n_features_out(self) -> int:
+        """scikit-learn's name of the output width: ``get_feature_names_out`` and ``set_output`` read it."""
+        return self.n_features_out_
 
     def output_width(self, n_features: int) -> int:
         """Width of the calibrated embeddings for ``n_features``-dimensional inputs (known before ``fit``)."""

@@ -202,3 +202,15 @@ def test_a_full_disk_is_named_as_the_cause(
     assert "Traceback" not in captured.err and "interrupted write" not in captured.err + captured.out
     assert re.search(rf"cannot write [^\n]*{re.escape(written)}: no space left on device \(ENOSPC\); free some "
                      r"space there or choose another", err), err
+
+
+@pytest.mark.slow
+def test_eval_of_a_local_folder_says_the_precision_it_ran_at(minilm_path: Path, senteval_dir: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A model MTEB's loader loads reports the dtype its module ran in (float32 on a CPU), not "precision None"."""
+    name = f"flow_plugin/{minilm_path}-sn"
+    assert cli_main(["eval", "-m", name, "--data", str(senteval_dir), "-t", "SentEvalSTS16",
+                     "--output-folder", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{name}\tprecision float32" in lines and not any(line.endswith("precision None") for line in lines), lines
+

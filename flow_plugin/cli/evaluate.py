@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     evaluations = evaluate_models(args.model, args.data, args.task, args.output_folder, options=options,
                                   model_kwargs=kwargs, overwrite=args.overwrite)
     for evaluation in evaluations:
-        print(f"{evaluation.model}\tprecision {evaluation.precision}")
+        if evaluation.precision is not None:
+            print(f"{evaluation.model}\tprecision {evaluation.precision}")
         for run in evaluation.runs:
             origin = "computed now" if run.status == "computed" else f"reused: computed {run.date or 'earlier'}"
             print(f"{run.model}\t{run.task}\tmain_score={run.score:.4f}\t({origin})")

@@ -270,8 +270,10 @@ def _loaded_device_precision(base: Any) -> tuple[str | None, str | None]:
 
 
 def _precision(model: Any) -> str | None:
+    """How the base ran its forward pass: a registry backbone's precision choice, else the dtype of the module a
+    loaded model holds, else None (a mock encoder)."""
     backbone = getattr(getattr(model.base, "encoder", None), "backbone", None)
-    return backbone.precision_choice.describe() if backbone is not None else None
+    return backbone.precision_choice.describe() if backbone is not None else _loaded_device_precision(model.base)[1]
 
 
 __all__ = ["EVALUATOR_SEEDS_FOLDER", "MTEB_SEED", "ModelEvaluation", "TaskRun", "check_model_names", "evaluate_models",

@@ -34,6 +34,7 @@ Examples
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, ClassVar
 
 import numpy as np
@@ -111,7 +112,7 @@ class AutoCalibrator(Calibrator, method="auto"):
         return 2
 
     def _check_params(self, n_features: int) -> None:
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float, np.integer, np.floating)) or not (
+        if isinstance(self.threshold, bool) or not isinstance(self.threshold, numbers.Real) or not (
                 -1.0 <= self.threshold <= 1.0):
             raise InputError(f"AutoCalibrator threshold must be a number in [-1, 1], got {self.threshold!r}")
         if self.task_type is not None and not isinstance(self.task_type, str):

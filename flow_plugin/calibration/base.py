@@ -270,7 +270,7 @@ class Calibrator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
 
     @property
     def _n_features_out(self) -> int:
-        """scikit-learn's name of the output width: ``get_feature_names_out`` and ``set_output`` read it."""
+        """scikit-learn's name of the output width, which ``get_feature_names_out`` reads."""
         return self.n_features_out_
 
     def output_width(self, n_features: int) -> int:

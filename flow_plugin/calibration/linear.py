@@ -28,6 +28,7 @@ True
 from __future__ import annotations
 
 import logging
+import numbers
 
 import numpy as np
 from sklearn.covariance import LedoitWolf, ShrunkCovariance
@@ -319,8 +320,7 @@ class Whitening(Calibrator, method="whiten"):
             _check_n_components(self, n_features, minimum=1)
         shrinkage = self.shrinkage
         if shrinkage != "auto" and (
-            isinstance(shrinkage, bool) or not isinstance(shrinkage, (int, float, np.integer, np.floating))
-            or not 0 <= shrinkage <= 1
+            isinstance(shrinkage, bool) or not isinstance(shrinkage, numbers.Real) or not 0 <= shrinkage <= 1
         ):
             raise InputError(f"Whitening shrinkage must be a number in [0, 1] or 'auto', got {shrinkage!r}")
 

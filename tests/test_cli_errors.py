@@ -76,14 +76,17 @@ def test_a_study_refuses_a_count_below_one(flag: str, value: str, message: str, 
     assert not output.exists()
 
 
-def test_a_study_on_a_device_this_machine_lacks_stops_before_it_runs(tmp_path: Path,
+@pytest.mark.parametrize("command", ["task-types", "bench"])
+def test_a_study_on_a_device_this_machine_lacks_stops_before_it_runs(command: str, shared_data_dir: Path,
+                                                                     tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     from flow_plugin._machine import cuda_available
 
     if cuda_available():
         pytest.skip("this machine has CUDA")
     output = tmp_path / "out"
-    code, err = run_cli(["task-types", "-b", "minilm-l6", "--device", "cuda", "--output-folder", str(output)], capsys)
+    code, err = run_cli([command, "-b", "minilm-l6", "--device", "cuda", "--output-folder", str(output),
+                         "--data", str(shared_data_dir / ("senteval" if command == "bench" else ""))], capsys)
     assert code == 2 and err.count("\n") == 1 and "no usable CUDA device" in err, err
     assert not output.exists()
 

@@ -48,6 +48,7 @@ from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
 from flow_plugin.studies.runs import Run, expand_runs, loadable_base
 from flow_plugin._io import make_output_folder
+from flow_plugin._machine import resolve_device
 from flow_plugin.results import ResultStore
 from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES
@@ -176,8 +177,10 @@ def run_bench(
     models = [spec.model_name(method) for method in dict.fromkeys(methods)]
     task_names = list(dict.fromkeys(task_names))
     data_root = resolve_senteval_root(data)
-    output = make_output_folder(output_folder)
     options = options or EncoderOptions()
+    if options.device is not None:
+        resolve_device(options.device)  # a device this machine lacks: one line now, before the output folder
+    output = make_output_folder(output_folder)
     cache_folder = bench_cache_dir(output, options.cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
     report.runs = expand_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpora=[fit_corpus],

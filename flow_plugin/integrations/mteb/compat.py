@@ -72,7 +72,7 @@ from mteb.abstasks import AbsTask  # noqa: E402 -- after the version check
 from mteb.abstasks.sts import AbsTaskSTS  # noqa: E402
 from mteb.models.model_meta import ModelMeta  # noqa: E402
 
-from flow_plugin.errors import UnknownModelError, UnknownTaskError  # noqa: E402
+from flow_plugin.errors import FlowPluginError, UnknownTaskError  # noqa: E402
 
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
@@ -136,8 +136,8 @@ def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> No
         if isinstance(model, str) and model.startswith(prefix):
             try:
                 return resolve(model)
-            except UnknownModelError:
-                uncaught_in_one_line(UnknownModelError)
+            except FlowPluginError:  # an unknown name (with close names), a folder without a model
+                uncaught_in_one_line(FlowPluginError)
                 raise
         return original(cls, model, *args, **kwargs)
 

@@ -319,13 +319,10 @@ def _load_spelled(base: str, name: str, revision: str | None = None, **kwargs: A
 def _load_for_mteb(base: str, revision: str | None, **kwargs: Any) -> Any:
     """:func:`load_calibrated` as MTEB's loaders call it: a flow-plugin error left uncaught (``mteb run -m`` with a
     missing folder or a bad keyword) ends the process in its one line."""
-    from flow_plugin.integrations.mteb.compat import uncaught_in_one_line
+    from flow_plugin.integrations.mteb.compat import one_line_if_uncaught
 
-    try:
+    with one_line_if_uncaught():
         return load_calibrated(base, revision, **kwargs)
-    except FlowPluginError:
-        uncaught_in_one_line(FlowPluginError)
-        raise
 
 
 __all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "base_meta", "calibrate", "is_folder", "load_base",

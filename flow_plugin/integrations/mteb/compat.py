@@ -134,11 +134,8 @@ def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> No
     @functools.wraps(original)
     def from_hub(cls: type[ModelMeta], model: str, *args: Any, **kwargs: Any) -> ModelMeta:
         if isinstance(model, str) and model.startswith(prefix):
-            try:
+            with one_line_if_uncaught():  # an unknown name (with close names), a folder without a model
                 return resolve(model)
-            except FlowPluginError:  # an unknown name (with close names), a folder without a model
-                uncaught_in_one_line(FlowPluginError)
-                raise
         return original(cls, model, *args, **kwargs)
 
     from_hub._flow_plugin_prefix = prefix  # type: ignore[attr-defined]
@@ -165,6 +162,17 @@ def hint_unknown_tasks(hint: Callable[[], str], module: Any = None) -> None:
 
     get_task._flow_plugin_hint = True  # type: ignore[attr-defined]
     tasks_module.get_task = get_task  # mteb.get_tasks() looks it up here; mteb.get_task is bound after this module
+
+
+@contextlib.contextmanager
+def one_line_if_uncaught() -> Iterator[None]:
+    """A flow-plugin error raised in the block goes on up; left uncaught (under the ``mteb`` command), it ends the
+    process in its one line (:func:`uncaught_in_one_line`)."""
+    try:
+        yield
+    except FlowPluginError:
+        uncaught_in_one_line(FlowPluginError)
+        raise
 
 
 def uncaught_in_one_line(kind: type[BaseException]) -> None:

@@ -258,6 +258,16 @@ def test_a_folder_that_is_not_a_saved_model_is_named_as_such(folder: str, messag
         flow_plugin.calibrate(str(tmp_path / folder), "flow")
 
 
+def test_a_raw_suffix_on_a_missing_folder_or_name_says_how_raw_is_spelled(tmp_path: Path) -> None:
+    """Raw embeddings have no suffix (``flow_plugin/<base>``); ``<base>-raw`` that names nothing says so."""
+    with pytest.raises(ValueError, match=re.escape(f"(raw embeddings have no suffix: flow_plugin/{tmp_path / 'model'})")):
+        flow_plugin.calibrate(str(tmp_path / "model-raw"), "raw")
+    with pytest.raises(KeyError, match=re.escape("(raw embeddings have no suffix: flow_plugin/no-such-org/model)")):
+        flow_plugin.calibrate("no-such-org/model-raw", "raw")
+    with pytest.raises(ValueError, match=r"no such folder \([^)]*\); give"):  # no hint without the suffix
+        flow_plugin.calibrate(str(tmp_path / "model-flow"), "raw")
+
+
 @pytest.mark.slow
 def test_mteb_run_of_a_folder_that_is_not_a_saved_model_ends_in_one_line(tmp_path: Path) -> None:
     """MTEB calls our loader for the spelled name; the loader's error is the process's last line, not a traceback."""

@@ -15,7 +15,9 @@ from flow_plugin.integrations.mteb.evaluate import evaluate_models
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", action="append", required=True, metavar="MODEL",
-                        help="registry model name, e.g. flow_plugin/minilm-l6-flow (repeatable)")
+                        help="flow_plugin/<base>[-<calibrator>] (repeatable): the base a registry backbone "
+                             "(flow_plugin/minilm-l6-flow), an MTEB model name (flow_plugin/intfloat/e5-small-v2-whiten) "
+                             "or a local folder (flow_plugin//data/my-model-flow); no suffix is the raw embeddings")
     parser.add_argument("--data", type=Path, default=None,
                         help="the data folder holding senteval/ (or the SentEval folder itself, containing "
                              "downstream/), needed by the offline tasks (default: $FLOW_PLUGIN_SHARED_DATA)")

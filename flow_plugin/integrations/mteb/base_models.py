@@ -155,12 +155,18 @@ def is_folder(base: str) -> bool:
     return base.startswith(("/", "./", "../", "~")) or os.path.isabs(base)
 
 
+def _raw_hint(base: str) -> str:
+    """For a base spelled with a ``-raw`` suffix: raw embeddings are spelled without one."""
+    return f" (raw embeddings have no suffix: {MODEL_PREFIX}{base.removesuffix('-raw')})" if base.endswith("-raw") else ""
+
+
 def model_folder(base: str) -> Path:
     """The absolute folder a base spelled as a folder names, once it holds a saved model (``modules.json`` or
     ``config.json``); else a one-line :class:`~flow_plugin.errors.InputError` saying what it is instead."""
     folder = Path(base).expanduser().resolve()
     if not folder.is_dir():
-        raise InputError(f"{base}: no such folder ({folder}); give the folder a SentenceTransformer was saved to")
+        raise InputError(f"{base}: no such folder ({folder}){_raw_hint(base)}; give the folder a SentenceTransformer "
+                         "was saved to")
     if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
         raise InputError(f"{base}: not a sentence-transformers folder (no modules.json or config.json in "
                          f"{folder}); give the folder a SentenceTransformer was saved to")
@@ -292,8 +298,8 @@ def _from_mteb(base: str, look_up: Any) -> Any:
         reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
         raise UnknownModelError(
             f"{base}: not a registry backbone, a local folder or a model in MTEB's registry, and looking it up on the "
-            f"Hugging Face Hub failed ({type(error).__name__}{': ' + reason if reason else ''}){hint}; check the name, "
-            f"or spell a local folder as ./{base} or an absolute path") from error
+            f"Hugging Face Hub failed ({type(error).__name__}{': ' + reason if reason else ''}){hint}{_raw_hint(base)}; "
+            f"check the name, or spell a local folder as ./{base} or an absolute path") from error
 
 
 def load_registry_name(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:

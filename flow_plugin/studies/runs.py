@@ -23,6 +23,7 @@ Examples
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,19 @@ def default_seed(backbone: Any, calibrator: str) -> int | None:
     return make_calibrator(calibrator, **backbone.calibrator_params.get(calibrator, {})).get_params().get("seed")
 
 
+def check_count(name: str, value: Any, what: str) -> int:
+    """A count a user gives (``name``, the option ``--name``: seeds, workers) that must be a whole number of 1 or
+    more.
+
+    >>> check_count("workers", 2, "processes")
+    2
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise InputError(f"{name} must be a positive number of {what}, got {value!r}; give "
+                         f"--{name.replace('_', '-')} 1 or more")
+    return int(value)
+
+
 def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Sequence[str] = (TARGET,),
                 seeds: int | Sequence[int] = 1, fit_duplicates: str = DEFAULT_DUPLICATES,
                 precision: str = DEFAULT_PRECISION) -> tuple[Run, ...]:
@@ -80,8 +94,8 @@ def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Seque
     each seed (seeded calibrators only). ``seeds`` is a count (the default seed and the next
     ones, as ``bench --seeds N``) or the seeds themselves (as a sweep file's ``seeds``; empty:
     the default seed); a count below 1 is an error."""
-    if isinstance(seeds, bool) or (isinstance(seeds, int) and seeds < 1):
-        raise InputError(f"seeds must be a positive number of seeds, got {seeds!r}; give --seeds 1 or more")
+    if isinstance(seeds, (bool, numbers.Integral)):
+        seeds = check_count("seeds", seeds, "seeds")
     runs = []
     for calibrator in calibrators:
         model = backbone.model_name(calibrator)

@@ -159,7 +159,7 @@ def run_task_types(
     from flow_plugin.data.sampling import check_cap
     from flow_plugin.encoding.options import EncoderOptions
     from flow_plugin.studies.bench import bench_cache_dir
-    from flow_plugin.studies.runs import expand_runs, loadable_base
+    from flow_plugin.studies.runs import check_count, expand_runs, loadable_base
 
     started, cpu_started = time.perf_counter(), time.process_time()
     spec = loadable_base(backbone)
@@ -169,9 +169,9 @@ def run_task_types(
     check_cap(max_fit_sentences, 0)
     if options is not None and options.device is not None:
         resolve_device(options.device)  # a device this machine lacks: one line now, not at the first encoding
-    _check_count("evaluator_seeds", evaluator_seeds, "seeds")
+    evaluator_seeds = check_count("evaluator_seeds", evaluator_seeds, "seeds")
     if workers is not None:
-        _check_count("workers", workers, "processes (1 runs every step in this process)")
+        workers = check_count("workers", workers, "processes (1 runs every step in this process)")
     runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     task_objects = study_tasks(data, tasks)
     output = make_output_folder(output_folder)
@@ -196,12 +196,6 @@ def run_task_types(
         report.senteval = run_transfer(spec.name, arguments.pop("task_path"), **arguments)
     _save(report, started, cpu_started)
     return report
-
-
-def _check_count(name: str, value: Any, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RegistryError(f"{name} must be a positive number of {what}, got {value!r}; give "
-                            f"--{name.replace('_', '-')} 1 or more")
 
 
 def default_workers() -> int:

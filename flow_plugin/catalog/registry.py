@@ -48,7 +48,7 @@ from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
 from flow_plugin._io import read_toml
 from flow_plugin._validation_errors import describe_validation_error
-from flow_plugin.errors import RegistryError, did_you_mean
+from flow_plugin.errors import InputError, RegistryError, did_you_mean
 from flow_plugin.calibration import calibrator_class, make_calibrator
 
 
@@ -129,6 +129,29 @@ class ForeignBase:
         return spell_model(self.name, calibrator)
 
 
+def is_folder(base: str) -> bool:
+    """Whether a base is spelled as a local folder (absolute, ``./``, ``../`` or ``~``)."""
+    return base.startswith(("/", "./", "../", "~")) or os.path.isabs(base)
+
+
+def raw_spelling_hint(base: str) -> str:
+    """For a base spelled with a ``-raw`` suffix: raw embeddings are spelled without one."""
+    return f" (raw embeddings have no suffix: {MODEL_PREFIX}{base.removesuffix('-raw')})" if base.endswith("-raw") else ""
+
+
+def local_model_folder(base: str) -> Path:
+    """The absolute folder a base spelled as a folder names, once it holds a saved model (``modules.json`` or
+    ``config.json``); else a one-line :class:`~flow_plugin.errors.InputError` saying what it is instead."""
+    folder = Path(base).expanduser().resolve()
+    if not folder.is_dir():
+        raise InputError(f"{base}: no such folder ({folder}){raw_spelling_hint(base)}; give the folder a SentenceTransformer "
+                         "was saved to")
+    if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
+        raise InputError(f"{base}: not a sentence-transformers folder (no modules.json or config.json in "
+                         f"{folder}); give the folder a SentenceTransformer was saved to")
+    return folder
+
+
 def get_base(name: str, registry: dict[str, BackboneSpec] | None = None) -> BackboneSpec | ForeignBase:
     """What a study or bench runs calibrators on: a registry backbone, else an MTEB model name (``org/name``) or a
     local folder (``/...``, ``./...``, ``~/...``: made absolute); any other name is :func:`get_backbone`'s error
@@ -137,7 +160,7 @@ def get_base(name: str, registry: dict[str, BackboneSpec] | None = None) -> Back
     short = name.removeprefix(MODEL_PREFIX)
     if short in known:
         return known[short]
-    if short.startswith(("/", "./", "../", "~")):
+    if is_folder(short):
         return ForeignBase(str(Path(short).expanduser().resolve()))
     if "/" in short:
         return ForeignBase(short)

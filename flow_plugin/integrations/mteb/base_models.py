@@ -30,7 +30,8 @@ import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin.catalog.builders import build_encoder
-from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, spelled_model
+from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, is_folder,
+                                          local_model_folder, raw_spelling_hint, spelled_model)
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
 from flow_plugin.encoding.cache import CallStore, default_cache_dir
 from flow_plugin.encoding.options import EncoderOptions
@@ -150,29 +151,6 @@ def with_call_cache(base: Any, cache_dir: str | os.PathLike[str] | None = None) 
     return base if folder is None else CachedBase(base, folder)
 
 
-def is_folder(base: str) -> bool:
-    """Whether a base is spelled as a local folder (absolute, ``./``, ``../`` or ``~``)."""
-    return base.startswith(("/", "./", "../", "~")) or os.path.isabs(base)
-
-
-def _raw_hint(base: str) -> str:
-    """For a base spelled with a ``-raw`` suffix: raw embeddings are spelled without one."""
-    return f" (raw embeddings have no suffix: {MODEL_PREFIX}{base.removesuffix('-raw')})" if base.endswith("-raw") else ""
-
-
-def model_folder(base: str) -> Path:
-    """The absolute folder a base spelled as a folder names, once it holds a saved model (``modules.json`` or
-    ``config.json``); else a one-line :class:`~flow_plugin.errors.InputError` saying what it is instead."""
-    folder = Path(base).expanduser().resolve()
-    if not folder.is_dir():
-        raise InputError(f"{base}: no such folder ({folder}){_raw_hint(base)}; give the folder a SentenceTransformer "
-                         "was saved to")
-    if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
-        raise InputError(f"{base}: not a sentence-transformers folder (no modules.json or config.json in "
-                         f"{folder}); give the folder a SentenceTransformer was saved to")
-    return folder
-
-
 def load_base(base: str, revision: str | None = None, device: str | None = None, **encoder_options: Any) -> Any:
     """The base model a spelling names: a registry backbone, a local sentence-transformers folder, or a model
     MTEB loads by name (with its own prompts); ``encoder_options`` reach a registry backbone only."""
@@ -185,7 +163,7 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
     if is_folder(base):
         from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
-        return with_call_cache(SentenceTransformerEncoderWrapper(str(model_folder(base)), revision=revision,
+        return with_call_cache(SentenceTransformerEncoderWrapper(str(local_model_folder(base)), revision=revision,
                                                                  device=device))
     import mteb
 
@@ -276,7 +254,7 @@ def base_meta(base: str) -> Any:
 
         return backbone_meta(default_registry()[base], load_registry_name)
     if is_folder(base):
-        return ModelMeta.create_empty(overwrites={"name": str(model_folder(base))})
+        return ModelMeta.create_empty(overwrites={"name": str(local_model_folder(base))})
     import mteb
 
     return _from_mteb(base, lambda: mteb.get_model_meta(base, fetch_from_hf=True))
@@ -298,7 +276,7 @@ def _from_mteb(base: str, look_up: Any) -> Any:
         reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
         raise UnknownModelError(
             f"{base}: not a registry backbone, a local folder or a model in MTEB's registry, and looking it up on the "
-            f"Hugging Face Hub failed ({type(error).__name__}{': ' + reason if reason else ''}){hint}{_raw_hint(base)}; "
+            f"Hugging Face Hub failed ({type(error).__name__}{': ' + reason if reason else ''}){hint}{raw_spelling_hint(base)}; "
             f"check the name, or spell a local folder as ./{base} or an absolute path") from error
 
 
@@ -331,5 +309,5 @@ def _load_for_mteb(base: str, revision: str | None, **kwargs: Any) -> Any:
         return load_calibrated(base, revision, **kwargs)
 
 
-__all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "base_meta", "calibrate", "is_folder", "load_base",
-           "load_calibrated", "load_registry_name", "model_folder", "registry_model", "resolve_spelling", "with_call_cache"]
+__all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "base_meta", "calibrate", "load_base", "load_calibrated",
+           "load_registry_name", "registry_model", "resolve_spelling", "with_call_cache"]

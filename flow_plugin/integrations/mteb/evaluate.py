@@ -81,8 +81,7 @@ def check_model_names(models: list[str]) -> None:
     """Every name is a model spelling (:mod:`.base_models`): a ``flow_plugin/`` name whose registry
     backbone exists (else our registry's error, with close names), or an MTEB model name; a registry
     model written without its ``flow_plugin/`` prefix is an error naming the right spelling."""
-    from flow_plugin.catalog.registry import MODEL_PREFIX, default_registry, parse_model_name, spelled_model
-    from flow_plugin.integrations.mteb.base_models import is_folder
+    from flow_plugin.catalog.registry import MODEL_PREFIX, default_registry, is_folder, parse_model_name, spelled_model
 
     for model_name in models:
         base, _ = spelled_model(model_name)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -380,6 +382,56 @@ def test_mteb_scores_an_exported_whitening_like_the_plugin(minilm_path: Path, fi
     assert export_scores["cosine_spearman"] == pytest.approx(plugin_scores["cosine_spearman"], abs=1e-5)
     assert export_scores["cosine_spearman_wmean"] == pytest.approx(plugin_scores["cosine_spearman_wmean"], abs=1e-5)
     assert 0.3 < export_scores["cosine_spearman"] < 0.9
+
+
+# ------------------------------------------------------------------ a local sentence-transformers folder
+FOLDER_PROMPTS = {"query": "query: ", "document": "passage: "}
+
+
+@pytest.fixture(scope="module")
+def own_folder(minilm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-MiniLM-L6-v2 as a user's own folder: its Normalize module, e5-style prompts, "document" the default."""
+    folder = tmp_path_factory.mktemp("own") / "my-encoder"
+    shutil.copytree(minilm_path, folder)
+    config = folder / "config_sentence_transformers.json"
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    settings.update(prompts=FOLDER_PROMPTS, default_prompt_name="document")
+    config.write_text(json.dumps(settings), encoding="utf-8")
+    return folder
+
+
+@pytest.mark.parametrize("method", ["whiten", "flow"])
+def test_a_local_folder_exports_its_own_modules_and_prompts_then_the_calibrator(method: str, own_folder: Path,
+                                                                              fit_corpus: Path, tmp_path: Path) -> None:
+    result = export_model(f"flow_plugin/{own_folder}-{method}", tmp_path / "out", fit_corpus=fit_corpus,
+                          show_progress_bar=False)
+    base = SentenceTransformer(str(own_folder), device="cpu")
+    exported = SentenceTransformer(str(tmp_path / "out"), device="cpu", trust_remote_code=method == "flow")
+    assert [type(module).__name__ for module in exported][:3] == ["Transformer", "Pooling", "Normalize"]
+    assert exported.prompts == FOLDER_PROMPTS and exported.default_prompt_name == "document"
+    for prompt in ("query", None):  # the folder computes the calibrator on the base's embeddings, any prompt
+        ours = result.calibrator.transform(base.encode(PROBES, prompt_name=prompt))
+        assert relative_difference(ours, exported.encode(PROBES, prompt_name=prompt)) < LINEAR_CALIBRATION_TOLERANCE
+    if method == "whiten":  # fitted on the default prompt's embeddings ("passage: "), not on unprompted ones
+        prompted = base.encode(corpus_sentences()).astype(np.float64).mean(axis=0)
+        unprompted = base.encode(corpus_sentences(), prompt="").astype(np.float64).mean(axis=0)
+        assert np.abs(result.calibrator.mean_ - prompted).max() < 1e-5 < np.abs(prompted - unprompted).max()
+    record = json.loads((tmp_path / "out" / export_module.RECORD_FILE).read_text(encoding="utf-8"))
+    assert record["model"] == result.model == f"flow_plugin/./my-encoder-{method}"
+    assert record["backbone"]["prompts"] == FOLDER_PROMPTS and record["backbone"]["default_prompt_name"] == "document"
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert "`my-encoder`" in card and str(own_folder.parent) not in card + json.dumps(record)
+
+
+def test_a_local_folder_takes_no_registry_encoder_options_and_an_mteb_name_is_not_exported(
+        own_folder: Path, fit_corpus: Path, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"precision apply to registry backbones only; a folder's model runs in"):
+        export_model(f"flow_plugin/{own_folder}-whiten", tmp_path / "a", fit_corpus=fit_corpus, precision="bf16")
+    with pytest.raises(InputError, match=re.escape("not a model MTEB loads by name; save it first (SentenceTransformer"
+                                                   "('intfloat/e5-small-v2').save('my-model')) and export "
+                                                   "flow_plugin/./my-model-whiten")):
+        export_model("flow_plugin/intfloat/e5-small-v2-whiten", tmp_path / "b", fit_corpus=fit_corpus)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 # ------------------------------------------------------------------ bad input, one line each

@@ -1,4 +1,5 @@
-"""``flow-plugin export``: a registry model with its fitted calibrator -> a sentence-transformers folder.
+"""``flow-plugin export``: a registry model or a local folder with its fitted calibrator -> a sentence-transformers
+folder.
 
 One call of :func:`flow_plugin.integrations.sentence_transformers.export_model`; this module
 parses the arguments and prints what was written.
@@ -17,7 +18,9 @@ from flow_plugin.leaderboard.render.card import benchmark_scores
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL", help="registry model name, e.g. flow_plugin/minilm-l6-whiten")
+    parser.add_argument("model", metavar="MODEL", help="flow_plugin/<backbone>-<calibrator> (a registry model, e.g. flow_plugin/minilm-l6-whiten) or "
+                             "flow_plugin/<folder>-<calibrator> (a local sentence-transformers folder: "
+                             "flow_plugin/./my-model-flow or an absolute path)")
     parser.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="the folder to write (must not exist, or be empty; see --overwrite)")
     parser.add_argument("--fit-corpus", type=Path, metavar="FILE",
@@ -35,7 +38,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a larger fit corpus is fitted on a seeded sample of N distinct sentences (default 100000)")
     parser.add_argument("--fit-seed", type=int, default=None, help="seed of that sample (default 0)")
     add_encoder_arguments(parser)
-    parser.epilog = ("The backbone runs in float32 for the fit unless --precision says otherwise: the folder computes "
+    parser.epilog = ("A registry backbone runs in float32 for the fit unless --precision says otherwise (a local "
+                     "folder's model runs as it was saved): the folder computes "
                      "in float32. A linear calibrator loads with SentenceTransformer(DIR) alone; a flow needs "
                      "flow-plugin installed and SentenceTransformer(DIR, trust_remote_code=True).")
 

@@ -17,12 +17,14 @@ from flow_plugin.errors import FlowPluginError
 
 #: verb -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "eval": ("flow_plugin.cli.evaluate", "evaluate registry models on offline SentEval-format STS tasks or MTEB tasks (MTEB result JSON)"),
+    "eval": ("flow_plugin.cli.evaluate", "evaluate models (a registry backbone, an MTEB model or a local folder, with a "
+                                         "calibrator) on offline or MTEB tasks (MTEB result JSON)"),
     "paper": ("flow_plugin.cli.paper", "run every evaluation of the BERT-flow paper (STS all/wmean, QNLI AUC, lexical, isotropy)"),
     "bench": ("flow_plugin.cli.bench", "run all six variants of a backbone over the 7 STS sets and update its leaderboard"),
     "leaderboard": ("flow_plugin.cli.leaderboard", "build leaderboard JSON, Markdown and PNG from MTEB result folders"),
     "sweep": ("flow_plugin.cli.sweep", "run a sweep file (backbones x calibrators x tasks x fit corpora x seeds) on Ray"),
-    "export": ("flow_plugin.cli.export", "write a registry model with its fitted calibrator as a sentence-transformers folder"),
+    "export": ("flow_plugin.cli.export", "write a registry model or a local folder with its fitted calibrator as a "
+                                         "sentence-transformers folder"),
     "task-types": ("flow_plugin.cli.task_types", "run a backbone's calibrators over offline tasks of every MTEB type (results + per-item data)"),
     "senteval": ("flow_plugin.cli.senteval", "run SentEval's transfer tasks (MR ... SICK-E) through SentEval's engine, raw and each calibrator"),
 }

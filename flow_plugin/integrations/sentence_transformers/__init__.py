@@ -1,6 +1,7 @@
-"""Export a calibrated registry model as a sentence-transformers folder.
+"""Export a calibrated registry model or local sentence-transformers folder as a sentence-transformers folder.
 
 - :mod:`.export`: :func:`export_model`, the one call (``flow-plugin export`` runs it);
+- :mod:`.bases`: what it is built on, a registry model or a local folder;
 - :mod:`.modules`: backbone, pooling and calibrator as sentence-transformers modules;
 - :mod:`.affine`: a linear calibrator as a centring and an affine projection (two ``Dense`` layers);
 - :mod:`.flow_module`: :class:`FlowCalibration`, the one custom module (the flow);

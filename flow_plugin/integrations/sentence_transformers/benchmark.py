@@ -24,7 +24,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.errors import LeaderboardError
 
 
@@ -50,11 +49,11 @@ class BenchmarkScores:
         return {**dataclasses.asdict(self), "scores": [dict(score) for score in self.scores]}
 
 
-def check_benchmark(benchmark: BenchmarkScores, registry_model: RegistryModel) -> None:
-    """Scores given to an export must be its model's, at its configuration's revision."""
-    if benchmark.model != registry_model.name or benchmark.revision != registry_model.revision:
+def check_benchmark(benchmark: BenchmarkScores, model: str, revision: str | None) -> None:
+    """Scores given to an export must be its model's, at its configuration's revision (a local folder has none)."""
+    if benchmark.model != model or (revision is not None and benchmark.revision != revision):
+        at = f" at {revision}" if revision is not None else ""
         raise LeaderboardError(
             f"leaderboard row {benchmark.row!r} is of {benchmark.model} at revision {benchmark.revision}, not of "
-            f"{registry_model.name} at {registry_model.revision}; pass that model's row "
-            "(flow_plugin.leaderboard.benchmark_scores(board, model))"
+            f"{model}{at}; pass that model's row (flow_plugin.leaderboard.benchmark_scores(board, model))"
         )

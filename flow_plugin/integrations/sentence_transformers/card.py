@@ -30,7 +30,8 @@ def _front_matter(record: dict[str, Any]) -> list[str]:
     lines += [f"- {tag}" for tag in tags]
     if backbone.get("license"):
         lines.append(f"license: {backbone['license']}")
-    lines += [f"base_model: {backbone['hub_id']}", "---", ""]
+    lines += [f"base_model: {backbone['hub_id']}"] if backbone.get("hub_id") else []
+    lines += ["---", ""]
     return lines
 
 
@@ -146,25 +147,41 @@ def _benchmark(record: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _backbone(record: dict[str, Any]) -> list[str]:
+    backbone = record["backbone"]
+    if not backbone.get("hub_id"):  # a local sentence-transformers folder
+        prompts = backbone.get("prompts") or {}
+        default = backbone.get("default_prompt_name")
+        return ["## Base model", "",
+                f"- the local sentence-transformers folder `{backbone['folder']}`: its modules, prompts and similarity "
+                f"function as it saved them; max_seq_length {backbone['max_seq_length']}",
+                "- prompts: " + (", ".join(f"`{name}` = {_value(text)}" for name, text in prompts.items()) or "none")
+                + (f"; the default, `{default}`, is what the fit corpus was embedded with" if default else
+                   "; the fit corpus was embedded without a prompt"), ""]
+    return ["## Backbone", "",
+            f"- `{backbone['hub_id']}`" + (f" at revision `{backbone['revision']}`" if backbone.get("revision") else "")
+            + (f": {backbone['description']}" if backbone.get("description") else ""),
+            f"- pooling {backbone['pooling']!r}, max_seq_length {backbone['max_seq_length']}, "
+            f"{backbone['layers_kept']} of {backbone['layers_total']} transformer layers kept",
+            f"- flow-plugin registry model `{record['model']}`, configuration revision `{record['revision']}`", ""]
+
+
 def render_card(record: dict[str, Any]) -> str:
     """``README.md`` for an export folder, from its provenance record."""
     backbone = record["backbone"]
     calibrator = record["calibrator"]
+    base = (f"`{backbone['hub_id']}` with {backbone['pooling']!r} pooling" if backbone.get("hub_id") else
+            f"The sentence-transformers model `{backbone['folder']}`")
     lines = _front_matter(record)
     lines += [f"# {record['model']} (sentence-transformers export)", "",
-              f"`{backbone['hub_id']}` with {backbone['pooling']!r} pooling and the **{calibrator['method']}** calibrator "
+              f"{base} and the **{calibrator['method']}** calibrator "
               f"fitted by flow-plugin (BERT-flow, Li et al., EMNLP 2020, arXiv 2011.05864, and its SN, NATSV and "
               f"whitening baselines), exported by flow-plugin {record['versions']['flow-plugin']} as a "
               "sentence-transformers folder.", ""]
     lines += _usage(record)
     lines += ["## Modules", ""]
     lines += [f"{index}. {description}" for index, description in enumerate(record["modules"])]
-    lines += ["", "## Backbone", "",
-              f"- `{backbone['hub_id']}`" + (f" at revision `{backbone['revision']}`" if backbone.get("revision") else "")
-              + (f": {backbone['description']}" if backbone.get("description") else ""),
-              f"- pooling {backbone['pooling']!r}, max_seq_length {backbone['max_seq_length']}, "
-              f"{backbone['layers_kept']} of {backbone['layers_total']} transformer layers kept",
-              f"- flow-plugin registry model `{record['model']}`, configuration revision `{record['revision']}`", ""]
+    lines += ["", *_backbone(record)]
     lines += _calibrator(record)
     lines += _fit_corpus(record)
     lines += _agreement(record)

@@ -1,14 +1,14 @@
-"""Export a registry model with a fitted calibrator as a sentence-transformers folder.
+"""Export a model with a fitted calibrator as a sentence-transformers folder.
 
-:func:`export_model` fits the calibrator of a registry model (``flow_plugin/<backbone>-<method>``)
-on a sentence file exactly as the MTEB model does with ``fit_corpus=<that file>`` (the same seeded
-sample of a large file, canonical order, duplicate policy and small-sample rule:
-:func:`flow_plugin.catalog.fitting.fit_calibrator`), or takes a saved calibrator file, and writes
-a folder that ``SentenceTransformer(folder)`` loads (modules: :mod:`.modules`). Before the folder
-is moved into place it is loaded back and its embeddings are compared with flow-plugin's own;
-the figures go into the model card (:mod:`.card`) and ``flow_plugin_export.json``.
+:func:`export_model` fits the calibrator of a registry model (``flow_plugin/<backbone>-<method>``) or of a local
+sentence-transformers folder (``flow_plugin/./<folder>-<method>``; :mod:`.bases`) on a sentence file exactly as
+the MTEB model does with ``fit_corpus=<that file>`` (the same seeded sample of a large file, canonical order,
+duplicate policy and small-sample rule: :func:`flow_plugin.catalog.fitting.fit_calibrator`), or takes a saved
+calibrator file, and writes a folder that ``SentenceTransformer(folder)`` loads (modules: :mod:`.modules`). Before
+the folder is moved into place it is loaded back and its embeddings are compared with the base's calibrated by
+flow-plugin; the figures go into the model card (:mod:`.card`) and ``flow_plugin_export.json``.
 
-The fit runs in float32 by default (``precision=``), the precision the folder computes in.
+A registry backbone's fit runs in float32 by default (``precision=``), the precision the folder computes in.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from flow_plugin.calibration import Calibrator, calibrator_class
 from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, FitSettings, read_sentence_file
 from flow_plugin.catalog.registry import RegistryModel
-from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, sample_corpus
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError, did_you_mean
+from flow_plugin.integrations.sentence_transformers.bases import ExportBase, export_base
 from flow_plugin.integrations.sentence_transformers.benchmark import BenchmarkScores, check_benchmark
 from flow_plugin.integrations.sentence_transformers.card import SENSITIVE_CALIBRATOR, render_card
 from flow_plugin.integrations.sentence_transformers.folder import check_destination, staged_folder
@@ -124,16 +124,17 @@ def _read_fit_corpus(path: Path) -> list[str]:
             from None
 
 
-def _load_calibrator(path: Path, registry_model: RegistryModel) -> Calibrator:
+def _load_calibrator(path: Path, base: ExportBase) -> Calibrator:
     """The calibrator file, checked against the model's method and width (``Calibrator.load``)."""
-    method_class = calibrator_class(registry_model.calibrator)
-    assert method_class is not None  # a resolved registry model names a known calibrator
+    method_class = calibrator_class(base.calibrator)
+    if method_class is None:
+        raise CalibratorFileError(f"{base.name}: no calibrator is named {base.calibrator!r}")
     try:
-        return method_class.load(path, n_features=registry_model.backbone.embedding_dim)
+        return method_class.load(path, n_features=base.embedding_dim)
     except CalibratorFileError as error:
         raise CalibratorFileError(
             f"{error}; --calibrator (calibrator_path=) must hold a {method_class.method} calibrator fitted on "
-            f"{registry_model.backbone.name}'s {registry_model.backbone.embedding_dim}-dimensional embeddings for {registry_model.name}"
+            f"{base.label}'s {base.embedding_dim}-dimensional embeddings for {base.name}"
         ) from None
 
 
@@ -164,7 +165,7 @@ def cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(cosines(ours) - cosines(theirs)).max())
 
 
-def _agreement(folder: Path, registry_model: RegistryModel, calibrator: Calibrator, options: EncoderOptions,
+def _agreement(folder: Path, base: ExportBase, calibrator: Calibrator, options: EncoderOptions,
                corpus: list[str] | None, needs_flow_plugin: bool, calibration_modules: int) -> dict[str, Any]:
     """Load the written folder with sentence-transformers and compare it with flow-plugin (float32
     backbone, the calibrator) on a few sentences: the pooled embeddings, the calibration modules (the
@@ -175,13 +176,13 @@ def _agreement(folder: Path, registry_model: RegistryModel, calibrator: Calibrat
 
     probes = list(dict.fromkeys([*_PROBE_SENTENCES, *(corpus or [])[: AGREEMENT_SENTENCES * 2]]))
     probes = probes[: len(_PROBE_SENTENCES) + AGREEMENT_SENTENCES]
-    reference_encoder = build_encoder(registry_model, options.replace(precision="float32", show_progress_bar=False))
+    reference_encoder, device = base.reference(options)
     pooled = reference_encoder.encode(probes)
     ours = calibrator.transform(pooled)
-    device = str(reference_encoder.backbone.device)
     model = SentenceTransformer(str(folder), device=device, trust_remote_code=needs_flow_plugin, local_files_only=True)
     theirs = model.encode(probes, convert_to_numpy=True, show_progress_bar=False)
-    backbone_and_pooling = SentenceTransformer(modules=list(model)[:-calibration_modules], device=device)
+    backbone_and_pooling = SentenceTransformer(modules=list(model)[:-calibration_modules], device=device,
+                                               **base.settings)
     theirs_pooled = backbone_and_pooling.encode(probes, convert_to_numpy=True, show_progress_bar=False)
     if theirs.shape != ours.shape or theirs_pooled.shape != pooled.shape:
         raise InputError(f"the exported folder gives embeddings of shape {theirs.shape} ({theirs_pooled.shape} pooled), "
@@ -196,7 +197,8 @@ def _agreement(folder: Path, registry_model: RegistryModel, calibrator: Calibrat
     largest, relative = embedding_differences(ours, theirs)
     return {"sentences": len(probes), "max_abs_diff": largest, "max_rel_diff": relative,
             "max_cosine_diff": cosine_difference(ours, theirs), "pooled_rel_diff": pooled_difference,
-            "calibration_rel_diff": calibration_difference, "precision": "float32", "reference_precision": "float32",
+            "calibration_rel_diff": calibration_difference, "precision": "float32",
+            "reference_precision": base.fit_precision(options.replace(precision="float32")),
             "device": device}
 
 
@@ -239,9 +241,10 @@ def export_model(
     check_agreement: bool = True,
     **encoder_options: Any,
 ) -> ExportResult:
-    """Write ``model`` (a registry model name such as ``flow_plugin/minilm-l6-whiten``) with its calibrator fitted
-    on ``fit_corpus`` (a text file, one sentence per line) or read from ``calibrator_path`` (``Calibrator.save``'s
-    file) as a sentence-transformers folder ``out_dir``.
+    """Write ``model`` (a registry model name such as ``flow_plugin/minilm-l6-whiten``, or a local
+    sentence-transformers folder spelled ``flow_plugin/./my-model-whiten`` or with an absolute path) with its
+    calibrator fitted on ``fit_corpus`` (a text file, one sentence per line) or read from ``calibrator_path``
+    (``Calibrator.save``'s file) as a sentence-transformers folder ``out_dir``.
 
     ``fit_duplicates``, ``max_fit_sentences``, ``fit_seed`` and ``calibrator_params`` are the MTEB loader arguments
     of the same names; ``benchmark`` (a leaderboard row, :func:`flow_plugin.leaderboard.benchmark_scores`) puts its
@@ -249,23 +252,24 @@ def export_model(
     is then replaced. ``check_agreement`` loads the folder back before moving it into place, measures how far its
     float32 embeddings are from flow-plugin's (into the model card), and fails if its pooling or its calibration
     module is off (``POOLED_TOLERANCE``, ``CALIBRATION_TOLERANCE``). The encoder options (``device``, ``precision``
-    (default float32), ``batch_size``, ``cache_dir``, ``show_progress_bar``) say how the backbone runs for the fit.
+    (default float32), ``batch_size``, ``cache_dir``, ``show_progress_bar``) say how a registry backbone runs for the
+    fit; a folder's model takes ``device``, ``batch_size`` and ``show_progress_bar`` only.
     """
     st_version = _check_sentence_transformers()
-    registry_model = resolve(model)
-    options = _encoder_options(encoder_options, registry_model.name)
+    options = _encoder_options(encoder_options, model.name if isinstance(model, RegistryModel) else model)
+    base = export_base(model, encoder_options)
     # the corpus is a file read below; the other settings are checked as a calibrated model checks them
     fitting = FitSettings.make(max_fit_sentences=max_fit_sentences, fit_seed=fit_seed, fit_duplicates=fit_duplicates)
     if fit_corpus is not None and calibrator_path is not None:
-        raise InputError(f"export of {registry_model.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
+        raise InputError(f"export of {base.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
                          "(--calibrator), not both")
     if benchmark is not None:
-        check_benchmark(benchmark, registry_model)
+        check_benchmark(benchmark, base.name, base.revision)
     out = Path(out_dir).expanduser()
     check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
     corpus_path = Path(fit_corpus).expanduser() if fit_corpus is not None else None
     corpus = _read_fit_corpus(corpus_path) if corpus_path is not None else None
-    source = _export_calibrator(registry_model, options, corpus_path, corpus,
+    source = _export_calibrator(base, options, corpus_path, corpus,
                                 Path(calibrator_path).expanduser() if calibrator_path is not None else None, fitting,
                                 calibrator_params or {})
     calibrator = source.calibrator
@@ -276,12 +280,13 @@ def export_model(
     # sentence-transformers (the optional export extra) loads when a folder is built
     from flow_plugin.integrations.sentence_transformers.modules import build_pipeline
 
-    pipeline = build_pipeline(registry_model.backbone, calibrator)
-    record = _export_record(registry_model, source, pipeline, options, benchmark, _versions(st_version))
-    _write_folder(out, overwrite, record, pipeline, registry_model, source, options, corpus,
+    base_modules = base.base_modules()
+    pipeline = build_pipeline(base_modules, calibrator)
+    record = _export_record(base, source, pipeline, base_modules.facts, options, benchmark, _versions(st_version))
+    _write_folder(out, overwrite, record, pipeline, base, source, options, corpus,
                   check_agreement=check_agreement)
     size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
-    return ExportResult(path=out, model=registry_model.name, record=record, calibrator=calibrator, fit=source.fit,
+    return ExportResult(path=out, model=base.name, record=record, calibrator=calibrator, fit=source.fit,
                         size_bytes=size)
 
 
@@ -295,31 +300,31 @@ class _CalibratorSource:
     corpus: dict[str, Any] | None = None
 
 
-def _export_calibrator(registry_model: RegistryModel, options: EncoderOptions, corpus_path: Path | None,
+def _export_calibrator(base: ExportBase, options: EncoderOptions, corpus_path: Path | None,
                        corpus: list[str] | None, calibrator_path: Path | None, fitting: FitSettings,
                        calibrator_params: dict[str, Any]) -> _CalibratorSource:
     """The fitted calibrator of an export: none needed (raw), read from a saved file, or fitted on the corpus."""
-    if registry_model.calibrator == "raw":
-        calibrator = build_calibrator(registry_model)
-        calibrator.n_features_in_, calibrator.n_samples_fit_ = registry_model.backbone.embedding_dim, 0  # no fit
+    if base.calibrator == "raw":
+        calibrator = base.template()
+        calibrator.n_features_in_, calibrator.n_samples_fit_ = base.embedding_dim, 0  # no fit
         if corpus_path is not None or calibrator_path is not None:
-            logger.warning("%s: raw embeddings need no fit; the %s is not used", registry_model.name,
+            logger.warning("%s: raw embeddings need no fit; the %s is not used", base.name,
                            "fit corpus" if corpus_path is not None else "calibrator file")
         return _CalibratorSource(calibrator)
     if calibrator_path is not None:
-        return _CalibratorSource(_load_calibrator(calibrator_path, registry_model), from_file={
+        return _CalibratorSource(_load_calibrator(calibrator_path, base), from_file={
             "name": calibrator_path.name, "sha256": file_sha256(calibrator_path, "calibrator file")})
     if corpus_path is None or corpus is None:
-        raise InputError(f"{registry_model.name} needs its {registry_model.calibrator} calibrator: pass a fit corpus "
+        raise InputError(f"{base.name} needs its {base.calibrator} calibrator: pass a fit corpus "
                          "(--fit-corpus FILE, one sentence per line) or a saved calibrator (--calibrator PATH)")
-    encoder = build_encoder(registry_model, options)
-    template = build_calibrator(registry_model, device=str(encoder.backbone.device), **calibrator_params)
+    encoder, device = base.encoder(options)
+    template = base.template(device, **calibrator_params)
     part = CorpusPart(corpus_path.name, lambda: iter([corpus]))
     sample = sample_corpus([part], cap=fitting.max_fit_sentences, seed=fitting.fit_seed)
     source = f"file {corpus_path.name}"
-    calibrator, fit = fit_on_sample(encoder, template, sample, model=registry_model.name, source=source,
+    calibrator, fit = fit_on_sample(encoder, template, sample, model=base.name, source=source,
                                     context={"fit_corpus": source}, duplicates=fitting.fit_duplicates,
-                                    what=f"{registry_model.calibrator} on {corpus_path.name}",
+                                    what=f"{base.calibrator} on {corpus_path.name}",
                                     remedy="fit on more sentences")
     return _CalibratorSource(calibrator, fit=fit, corpus={
         "file": corpus_path.name, "sha256": file_sha256(corpus_path, "fit corpus file"), "sentences": len(corpus),
@@ -329,22 +334,17 @@ def _export_calibrator(registry_model: RegistryModel, options: EncoderOptions, c
     })
 
 
-def _export_record(registry_model: RegistryModel, source: _CalibratorSource, pipeline: Any, options: EncoderOptions,
-                   benchmark: BenchmarkScores | None, versions: dict[str, str]) -> dict[str, Any]:
+def _export_record(base: ExportBase, source: _CalibratorSource, pipeline: Any, facts: dict[str, Any],
+                   options: EncoderOptions, benchmark: BenchmarkScores | None, versions: dict[str, str]) -> dict[str, Any]:
     """The folder's ``flow_plugin_export.json`` record (its ``agreement`` is filled in once the folder is written)."""
-    spec, calibrator, fit = registry_model.backbone, source.calibrator, source.fit
+    calibrator, fit = source.calibrator, source.fit
     needs_flow_plugin = calibrator.method == "flow"
     return {
         "format": RECORD_FORMAT,
         "format_version": 1,
-        "model": registry_model.name,
-        "revision": registry_model.revision,
-        "backbone": {
-            "name": spec.name, "hub_id": spec.hub_id, "revision": spec.revision, "description": spec.description,
-            "pooling": spec.pooling, "max_seq_length": pipeline.max_seq_length, "layers_kept": pipeline.layers_kept,
-            "layers_total": pipeline.layers_total, "embedding_dim": spec.embedding_dim, "license": spec.license,
-            "reference": spec.reference,
-        },
+        "model": base.name,
+        "revision": base.revision,
+        "backbone": base.record(facts),
         "calibrator": {
             "method": calibrator.method, "class": type(calibrator).__name__, "params": calibrator.result_params(),
             "effective_params": calibrator.effective_params(),
@@ -356,7 +356,7 @@ def _export_record(registry_model: RegistryModel, source: _CalibratorSource, pip
         },
         "fit_corpus": source.corpus,
         "fit": None if fit is None else {key: value for key, value in fit.as_dict().items() if key not in ("served", "calls")},
-        "fit_precision": options.precision if fit is not None else None,
+        "fit_precision": base.fit_precision(options) if fit is not None else None,
         "modules": pipeline.descriptions,
         "needs_flow_plugin": needs_flow_plugin,
         "requirements": ({"flow-plugin": {"specifier": f">={versions['flow-plugin']}",
@@ -369,7 +369,7 @@ def _export_record(registry_model: RegistryModel, source: _CalibratorSource, pip
     }
 
 
-def _write_folder(out: Path, overwrite: bool, record: dict[str, Any], pipeline: Any, registry_model: RegistryModel,
+def _write_folder(out: Path, overwrite: bool, record: dict[str, Any], pipeline: Any, base: ExportBase,
                   source: _CalibratorSource, options: EncoderOptions, corpus: list[str] | None, *,
                   check_agreement: bool) -> None:
     """Write the folder in a staging place, check it loads back and agrees (``check_agreement``), then move it to
@@ -379,17 +379,18 @@ def _write_folder(out: Path, overwrite: bool, record: dict[str, Any], pipeline: 
 
     calibrator = source.calibrator
     with staged_folder(out, overwrite=overwrite) as stage:
-        SentenceTransformer(modules=pipeline.modules, device="cpu").save(str(stage), create_model_card=False)
+        SentenceTransformer(modules=pipeline.modules, device="cpu", **base.settings).save(str(stage),
+                                                                                       create_model_card=False)
         if record["needs_flow_plugin"]:
             _declare_flow_plugin(stage, record["requirements"])
         if check_agreement:
-            record["agreement"] = _agreement(stage, registry_model, calibrator, options, corpus,
+            record["agreement"] = _agreement(stage, base, calibrator, options, corpus,
                                              record["needs_flow_plugin"], pipeline.calibration_modules)
             if record["agreement"]["max_rel_diff"] > SENSITIVE_CALIBRATOR:
                 logger.warning(
                     "%s: the fitted %s magnifies tiny differences of its input: the folder's embeddings are %.1e of "
                     "their scale from flow-plugin's although its pooling agrees to %.1e; a fit on more sentences "
-                    "(%d now, %d dimensions) is steadier", registry_model.name, calibrator.method,
+                    "(%d now, %d dimensions) is steadier", base.name, calibrator.method,
                     record["agreement"]["max_rel_diff"], record["agreement"]["pooled_rel_diff"],
                     calibrator.n_samples_fit_, calibrator.n_features_in_)
         (stage / RECORD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -36,15 +36,21 @@ from flow_plugin.integrations.sentence_transformers.flow_module import FlowCalib
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    """The modules, in order, and one line per module for the model card."""
+class BaseModules:
+    """The modules before the calibrator, one line per module for the model card, and the facts the record keeps
+    of them (``max_seq_length``; for a registry backbone ``layers_kept`` and ``layers_total``)."""
 
     modules: list[Module]
     descriptions: list[str]
-    #: transformer layers kept of the backbone's (the pooling reads no deeper)
-    layers_kept: int
-    layers_total: int
-    max_seq_length: int
+    facts: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """Every module of the export, in order, and one line per module for the model card."""
+
+    modules: list[Module]
+    descriptions: list[str]
     #: how many of the last modules are the calibrator's (two for a centred linear map)
     calibration_modules: int
 
@@ -137,20 +143,21 @@ def calibration_modules(calibrator: Calibrator) -> tuple[list[Module], list[str]
     return modules, lines
 
 
-def build_pipeline(spec: BackboneSpec, calibrator: Calibrator) -> Pipeline:
-    """Every module of the export, in order."""
+def registry_modules(spec: BackboneSpec) -> BaseModules:
+    """A registry backbone and its pooling as standard modules."""
     transformer, layers_kept, layers_total = transformer_module(spec)
     pooling, pooling_lines = pooling_modules(spec.pooling, transformer, layers_total)
-    calibration, calibration_lines = calibration_modules(calibrator)
     truncated = f", {layers_kept} of its {layers_total} layers (the pooling reads no deeper)" if (
         layers_kept < layers_total) else f", {layers_total} layers"
     transformer_line = (f"Transformer: {spec.hub_id}" + (f" @ {spec.revision}" if spec.revision else "")
                         + f"{truncated}, max_seq_length {transformer.max_seq_length}")
-    return Pipeline(
-        modules=[transformer, *pooling, *calibration],
-        descriptions=[transformer_line, *pooling_lines, *calibration_lines],
-        calibration_modules=len(calibration),
-        layers_kept=layers_kept,
-        layers_total=layers_total,
-        max_seq_length=int(transformer.max_seq_length),
-    )
+    return BaseModules([transformer, *pooling], [transformer_line, *pooling_lines],
+                       {"max_seq_length": int(transformer.max_seq_length), "layers_kept": layers_kept,
+                        "layers_total": layers_total})
+
+
+def build_pipeline(base: BaseModules, calibrator: Calibrator) -> Pipeline:
+    """The base's modules, then the calibrator's."""
+    calibration, calibration_lines = calibration_modules(calibrator)
+    return Pipeline(modules=[*base.modules, *calibration], descriptions=[*base.descriptions, *calibration_lines],
+                    calibration_modules=len(calibration))

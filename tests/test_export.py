@@ -425,13 +425,19 @@ def test_a_local_folder_exports_its_own_modules_and_prompts_then_the_calibrator(
 
 def test_a_local_folder_takes_no_registry_encoder_options_and_an_mteb_name_is_not_exported(
         own_folder: Path, fit_corpus: Path, tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"precision apply to registry backbones only; a folder's model runs in"):
+    with pytest.raises(InputError, match=r"precision applies to registry backbones only; a folder's model runs in"):
         export_model(f"flow_plugin/{own_folder}-whiten", tmp_path / "a", fit_corpus=fit_corpus, precision="bf16")
     with pytest.raises(InputError, match=re.escape("not a model MTEB loads by name; save it first (SentenceTransformer"
                                                    "('intfloat/e5-small-v2').save('my-model')) and export "
                                                    "flow_plugin/./my-model-whiten")):
         export_model("flow_plugin/intfloat/e5-small-v2-whiten", tmp_path / "b", fit_corpus=fit_corpus)
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    unknown_module = tmp_path / "custom"
+    unknown_module.mkdir()
+    (unknown_module / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "", "type": "my.Module"}]')
+    with pytest.raises(InputError, match=r"flow_plugin/./custom-whiten: sentence-transformers cannot load .*my\.Module"
+                                         r".*\); give a folder that SentenceTransformer\(folder\) loads$"):
+        export_model(f"flow_plugin/{unknown_module}-whiten", tmp_path / "c", fit_corpus=fit_corpus)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
 
 # ------------------------------------------------------------------ bad input, one line each

@@ -14,12 +14,14 @@ the settings the written folder keeps, and the record's ``backbone`` part.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from flow_plugin._machine import resolve_device
 from flow_plugin.calibration import Calibrator, make_calibrator
 from flow_plugin.calibration.names import calibrator_method
 from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
@@ -99,10 +101,11 @@ class FolderBase:
         self.name = f"{MODEL_PREFIX}./{folder.name}{MODEL_NAME_SUFFIXES.get(calibrator, '-' + calibrator)}"
         self.folder, self.calibrator, self.revision = folder, calibrator, None
         self.label = folder.name
+        device = str(resolve_device(device))  # a device this machine lacks: one line, before loading
         try:
             self.model = SentenceTransformer(str(folder), device=device, local_files_only=True)
         except (OSError, ValueError, KeyError, RuntimeError) as error:
-            reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+            reason = re.split(r"(?<=[.;:])\s", str(error).strip())[0] or type(error).__name__  # its first sentence
             raise InputError(f"{self.name}: sentence-transformers cannot load {folder} ({reason}); give a folder that "
                              "SentenceTransformer(folder) loads") from None
         self.embedding_dim = int(self.model.get_embedding_dimension())
@@ -157,6 +160,7 @@ def export_base(model: str | RegistryModel, encoder_options: dict[str, Any]) -> 
                          f"and export {MODEL_PREFIX}./my-model{MODEL_NAME_SUFFIXES.get(calibrator, '-' + calibrator)}")
     others = sorted(set(encoder_options) - set(FOLDER_OPTIONS))
     if others:
-        raise InputError(f"{model}: {', '.join(others)} apply to registry backbones only; a folder's model runs in "
+        raise InputError(f"{model}: {', '.join(others)} {'applies' if len(others) == 1 else 'apply'} to registry "
+                         "backbones only; a folder's model runs in "
                          f"the dtype and with the sequence length it was saved with (options: {', '.join(FOLDER_OPTIONS)})")
     return FolderBase(local_model_folder(base), calibrator, encoder_options.get("device"))

@@ -62,6 +62,36 @@ def test_a_study_of_a_folder_without_a_model_stops_before_it_runs(
     assert not output.exists()
 
 
+@pytest.mark.parametrize(("command", "message"), [
+    ("bench", "the offline task(s) SentEvalSTS16 read a SentEval data folder: give --data DIR"),
+    ("paper", "the paper's evaluations read the shared data folder (senteval/, glue/): give --data DIR")])
+def test_bench_and_paper_without_a_data_folder_say_how_to_name_one(command: str, message: str, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from flow_plugin.data.roots import DATA_ENV, PARTS
+
+    for variable in (DATA_ENV, *PARTS.values()):
+        monkeypatch.delenv(variable, raising=False)
+    output = tmp_path / "out"
+    where = ["--output-folder", str(output), "--tasks"] if command == "bench" else ["--out", str(output), "--tasks"]
+    task = "SentEvalSTS16" if command == "bench" else "STS16"
+    code, err = run_cli([command, "-b" if command == "bench" else "-m", "minilm-l6", *where, task], capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err and DATA_ENV in err, err
+    assert not output.exists()
+
+
+def test_bench_and_paper_read_the_data_root_when_no_data_folder_is_given(shared_data_dir: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As eval and task-types do: --data wins, else $FLOW_PLUGIN_SHARED_DATA."""
+    from flow_plugin.data.roots import DATA_ENV
+    from flow_plugin.integrations.mteb.task_resolver import offline_data_root
+    from flow_plugin.studies.paper import resolve_data
+
+    monkeypatch.setenv(DATA_ENV, str(shared_data_dir))
+    assert offline_data_root(None, ["SentEvalSTS16"]) == shared_data_dir / "senteval"
+    assert resolve_data(None, None)[:2] == (shared_data_dir / "senteval", shared_data_dir / "glue")
+
+
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--workers", "0", "workers must be a positive number of processes (1 runs every step in this process), got 0"),
     ("--workers", "-2", "workers must be a positive number of processes (1 runs every step in this process), got -2"),

@@ -26,7 +26,9 @@ def _stderr(message: str) -> None:
 # ------------------------------------------------------------------------- command line
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-b", "--backbone", required=True, help="registry backbone, e.g. minilm-l6 (registry/*.toml)")
-    parser.add_argument("--data", required=True, type=Path, help="SentEval data folder (the one containing downstream/)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="SentEval data folder (the one containing downstream/), or the data folder holding "
+                             "senteval/ (default: $FLOW_PLUGIN_SHARED_DATA)")
     parser.add_argument("--output-folder", type=Path, default=Path("results"),
                         help="MTEB output folder; results go to <folder>/results (default: results)")
     parser.add_argument("--leaderboard", type=Path, default=None, metavar="NAME.json",

@@ -22,9 +22,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", "--model", required=True, metavar="MODEL",
                         help="a backbone name (minilm-l6: raw and the paper's five calibrators sn, natsv, sn-natsv, "
                         "whiten, flow) or one registry model name (flow_plugin/minilm-l6-flow: raw and that calibrator)")
-    parser.add_argument("--data", required=True, type=Path,
+    parser.add_argument("--data", type=Path, default=None,
                         help="the shared data folder (containing senteval/ and glue/), or a SentEval data folder "
-                        "(containing downstream/)")
+                        "(containing downstream/) (default: $FLOW_PLUGIN_SHARED_DATA)")
     parser.add_argument("--out", required=True, type=Path, help=f"output folder ({RESULT_FILE} and PNG plots)")
     parser.add_argument("--glue", type=Path, default=None,
                         help="GLUE folder (containing QNLI/dev.tsv); default: DATA/glue when present")

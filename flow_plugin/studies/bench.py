@@ -46,7 +46,7 @@ from typing import Any
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET, FitCorpus
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
-from flow_plugin.studies.runs import Run, expand_runs, loadable_base
+from flow_plugin.studies.runs import Run, check_count, expand_runs, loadable_base
 from flow_plugin._io import make_output_folder
 from flow_plugin._machine import resolve_device
 from flow_plugin.results import ResultStore
@@ -54,6 +54,7 @@ from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.integrations.mteb.evaluate import evaluate_models
+from flow_plugin.integrations.mteb.task_resolver import offline_data_root
 from flow_plugin.leaderboard import update_leaderboard
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def bench_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | Non
 # ------------------------------------------------------------------------- the bench
 def run_bench(
     backbone: str,
-    data: str | os.PathLike[str],
+    data: str | os.PathLike[str] | None = None,
     *,
     output_folder: str | os.PathLike[str] = "results",
     leaderboard: str | os.PathLike[str] | None = None,
@@ -145,17 +146,14 @@ def run_bench(
 ) -> BenchReport:
     """Run the calibrators of ``backbone`` (default: the six methods; ``"all"``: the flow
     variants too) over ``tasks`` (default: the seven offline STS tasks), the seeded ones with
-    ``seeds`` seeds, and, when ``leaderboard`` is a path, merge the results into it.
+    ``seeds`` seeds, and, when ``leaderboard`` is a path, merge the results into it. ``data`` is the SentEval
+    folder (or the data folder holding ``senteval/``; default: the data root, ``$FLOW_PLUGIN_SHARED_DATA``).
     ``progress`` gets one line per step (default: logged at INFO).
 
     A task that fails is reported and the others go on (``fail_fast`` stops at the first);
     the leaderboard then gets what finished. Interrupting (Ctrl-C) loses only the task
     being computed.
     """
-    # numpy loads when a bench runs, not to parse its command line
-    from flow_plugin.data.senteval import resolve_senteval_root
-
-
     started = time.perf_counter()
     spec = loadable_base(backbone)
     methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
@@ -164,8 +162,7 @@ def run_bench(
     unknown = [method for method in methods if method not in MODEL_NAME_SUFFIXES]
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise RegistryError(f"seeds must be a positive int, got {seeds!r}")
+    seeds = check_count("seeds", seeds, "seeds")
 
     parsed = FitCorpus.parse(fit_corpus)  # a clear error for a missing file or an old name, now
     if parsed.kind == "file":
@@ -176,7 +173,7 @@ def run_bench(
         raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(OFFLINE_TASKS)}")
     models = [spec.model_name(method) for method in dict.fromkeys(methods)]
     task_names = list(dict.fromkeys(task_names))
-    data_root = resolve_senteval_root(data)
+    data_root = offline_data_root(data, task_names)
     options = options or EncoderOptions()
     if options.device is not None:
         resolve_device(options.device)  # a device this machine lacks: one line now, before the output folder

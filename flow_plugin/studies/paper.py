@@ -44,7 +44,7 @@ from flow_plugin.data.fit_corpus import TARGET
 from flow_plugin.protocols import AGGREGATES, PROTOCOLS
 from flow_plugin.data.tasks import TASK_LABELS
 from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES, calibrator_class
-from flow_plugin.errors import FlowPluginError, InputError, MissingExtraError, RegistryError
+from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, MissingExtraError, RegistryError
 from flow_plugin.catalog.registry import MODEL_PREFIX, RegistryModel, default_registry, parse_model_name
 from flow_plugin._io import atomic_write_json, make_output_folder
 from flow_plugin._machine import describe_machine
@@ -104,11 +104,17 @@ def resolve_model(model: str, calibrators: list[str] | None = None) -> tuple[Any
     return spec, ordered
 
 
-def resolve_data(data: Path, glue: Path | None) -> tuple[Path, Path | None, str | None]:
-    """(SentEval root, GLUE folder or None, why QNLI has no data)."""
+def resolve_data(data: Path | None, glue: Path | None) -> tuple[Path, Path | None, str | None]:
+    """(SentEval root, GLUE folder or None, why QNLI has no data); ``data`` None: the data root
+    (``$FLOW_PLUGIN_SHARED_DATA``)."""
     # numpy loads when the evaluations run, not to parse their command line
+    from flow_plugin.data.roots import DATA_ENV, data_root
     from flow_plugin.data.senteval import resolve_senteval_root
 
+    data = data if data is not None else data_root(beside_checkout=False)
+    if data is None:
+        raise DataFolderError(f"the paper's evaluations read the shared data folder (senteval/, glue/): give --data DIR "
+                              f"or set {DATA_ENV}")
     data = Path(data).expanduser()
     if (data / "senteval" / "downstream").is_dir():
         root = data / "senteval"
@@ -381,7 +387,7 @@ def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any],
 
 def run_paper(
     model: str,
-    data: str | os.PathLike[str],
+    data: str | os.PathLike[str] | None,
     out: str | os.PathLike[str],
     *,
     glue: str | os.PathLike[str] | None = None,
@@ -394,7 +400,9 @@ def run_paper(
 ) -> dict[str, Any]:
     """Run the paper's evaluations; write ``<out>/paper.json`` and the PNGs; return the report.
 
-    ``options`` (:class:`flow_plugin.encoding.options.EncoderOptions`) says how the backbone runs.
+    ``data`` is the shared data folder (``senteval/``, ``glue/``) or a SentEval folder; None: the data root
+    (``$FLOW_PLUGIN_SHARED_DATA``). ``options`` (:class:`flow_plugin.encoding.options.EncoderOptions`) says how
+    the backbone runs.
     """
     # numpy loads when the evaluations run, not to parse their command line
     from flow_plugin.data.senteval import SENTEVAL_TASKS, canonical_task, load_split
@@ -410,7 +418,8 @@ def run_paper(
     task_list = list(dict.fromkeys(canonical_task(name) for name in tasks)) if tasks else list(SENTEVAL_TASKS)
     task_list = [name for name in SENTEVAL_TASKS if name in task_list]  # the paper's column order
     spec, calibrator_names = resolve_model(model, calibrators)
-    root, glue_root, qnli_note = resolve_data(Path(data), Path(glue) if glue is not None else None)
+    root, glue_root, qnli_note = resolve_data(Path(data) if data is not None else None,
+                                              Path(glue) if glue is not None else None)
     notes: list[str] = []
     if "qnli" in sections and glue_root is None:
         sections.remove("qnli")

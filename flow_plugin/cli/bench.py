@@ -74,10 +74,11 @@ def run(args: argparse.Namespace) -> int:
               "computed was dropped, the leaderboard was not updated; rerun the same command to resume",
               file=sys.stderr)
         return 130
+    encoded = ("" if report.n_encoded is None else
+               f"backbone encoded {report.n_encoded} sentences, {report.n_cache_hits} served from the ")
     print(
         f"bench {report.backbone}: {len(report.computed)} computed, {len(report.skipped)} already done, "
-        f"{len(report.failed)} failed in {report.wall_seconds:.1f} s; backbone encoded {report.n_encoded} "
-        f"sentences, {report.n_cache_hits} served from the embedding cache ({report.cache_dir})"
+        f"{len(report.failed)} failed in {report.wall_seconds:.1f} s; {encoded}embedding cache {report.cache_dir}"
     )
     for outcome in report.failed:
         print(f"  FAILED {outcome.model} × {outcome.task}: {outcome.error}")

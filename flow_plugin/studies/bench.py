@@ -85,9 +85,10 @@ class BenchReport:
     cache_dir: Path
     outcomes: list[TaskOutcome] = field(default_factory=list)
     runs: tuple[Run, ...] = ()
-    #: sentences the backbone encoded in this run / served from the embedding cache
-    n_encoded: int = 0
-    n_cache_hits: int = 0
+    #: sentences a registry backbone encoded in this run / served from the embedding cache (None: a base MTEB
+    #: loads, whose ``encode`` calls the call cache keeps, not counted per sentence)
+    n_encoded: int | None = None
+    n_cache_hits: int | None = None
     wall_seconds: float = 0.0
     quarantined: list[Path] = field(default_factory=list)
     leaderboard: Any = None  # flow_plugin.leaderboard.LeaderboardUpdate, when updated

@@ -182,6 +182,16 @@ def test_bench_rejects_bad_arguments(senteval_dir: Path, tmp_path: Path, capsys:
     assert not (tmp_path / "results").exists()
 
 
+def test_a_bench_of_a_local_folder_reports_no_sentence_counts_it_did_not_make(
+        tiny_bert_dir: Path, senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only a registry backbone counts the sentences it encodes; a folder MTEB loads is not said to encode 0."""
+    assert cli_main(["bench", "-b", str(tiny_bert_dir), "--data", str(senteval_dir), "--tasks", "SentEvalSTS16",
+                     "--calibrators", "raw", "--output-folder", str(tmp_path), "--no-leaderboard"]) == 0
+    summary = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"bench {tiny_bert_dir}:")]
+    assert len(summary) == 1 and "1 computed" in summary[0], summary
+    assert "encoded" not in summary[0] and summary[0].endswith(f"embedding cache {tmp_path / 'embedding-cache'}")
+
+
 # ------------------------------------------------------------------ a result counts only with its run record
 @pytest.fixture()
 def tiny_bench(tiny_backbone: str, senteval_dir: Path, tiny_embedding_cache: Path) -> Any:

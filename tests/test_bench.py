@@ -182,14 +182,20 @@ def test_bench_rejects_bad_arguments(senteval_dir: Path, tmp_path: Path, capsys:
     assert not (tmp_path / "results").exists()
 
 
-def test_a_bench_of_a_local_folder_reports_no_sentence_counts_it_did_not_make(
-        tiny_bert_dir: Path, senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Only a registry backbone counts the sentences it encodes; a folder MTEB loads is not said to encode 0."""
+def test_a_bench_of_a_local_folder_writes_its_board_under_leaderboards_and_claims_no_sentence_counts(
+        tiny_bert_dir: Path, senteval_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default board is leaderboards/<folder name>.json, not <the folder's path>.json beside the model; only a
+    registry backbone counts the sentences it encodes, so a folder MTEB loads is not said to encode 0."""
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tiny_bert_dir.parent.iterdir())
     assert cli_main(["bench", "-b", str(tiny_bert_dir), "--data", str(senteval_dir), "--tasks", "SentEvalSTS16",
-                     "--calibrators", "raw", "--output-folder", str(tmp_path), "--no-leaderboard"]) == 0
+                     "--calibrators", "raw", "--output-folder", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "leaderboards" / f"{tiny_bert_dir.name}.json").is_file()
+    assert sorted(tiny_bert_dir.parent.iterdir()) == before
     summary = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"bench {tiny_bert_dir}:")]
     assert len(summary) == 1 and "1 computed" in summary[0], summary
-    assert "encoded" not in summary[0] and summary[0].endswith(f"embedding cache {tmp_path / 'embedding-cache'}")
+    assert "encoded" not in summary[0] and summary[0].endswith(f"embedding cache {tmp_path / 'out' / 'embedding-cache'}")
 
 
 # ------------------------------------------------------------------ a result counts only with its run record

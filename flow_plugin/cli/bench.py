@@ -13,10 +13,9 @@ from pathlib import Path
 from flow_plugin.data.tasks import offline_tasks_help
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, DUPLICATE_POLICIES, TARGET
-from flow_plugin.studies.bench import run_bench
+from flow_plugin.studies.bench import default_leaderboard, run_bench
 from flow_plugin.cli.leaderboard import print_update
 
-DEFAULT_LEADERBOARD_DIR = Path("leaderboards")
 
 
 def _stderr(message: str) -> None:
@@ -32,7 +31,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-folder", type=Path, default=Path("results"),
                         help="MTEB output folder; results go to <folder>/results (default: results)")
     parser.add_argument("--leaderboard", type=Path, default=None, metavar="NAME.json",
-                        help="leaderboard to update (default: leaderboards/<backbone>.json)")
+                        help="leaderboard to update (default: leaderboards/<backbone>.json; a local folder by its own name, "
+                             "an MTEB name org/name as org__name)")
     parser.add_argument("--no-leaderboard", action="store_true", help="only compute results")
     parser.add_argument("--tasks", nargs="+", metavar="TASK",
                         help=offline_tasks_help())
@@ -59,7 +59,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    leaderboard = None if args.no_leaderboard else (args.leaderboard or DEFAULT_LEADERBOARD_DIR / f"{args.backbone}.json")
+    leaderboard = None if args.no_leaderboard else (args.leaderboard or default_leaderboard(args.backbone))
 
     report = run_bench(
         args.backbone, args.data, output_folder=args.output_folder, leaderboard=leaderboard, tasks=args.tasks,

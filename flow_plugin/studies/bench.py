@@ -51,7 +51,7 @@ from flow_plugin._io import make_output_folder
 from flow_plugin._machine import resolve_device
 from flow_plugin.results import ResultStore
 from flow_plugin.data.tasks import OFFLINE_TASKS
-from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES
+from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, ForeignBase, get_base, is_folder
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.integrations.mteb.evaluate import evaluate_models
 from flow_plugin.integrations.mteb.task_resolver import offline_data_root
@@ -128,6 +128,24 @@ def bench_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | Non
 
 
 # ------------------------------------------------------------------------- the bench
+#: where ``bench`` writes a backbone's leaderboard unless told
+DEFAULT_LEADERBOARD_DIR = Path("leaderboards")
+
+
+def default_leaderboard(backbone: str) -> Path:
+    """``leaderboards/<name>.json``: a registry backbone's name, a local folder's own name, an MTEB model name with
+    ``/`` as ``__`` (as MTEB names its result folders); never a file outside ``leaderboards/``.
+
+    >>> default_leaderboard("minilm-l6").as_posix(), default_leaderboard("intfloat/e5-small-v2").as_posix()
+    ('leaderboards/minilm-l6.json', 'leaderboards/intfloat__e5-small-v2.json')
+    """
+    base = get_base(backbone)
+    stem = base.name
+    if isinstance(base, ForeignBase):
+        stem = Path(base.name).name if is_folder(base.name) else base.name.replace("/", "__")
+    return DEFAULT_LEADERBOARD_DIR / f"{stem}.json"
+
+
 def run_bench(
     backbone: str,
     data: str | os.PathLike[str] | None = None,

@@ -64,7 +64,8 @@ def test_a_study_of_a_folder_without_a_model_stops_before_it_runs(
 
 @pytest.mark.parametrize(("command", "message"), [
     ("bench", "the offline task(s) SentEvalSTS16 read a SentEval data folder: give --data DIR"),
-    ("paper", "the paper's evaluations read the shared data folder (senteval/, glue/): give --data DIR")])
+    ("paper", "the paper's evaluations read the shared data folder (senteval/, glue/): give --data DIR"),
+    ("senteval", "the offline task(s) MR read a SentEval data folder: give --data DIR")])
 def test_bench_and_paper_without_a_data_folder_say_how_to_name_one(command: str, message: str, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str],
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,9 +74,10 @@ def test_bench_and_paper_without_a_data_folder_say_how_to_name_one(command: str,
     for variable in (DATA_ENV, *PARTS.values()):
         monkeypatch.delenv(variable, raising=False)
     output = tmp_path / "out"
-    where = ["--output-folder", str(output), "--tasks"] if command == "bench" else ["--out", str(output), "--tasks"]
-    task = "SentEvalSTS16" if command == "bench" else "STS16"
-    code, err = run_cli([command, "-b" if command == "bench" else "-m", "minilm-l6", *where, task], capsys)
+    where = {"bench": ["--output-folder", str(output), "--tasks", "SentEvalSTS16"],
+             "paper": ["--out", str(output), "--tasks", "STS16"],
+             "senteval": ["--output", str(output / "transfer.json"), "--tasks", "MR"]}[command]
+    code, err = run_cli([command, "-m" if command == "paper" else "-b", "minilm-l6", *where], capsys)
     assert code == 2 and err.count("\n") == 1 and message in err and DATA_ENV in err, err
     assert not output.exists()
 

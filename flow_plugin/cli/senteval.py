@@ -21,7 +21,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     from flow_plugin.integrations.senteval_transfer import CLASSIFIERS, SENTEVAL_PATH_ENV, TRANSFER_TASKS
 
     parser.add_argument("-b", "--backbone", required=True, help="registry backbone, e.g. minilm-l6")
-    parser.add_argument("--data", required=True, type=Path, help="SentEval's task_path (the folder holding downstream/)")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="SentEval's task_path (the folder holding downstream/), or the data folder holding "
+                             "senteval/ (default: $FLOW_PLUGIN_SHARED_DATA)")
     parser.add_argument("--calibrators", nargs="+", metavar="NAME", default=list(STUDY_CALIBRATORS),
                         help=f"calibrator names (default: {' '.join(STUDY_CALIBRATORS)})")
     parser.add_argument("--tasks", nargs="+", metavar="TASK", choices=TRANSFER_TASKS,

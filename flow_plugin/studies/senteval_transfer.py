@@ -63,7 +63,7 @@ class TransferReport:
 
 def run_transfer(
     backbone: str,
-    task_path: str | os.PathLike[str],
+    task_path: str | os.PathLike[str] | None = None,
     *,
     calibrators: Sequence[str] = STUDY_CALIBRATORS,
     tasks: Sequence[str] | None = None,
@@ -76,7 +76,8 @@ def run_transfer(
 ) -> TransferReport:
     """Run SentEval's transfer ``tasks`` (default: :data:`~flow_plugin.integrations.senteval_transfer.TRANSFER_TASKS`)
     for ``backbone`` (a registry name) with each calibrator, a seeded one with ``seeds`` seeds (its default seed
-    and the next ones, as ``bench --seeds``); SentEval reads ``task_path`` (the folder holding ``downstream/``).
+    and the next ones, as ``bench --seeds``); SentEval reads ``task_path`` (the folder holding ``downstream/``, or
+    the data folder holding ``senteval/``; default: the data root, ``$FLOW_PLUGIN_SHARED_DATA``).
     With ``output``, the report is written there as JSON (atomically) after every task, so an interrupted run
     keeps what finished."""
     from flow_plugin._io import atomic_write_json
@@ -90,6 +91,7 @@ def run_transfer(
         senteval_commit,
         senteval_params,
     )
+    from flow_plugin.integrations.mteb.task_resolver import offline_data_root
     from flow_plugin.studies.runs import expand_runs
 
     started = time.perf_counter()
@@ -97,12 +99,13 @@ def run_transfer(
     unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
+    tasks = list(tasks or TRANSFER_TASKS)
+    task_path = offline_data_root(task_path, tasks)
     chosen = resolve_classifier(classifier)
     senteval = import_senteval(senteval_path)  # a clear error now, before any embedding
     shown = {key: value for key, value in senteval_params(task_path, chosen, None).items()
              if key not in ("task_path", "flow_plugin")}
     report = TransferReport(spec.name, chosen, shown, senteval_commit(senteval))
-    tasks = list(tasks or TRANSFER_TASKS)
     runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     for number, run in enumerate(runs, start=1):
         calibrator = run.model.removeprefix(f"flow_plugin/{spec.name}").lstrip("-") or "raw"

@@ -39,6 +39,10 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
   queries its retrieval evaluation encodes (those with a relevant document), for the ``eval-splits`` fit.
 - :class:`FastLabelClassification`: overrides ``AbsTaskClassification._undersample_data`` and ``_calculate_scores``
   (underscored) to read the label column as a list once instead of item by item.
+- :class:`PredictionCapture`, :class:`QueryScoreCapture`, :class:`RecordedClusterDraws`: the labelled tasks' per-item
+  data, kept while MTEB scores a split: ``_evaluate_subset`` and ``_save_task_predictions`` (underscored, MTEB's
+  extension points for subclasses) with a placeholder prediction folder, ``task_specific_scores`` (public) for
+  retrieval's per-query values, and a recording copy of the task's ``rng_state`` for clustering's draws.
 
 Importing this module checks the installed mteb and transformers first
 (:func:`flow_plugin.integrations.mteb.versions.require_supported`): outside the supported range it
@@ -442,6 +446,95 @@ class PairScoredSTS(AbsTaskSTS):
         metrics.update(self.pair_scores(normalized_scores, scores["cosine_scores"], hf_split=hf_split,
                                         hf_subset=hf_subset))
         return metrics
+
+
+# ----------------------------------------------------------------------------- per-item capture
+#: the prediction folder handed to MTEB's evaluator when the caller gave none: MTEB then passes its per-item
+#: predictions to ``_save_task_predictions``, which keeps them and writes nothing
+CAPTURE_ONLY = Path("<flow-plugin: capture per-item predictions>")
+
+
+class PredictionCapture:
+    """Keeps what MTEB's evaluator computed per item while it scores a split (``captured``), then hands it to
+    ``self.keep_items(data_split, hf_split, hf_subset, scores)``: overrides ``_evaluate_subset`` (a placeholder
+    prediction folder when the caller gave none, so MTEB computes its per-item predictions) and
+    ``_save_task_predictions`` (keeps them; writes them only to a real folder). For classification, pair
+    classification and clustering; put it before MTEB's task class in the bases."""
+
+    captured: Any = None
+
+    def _save_task_predictions(self, predictions: Any, model: Any, prediction_folder: Path, hf_split: str,
+                               hf_subset: str) -> None:
+        self.captured = predictions
+        if prediction_folder != CAPTURE_ONLY:
+            super()._save_task_predictions(predictions, model, prediction_folder, hf_split=hf_split,  # type: ignore[misc]
+                                           hf_subset=hf_subset)
+
+    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str,
+                         prediction_folder: Path | None = None, **kwargs: Any) -> Any:
+        self.captured = None
+        scores = super()._evaluate_subset(model, data_split, hf_split=hf_split, hf_subset=hf_subset,  # type: ignore[misc]
+                                          prediction_folder=prediction_folder or CAPTURE_ONLY, **kwargs)
+        if self.captured is not None:
+            self.keep_items(data_split, hf_split, hf_subset, scores)  # type: ignore[attr-defined]
+        return scores
+
+
+class QueryScoreCapture:
+    """The per-query values of a retrieval or reranking task (``AbsTaskRetrieval``): pytrec_eval's, which MTEB hands
+    to ``task_specific_scores``, kept as ``captured`` and handed to ``self.keep_items`` as :class:`PredictionCapture`
+    does. MTEB drops the queries without a relevant document from the split it is given, in place; it gets a copy,
+    so the task's own data stays whole and the "target" fit (which reads it) never depends on relevance."""
+
+    captured: Any = None
+
+    def task_specific_scores(self, scores: dict[str, dict[str, float]], qrels: Any, results: Any, hf_split: str,
+                             hf_subset: str) -> dict[str, float]:
+        self.captured = scores
+        return super().task_specific_scores(scores, qrels, results, hf_split=hf_split,  # type: ignore[misc]
+                                            hf_subset=hf_subset)
+
+    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str, **kwargs: Any) -> Any:
+        from mteb.abstasks.retrieval import AbsTaskRetrieval
+
+        self.captured = None
+        scores = AbsTaskRetrieval._evaluate_subset(self, model, dict(data_split), hf_split=hf_split,  # type: ignore[arg-type]
+                                                   hf_subset=hf_subset, **kwargs)
+        if self.captured is not None:
+            self.keep_items(data_split, hf_split, hf_subset, scores)  # type: ignore[attr-defined]
+        return scores
+
+
+class _RecordingRandom(random.Random):
+    """A ``random.Random`` that keeps what ``choices`` returned (the items a clustering experiment draws);
+    it draws exactly what the generator it copies would."""
+
+    def __init__(self, state: Any) -> None:
+        super().__init__()
+        self.setstate(state)
+        self.drawn: list[list[int]] = []
+
+    def choices(self, population: Any, weights: Any = None, *, cum_weights: Any = None, k: int = 1) -> list[Any]:
+        chosen = super().choices(population, weights, cum_weights=cum_weights, k=k)
+        self.drawn.append(list(chosen))
+        return chosen
+
+
+class RecordedClusterDraws:
+    """A clustering task (``AbsTaskClustering``) whose every evaluation draws from the task's seed, as a fresh task
+    would, so a score is a function of the embeddings and the seed, never of which models this task object evaluated
+    before; the items each bootstrap draw took are kept in ``rng_state.drawn`` (MTEB's clustering draws them from the
+    task's ``rng_state`` with ``choices``). Put it before :class:`PredictionCapture` in the bases."""
+
+    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str,
+                         prediction_folder: Path | None = None, **kwargs: Any) -> Any:
+        saved = self.rng_state  # type: ignore[has-type]
+        self.rng_state = _RecordingRandom(random.Random(self.seed).getstate())  # type: ignore[attr-defined]
+        try:
+            return super()._evaluate_subset(model, data_split, hf_split=hf_split, hf_subset=hf_subset,  # type: ignore[misc]
+                                            prediction_folder=prediction_folder, **kwargs)
+        finally:
+            self.rng_state = saved
 
 
 # ----------------------------------------------------------------------------- classification's label columns

@@ -21,9 +21,9 @@ A source without a test split is divided by the entry's split rule (stratified, 
 revision is the sha256 of the files read and of the settings that shape the data.
 
 While MTEB scores a split, each task captures what MTEB's evaluator computed per item (the predictions
-MTEB would save to a prediction folder, or, for retrieval, ``task_specific_scores``' per-query values)
-and writes it next to the result (:mod:`.item_scores`) when it runs inside ``mteb.evaluate`` with a
-result folder.
+MTEB would save to a prediction folder, or, for retrieval, ``task_specific_scores``' per-query values: the
+capture mixins of :mod:`.compat`, where every MTEB internal the adapter touches lives) and writes it next to the
+result (:mod:`flow_plugin.results.items`) when it runs inside ``mteb.evaluate`` with a result folder.
 
 ``load_data`` reads no label into the text a calibrator is fitted on: the "target" corpus
 (:mod:`.corpus`) takes the text columns only, and a reranking task's candidates come from the text alone.
@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import random
 import sys
 import weakref
 from collections.abc import Iterator
@@ -76,13 +75,10 @@ from flow_plugin.data.roots import data_root
 from flow_plugin.data.task_tables import (RankingData, cluster_items, label_codes, label_levels,
                                           labels_with_few_items, ranking_data)
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, RegistryError
-from flow_plugin.integrations.mteb.compat import FastLabelClassification
+from flow_plugin.integrations.mteb.compat import (FastLabelClassification, PredictionCapture, QueryScoreCapture,
+                                                  RecordedClusterDraws)
 
 logger = logging.getLogger(__name__)
-
-#: the prediction folder handed to MTEB's evaluator when the caller gave none: MTEB then passes its per-item
-#: predictions to ``_save_task_predictions``, which keeps them and writes nothing
-_CAPTURE_ONLY = Path("<flow-plugin: capture per-item predictions>")
 
 #: task name -> the most recently loaded instance (how a model finds the text of a task given its own data_dir)
 _LOADED: dict[str, weakref.ReferenceType[Any]] = {}
@@ -95,16 +91,16 @@ def loaded_task(name: str) -> Any:
 
 
 class ItemCapture:
-    """Writes what a task captured per item while MTEB scored it (:meth:`item_arrays`, per type) next to the
-    result (:mod:`.item_scores`)."""
+    """Writes what a task captured per item while MTEB scored it (``captured``, kept by :mod:`.compat`'s capture
+    mixins; :meth:`item_arrays`, per type) next to the result (:mod:`flow_plugin.results.items`)."""
 
-    _captured: Any = None
+    captured: Any = None
 
     def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:  # pragma: no cover
         """(arrays, extra meta) of the captured per-item data; per type."""
         raise NotImplementedError
 
-    def _keep_items(self, data_split: Any, hf_split: str, hf_subset: str, scores: dict[str, Any]) -> None:
+    def keep_items(self, data_split: Any, hf_split: str, hf_subset: str, scores: dict[str, Any]) -> None:
         """Write the captured per-item data next to the result MTEB is about to write (inside ``mteb.evaluate``
         with a result folder); it is kept on the task as ``last_items`` either way."""
         from flow_plugin.results.items import write_items
@@ -123,28 +119,12 @@ class ItemCapture:
                     main_score_value=float(scores[main]), arrays=arrays, extra=extra)
 
 
-class RetrievalItems(ItemCapture):
+class RetrievalItems(QueryScoreCapture, ItemCapture):
     """Per-query capture for a retrieval or reranking task (``AbsTaskRetrieval``): pytrec_eval's per-query
-    values, which MTEB hands to ``task_specific_scores``."""
-
-    def task_specific_scores(self, scores: dict[str, dict[str, float]], qrels: Any, results: Any, hf_split: str,
-                             hf_subset: str) -> dict[str, float]:
-        self._captured = scores
-        return super().task_specific_scores(scores, qrels, results, hf_split=hf_split,  # type: ignore[misc]
-                                            hf_subset=hf_subset)
-
-    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str, **kwargs: Any) -> Any:
-        self._captured = None
-        # MTEB drops the queries without a relevant document from the split it is given, in place: a copy keeps
-        # the task's own data whole, so the "target" fit (which reads the task's data) never depends on relevance
-        scores = AbsTaskRetrieval._evaluate_subset(self, model, dict(data_split), hf_split=hf_split,  # type: ignore[arg-type]
-                                                   hf_subset=hf_subset, **kwargs)
-        if self._captured is not None:
-            self._keep_items(data_split, hf_split, hf_subset, scores)
-        return scores
+    values (:class:`~flow_plugin.integrations.mteb.compat.QueryScoreCapture`)."""
 
     def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        per_query = self._captured
+        per_query = self.captured
         query_ids = sorted(per_query, key=lambda name: (len(name), name))
         measures = sorted({measure for values in per_query.values() for measure in values})
         arrays: dict[str, Any] = {"query_ids": np.asarray(query_ids)}
@@ -153,7 +133,7 @@ class RetrievalItems(ItemCapture):
         return arrays, {"n_queries": len(query_ids)}
 
 
-class LabelledTask(ItemCapture):
+class LabelledTask(PredictionCapture, ItemCapture):
     """What every labelled task shares: reading its entry's files, the data revision, capturing per-item data."""
 
     entry: ClassVar[TaskEntry]
@@ -161,7 +141,6 @@ class LabelledTask(ItemCapture):
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)  # type: ignore[call-arg]
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else None
-        self._captured: Any = None
 
     # ------------------------------------------------------------------ data
     def base_folder(self) -> Path:
@@ -233,23 +212,6 @@ class LabelledTask(ItemCapture):
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> Any:  # pragma: no cover -- per type
         raise NotImplementedError
 
-    # ------------------------------------------------------------------ per-item data
-    def _save_task_predictions(self, predictions: Any, model: Any, prediction_folder: Path, hf_split: str,
-                               hf_subset: str) -> None:
-        self._captured = predictions
-        if prediction_folder != _CAPTURE_ONLY:
-            super()._save_task_predictions(predictions, model, prediction_folder, hf_split=hf_split,  # type: ignore[misc]
-                                           hf_subset=hf_subset)
-
-    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str,
-                         prediction_folder: Path | None = None, **kwargs: Any) -> Any:
-        self._captured = None
-        scores = super()._evaluate_subset(model, data_split, hf_split=hf_split, hf_subset=hf_subset,  # type: ignore[misc]
-                                          prediction_folder=prediction_folder or _CAPTURE_ONLY, **kwargs)
-        if self._captured is not None:
-            self._keep_items(data_split, hf_split, hf_subset, scores)
-        return scores
-
 
 # ----------------------------------------------------------------------------- one class per type
 class LabelledClassificationTask(LabelledTask, FastLabelClassification, AbsTaskClassification):
@@ -275,7 +237,7 @@ class LabelledClassificationTask(LabelledTask, FastLabelClassification, AbsTaskC
 
     def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
         gold = np.asarray(data_split[hf_split]["label"], dtype=np.int64)
-        predictions = np.asarray(self._captured, dtype=np.int64)
+        predictions = np.asarray(self.captured, dtype=np.int64)
         return ({"gold": gold, "predictions": predictions},
                 {"label_names": self.label_names, "n_experiments": int(self.n_experiments),
                  "samples_per_label": int(self.samples_per_label)})
@@ -292,7 +254,7 @@ class LabelledPairClassificationTask(LabelledTask, AbsTaskPairClassification):
                             for split, columns in splits.items()})
 
     def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        scores = self._captured
+        scores = self.captured
         arrays = {"gold": np.asarray(data_split["labels"], dtype=np.int64)}
         for name, key in (("cosine", "cosine_scores"), ("dot", "dot_scores"), ("euclidean", "euclidean_distances"),
                           ("manhattan", "manhattan_distances"), ("similarity", "similarity_scores")):
@@ -300,22 +262,7 @@ class LabelledPairClassificationTask(LabelledTask, AbsTaskPairClassification):
         return arrays, {}
 
 
-class _RecordingRandom(random.Random):
-    """A ``random.Random`` that keeps what ``choices`` returned (the items a clustering experiment draws);
-    it draws exactly what the generator it copies would."""
-
-    def __init__(self, state: Any) -> None:
-        super().__init__()
-        self.setstate(state)
-        self.drawn: list[list[int]] = []
-
-    def choices(self, population: Any, weights: Any = None, *, cum_weights: Any = None, k: int = 1) -> list[Any]:
-        chosen = super().choices(population, weights, cum_weights=cum_weights, k=k)
-        self.drawn.append(list(chosen))
-        return chosen
-
-
-class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
+class LabelledClusteringTask(RecordedClusterDraws, LabelledTask, AbsTaskClustering):
     """Clustering: MTEB's fast clustering (MiniBatchKMeans per label level on ``n_clusters`` bootstrap draws),
     every item embedded; a draw holds ``max_documents_per_cluster`` items (default: as many as the split has)."""
 
@@ -332,21 +279,9 @@ class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
         self.max_documents_per_cluster = min(self.entry.max_documents_per_cluster or len(evaluated), len(evaluated))
         return DatasetDict(tables)
 
-    def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str,
-                         prediction_folder: Path | None = None, **kwargs: Any) -> Any:
-        # every evaluation draws from the task's seed, as a fresh task would: the score is a function of the
-        # embeddings and the seed, never of which models this task object evaluated before
-        saved = self.rng_state
-        self.rng_state = _RecordingRandom(random.Random(self.seed).getstate())
-        try:
-            return super()._evaluate_subset(model, data_split, hf_split=hf_split, hf_subset=hf_subset,
-                                            prediction_folder=prediction_folder, **kwargs)
-        finally:
-            self.rng_state = saved
-
     def item_arrays(self, data_split: Any, hf_split: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raw = [label if isinstance(label, list) else [label] for label in data_split["labels"]]
-        levels = sorted(self._captured, key=lambda name: int(name.split()[-1]))  # "Level 0", "Level 1" ...
+        levels = sorted(self.captured, key=lambda name: int(name.split()[-1]))  # "Level 0", "Level 1" ...
         if any(len(label) < len(levels) for label in raw):
             raise DataFolderError(f"task {self.entry.name}: every item needs a label at each of {len(levels)} levels")
         gold, names = [], []
@@ -354,7 +289,7 @@ class LabelledClusteringTask(LabelledTask, AbsTaskClustering):
             codes, level_names = label_codes([label[level] for label in raw])
             gold.append(codes)
             names.append(level_names)
-        assignments = np.asarray([self._captured[level] for level in levels], dtype=np.int64)
+        assignments = np.asarray([self.captured[level] for level in levels], dtype=np.int64)
         draws = np.asarray(self.rng_state.drawn, dtype=np.int64).reshape(assignments.shape)
         return ({"gold": np.asarray(gold, dtype=np.int64), "draws": draws, "assignments": assignments},
                 {"label_names": names, "n_experiments": int(self.n_clusters)})

@@ -261,8 +261,8 @@ def export_model(
     # the corpus is a file read below; the other settings are checked as a calibrated model checks them
     fitting = FitSettings.make(max_fit_sentences=max_fit_sentences, fit_seed=fit_seed, fit_duplicates=fit_duplicates)
     if fit_corpus is not None and calibrator_path is not None:
-        raise InputError(f"export of {base.name}: give a fit corpus (--fit-corpus) or a saved calibrator "
-                         "(--calibrator), not both")
+        raise InputError(f"export of {base.name}: give a fit corpus (--fit-corpus) or a saved calibrator (--calibrator), "
+                         "not both")
     if benchmark is not None:
         check_benchmark(benchmark, base.name, base.revision)
     out = Path(out_dir).expanduser()
@@ -273,10 +273,6 @@ def export_model(
                                 Path(calibrator_path).expanduser() if calibrator_path is not None else None, fitting,
                                 calibrator_params or {})
     calibrator = source.calibrator
-    if calibrator.method == "flow":
-        # the folder's flow runs where it is loaded (CUDA when available, else the CPU), not where it was fitted
-        calibrator.set_params(device=None, show_progress_bar=False)
-
     # sentence-transformers (the optional export extra) loads when a folder is built
     from flow_plugin.integrations.sentence_transformers.modules import build_pipeline
 

@@ -126,6 +126,8 @@ def calibration_modules(calibrator: Calibrator) -> tuple[list[Module], list[str]
     """A linear calibrator as a centring ``Dense`` (x - c) then a projection ``Dense`` (float64 maps
     stored float32; raw, with no centre, as the projection alone), the flow as :class:`FlowCalibration`."""
     if calibrator.method == "flow":
+        # the folder's flow runs where it is loaded (CUDA when available, else the CPU), not where it was fitted
+        calibrator.set_params(device=None, show_progress_bar=False)
         return [FlowCalibration(calibrator)], [
             f"FlowCalibration (flow-plugin): the fitted {type(calibrator).__name__} "
             f"({calibrator.n_features_in_} -> {calibrator.n_features_out_}), needs flow-plugin installed"]

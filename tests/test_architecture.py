@@ -105,6 +105,25 @@ def test_only_the_fast_trainer_reads_private_nflows_attributes() -> None:
     assert private.search((REPO / "flow_plugin" / "calibration" / "flow" / "_fast.py").read_text(encoding="utf-8"))
 
 
+def test_the_mteb_adapter_keeps_its_shape() -> None:
+    """The adapter's shape, as docs/architecture.md describes it: no function in integrations/ over 60 lines, the
+    calibrated model class at most 150, and the call stack read (``sys._getframe``) and MTEB's task hooks
+    overridden only in compat.py."""
+    long_functions, frame_walks, hooks = [], [], []
+    hook = re.compile(r"def (_evaluate_subset|_save_task_predictions|_calculate_scores|_undersample_data)\(")
+    for path in (REPO / "flow_plugin" / "integrations").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long_functions.append(f"{path.relative_to(REPO)}:{node.name}")
+            if isinstance(node, ast.ClassDef) and node.name == "CalibratedModel":
+                assert node.end_lineno - node.lineno < 150, "CalibratedModel is over 150 lines"
+        if path.name != "compat.py":
+            frame_walks += [str(path.relative_to(REPO))] if "_getframe" in text else []
+            hooks += [f"{path.relative_to(REPO)}: {match.group(1)}" for match in hook.finditer(text)]
+    assert long_functions == [] and frame_walks == [] and hooks == []
+
+
 def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 

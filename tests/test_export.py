@@ -318,6 +318,11 @@ def test_cli_export_with_leaderboard_scores(minilm_path: Path, tmp_path: Path, c
     other = _board(parse_model_name("flow_plugin/minilm-l6-layer0-sn"))
     with pytest.raises(LeaderboardError, match="no row for flow_plugin/minilm-l6-layer0"):
         benchmark_row(other, variant.name)
+    # a local folder's export takes no row (no registry revision ties one to it): one line, not "unknown model"
+    assert main(["export", f"flow_plugin/{minilm_path}-whiten", "--out", str(tmp_path / "own"), "--leaderboard",
+                 str(board)]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "a model card takes the scores of a registry model's row" in said, said
 
 
 # ------------------------------------------------------------------ poolings

@@ -1,4 +1,5 @@
-"""A registry backbone and a fitted calibrator as sentence-transformers modules.
+"""A registry backbone and a fitted calibrator as sentence-transformers modules (a local folder brings its own
+modules, :mod:`.bases`; the calibrator's are made here for both).
 
 - The backbone is a standard ``Transformer``, truncated to the layers its pooling reads (as
   :class:`flow_plugin.encoding.backbone.Backbone` runs it: ``drop_unused_layers``), with the

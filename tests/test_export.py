@@ -426,6 +426,7 @@ def test_a_local_folder_exports_its_own_modules_and_prompts_then_the_calibrator(
     assert record["backbone"]["prompts"] == FOLDER_PROMPTS and record["backbone"]["default_prompt_name"] == "document"
     card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
     assert "`my-encoder`" in card and str(own_folder.parent) not in card + json.dumps(record)
+    assert "of which the backbone and pooling: " in card  # both sides run the folder's modules: no padding remark
 
 
 def test_a_local_folder_takes_no_registry_encoder_options_and_an_mteb_name_is_not_exported(

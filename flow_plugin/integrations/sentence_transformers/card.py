@@ -112,7 +112,8 @@ def _agreement(record: dict[str, Any]) -> list[str]:
             f"- embeddings: largest difference {agreement['max_abs_diff']:.2e}, at most "
             f"{agreement['max_rel_diff']:.2e} of an embedding's largest component;",
             f"- cosine similarities between the sentences: at most {agreement['max_cosine_diff']:.2e} apart;",
-            f"- of which the backbone and pooling (padded batches here, none in flow-plugin): "
+            f"- of which the backbone and pooling"
+            + (" (padded batches here, none in flow-plugin)" if record["backbone"].get("hub_id") else "") + ": "
             f"{agreement['pooled_rel_diff']:.2e}, and the calibration module on the same input: "
             f"{agreement['calibration_rel_diff']:.2e}.", "",
             *(["A backbone running in bf16 (flow-plugin's `precision=\"auto\"` on GPUs and bf16 CPUs) moves "

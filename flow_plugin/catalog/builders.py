@@ -47,13 +47,18 @@ def build_encoder(registry_model: RegistryModel, options: EncoderOptions | None 
 
 
 def build_calibrator(registry_model: RegistryModel, *, device: str | None = None, **overrides: Any) -> Calibrator:
-    """An unfitted calibrator: registry hyper-parameters, then ``overrides``; a flow runs on
-    ``device`` (the backbone's) unless told otherwise (the flow variants too)."""
-    params = {**registry_model.calibrator_params, **overrides}
-    known = registry_model.calibrator in CALIBRATOR_NAMES  # (an unknown name: make_calibrator's error, with close names)
-    if known and calibrator_method(registry_model.calibrator) == "flow" and "device" not in params:
+    """An unfitted calibrator: registry hyper-parameters, then ``overrides``, on ``device``
+    (:func:`calibrator_on_device`)."""
+    return calibrator_on_device(registry_model.calibrator, device, **{**registry_model.calibrator_params, **overrides})
+
+
+def calibrator_on_device(name: str, device: str | None = None, **params: Any) -> Calibrator:
+    """An unfitted calibrator ``name`` with ``params``; a flow runs on ``device`` (the encoder's) unless told
+    otherwise (the flow variants too)."""
+    known = name in CALIBRATOR_NAMES  # (an unknown name: make_calibrator's error, with close names)
+    if known and calibrator_method(name) == "flow" and "device" not in params:
         params["device"] = device
-    return make_calibrator(registry_model.calibrator, **params)
+    return make_calibrator(name, **params)
 
 
 def resolve(model: str | RegistryModel) -> RegistryModel:

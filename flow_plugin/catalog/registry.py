@@ -134,6 +134,13 @@ def is_folder(base: str) -> bool:
     return base.startswith(("/", "./", "../", "~")) or os.path.isabs(base)
 
 
+def is_foreign_base(base: str) -> bool:
+    """Whether a spelled base names a model outside the registry: an MTEB model name (``org/name``) or a local folder.
+    Any other base is a registry backbone's name, known or not (the registry answers an unknown one with close
+    names)."""
+    return base not in default_registry() and ("/" in base or is_folder(base))
+
+
 def raw_spelling_hint(base: str) -> str:
     """For a base spelled with a ``-raw`` suffix: raw embeddings are spelled without one."""
     return f" (raw embeddings have no suffix: {MODEL_PREFIX}{base.removesuffix('-raw')})" if base.endswith("-raw") else ""

@@ -31,7 +31,7 @@ from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin.catalog.builders import build_encoder
 from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, is_folder,
-                                          local_model_folder, raw_spelling_hint, spelled_model)
+                                          is_foreign_base, local_model_folder, raw_spelling_hint, spelled_model)
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
 from flow_plugin.encoding.cache import CallStore, default_cache_dir
 from flow_plugin.encoding.options import EncoderOptions
@@ -234,7 +234,7 @@ def resolve_spelling(name: str) -> Any:
     from flow_plugin.integrations.mteb.meta import calibrated_meta
 
     base, calibrator = spelled_model(name)
-    if base in default_registry() or ("/" not in base and not is_folder(base)):
+    if not is_foreign_base(base):
         try:
             parse_model_name(name)  # a registry model added since MTEB's registry was built, or close names
         except RegistryError as error:

@@ -81,12 +81,12 @@ def check_model_names(models: list[str]) -> None:
     """Every name is a model spelling (:mod:`.base_models`): a ``flow_plugin/`` name whose registry
     backbone exists (else our registry's error, with close names), or an MTEB model name; a registry
     model written without its ``flow_plugin/`` prefix is an error naming the right spelling."""
-    from flow_plugin.catalog.registry import MODEL_PREFIX, default_registry, is_folder, parse_model_name, spelled_model
+    from flow_plugin.catalog.registry import MODEL_PREFIX, default_registry, is_foreign_base, parse_model_name, spelled_model
 
     for model_name in models:
         base, _ = spelled_model(model_name)
         if model_name.startswith(MODEL_PREFIX):
-            if "/" not in base and not is_folder(base):
+            if not is_foreign_base(base):
                 parse_model_name(model_name)  # our registry's error, with close names
         elif base in default_registry():
             raise RegistryError(f"model {model_name!r} lacks the '{MODEL_PREFIX}' prefix that flow-plugin's MTEB "

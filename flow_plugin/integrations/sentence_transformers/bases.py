@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 
 from flow_plugin._machine import resolve_device
-from flow_plugin.calibration import Calibrator, make_calibrator
-from flow_plugin.calibration.names import calibrator_method
-from flow_plugin.catalog.builders import build_calibrator, build_encoder, resolve
+from flow_plugin.calibration import Calibrator
+from flow_plugin.catalog.builders import build_calibrator, build_encoder, calibrator_on_device, resolve
 from flow_plugin.catalog.fitting import SentenceEncoder
-from flow_plugin.catalog.registry import (MODEL_NAME_SUFFIXES, MODEL_PREFIX, RegistryModel, default_registry, is_folder,
-                                          local_model_folder, spelled_model)
+from flow_plugin.catalog.registry import (ForeignBase, RegistryModel, is_folder, is_foreign_base, local_model_folder,
+                                          spelled_model)
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import InputError
 
@@ -98,7 +97,7 @@ class FolderBase:
         from sentence_transformers import SentenceTransformer
 
         #: the spelling relative to the folder's parent: the record and card name no path of this machine
-        self.name = f"{MODEL_PREFIX}./{folder.name}{MODEL_NAME_SUFFIXES.get(calibrator, '-' + calibrator)}"
+        self.name = ForeignBase(f"./{folder.name}").model_name(calibrator)
         self.folder, self.calibrator, self.revision = folder, calibrator, None
         self.label = folder.name
         device = str(resolve_device(device))  # a device this machine lacks: one line, before loading
@@ -113,9 +112,7 @@ class FolderBase:
                          "similarity_fn_name": self.model.similarity_fn_name}
 
     def template(self, device: str | None = None, **params: Any) -> Calibrator:
-        if calibrator_method(self.calibrator) == "flow" and "device" not in params:
-            params["device"] = device
-        return make_calibrator(self.calibrator, **params)
+        return calibrator_on_device(self.calibrator, device, **params)
 
     def encoder(self, options: EncoderOptions) -> tuple[SentenceEncoder, str]:
         return _FolderEncoder(self.model, options.batch_size, options.show_progress_bar), str(self.model.device)
@@ -125,8 +122,11 @@ class FolderBase:
         return _FolderEncoder(self.model, options.batch_size, False), str(self.model.device)
 
     def fit_precision(self, options: EncoderOptions) -> str:
+        # torch loaded with the model; cpu_kernels names its dtypes as flow-plugin's precisions
+        from flow_plugin.encoding.cpu_kernels import precision_of
+
         dtype = next((parameter.dtype for parameter in self.model.parameters()), None)
-        return str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+        return precision_of(dtype) or str(dtype).removeprefix("torch.") if dtype is not None else "float32"
 
     def base_modules(self) -> Any:
         from flow_plugin.integrations.sentence_transformers.modules import BaseModules
@@ -152,12 +152,12 @@ def export_base(model: str | RegistryModel, encoder_options: dict[str, Any]) -> 
     if isinstance(model, RegistryModel):
         return RegistryBase(model)
     base, calibrator = spelled_model(model)
-    if base in default_registry() or ("/" not in base and not is_folder(base)):
+    if not is_foreign_base(base):
         return RegistryBase(resolve(model))  # (an unknown name: the registry's error, with close names)
     if not is_folder(base):
         raise InputError(f"{model}: export takes a registry model or a local sentence-transformers folder, not a "
                          f"model MTEB loads by name; save it first (SentenceTransformer({base!r}).save('my-model')) "
-                         f"and export {MODEL_PREFIX}./my-model{MODEL_NAME_SUFFIXES.get(calibrator, '-' + calibrator)}")
+                         f"and export {ForeignBase('./my-model').model_name(calibrator)}")
     others = sorted(set(encoder_options) - set(FOLDER_OPTIONS))
     if others:
         raise InputError(f"{model}: {', '.join(others)} {'applies' if len(others) == 1 else 'apply'} to registry "

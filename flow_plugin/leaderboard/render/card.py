@@ -5,7 +5,7 @@ from the row of the exported model (``flow-plugin export --leaderboard``).
 
 from __future__ import annotations
 
-from flow_plugin.catalog.registry import RegistryModel, default_registry, parse_model_name, spelled_model
+from flow_plugin.catalog.registry import RegistryModel, is_foreign_base, parse_model_name, spelled_model
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.integrations.sentence_transformers.benchmark import BenchmarkScores
 from flow_plugin.leaderboard.models import Leaderboard, Row
@@ -15,8 +15,7 @@ def benchmark_row(board: Leaderboard, model: str | RegistryModel, *, revision: s
     """The row of ``model`` (a registry model name) at ``revision`` (default: the model's current
     configuration) in a loaded leaderboard, its default experiment when there are several; errors
     name what the board holds and what to do."""
-    base = spelled_model(model)[0] if isinstance(model, str) else None
-    if base is not None and base not in default_registry() and "/" in base:  # a local folder or an MTEB name
+    if isinstance(model, str) and is_foreign_base(spelled_model(model)[0]):  # a local folder or an MTEB name
         raise LeaderboardError(f"{model}: a model card takes the scores of a registry model's row, whose revision "
                                "ties them to its configuration; a local folder or an MTEB model has none here, so "
                                "leave out --leaderboard")

@@ -20,7 +20,9 @@ def _stderr(message: str) -> None:
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     from flow_plugin.integrations.senteval_transfer import CLASSIFIERS, SENTEVAL_PATH_ENV, TRANSFER_TASKS
 
-    parser.add_argument("-b", "--backbone", required=True, help="registry backbone, e.g. minilm-l6")
+    parser.add_argument("-b", "--backbone", required=True,
+                        help="the base model: a registry backbone (minilm-l6), a local sentence-transformers folder "
+                             "(./my-model) or a model MTEB loads by name (org/name)")
     parser.add_argument("--data", type=Path, default=None,
                         help="SentEval's task_path (the folder holding downstream/), or the data folder holding "
                              "senteval/ (default: $FLOW_PLUGIN_SHARED_DATA)")

@@ -14,11 +14,15 @@ Here ``prepare`` fits a *fresh* calibrator on the task's sentences, tokens joine
 spaces: the BERT-flow paper's "target" setting (unlabelled sentences of the evaluated
 dataset, never its scores). ``batcher`` encodes with the process-wide cached backbone
 (:func:`flow_plugin.catalog.builders.build_encoder`: each unique sentence goes through the backbone
-once, whatever the number of variants or tasks) and applies that calibrator.
+once, whatever the number of variants or tasks), or a base model's encoder that keeps the task's embeddings,
+and applies that calibrator.
 
-The model is named in ``params["flow_plugin"]``: a registry model name, a dict of
-:class:`SentEvalAdapter` arguments (``{"model": "flow_plugin/minilm-l6-flow", "device": "cpu"}``)
-or an adapter object. Then the module-level :func:`prepare` and :func:`batcher` are the
+The model is named in ``params["flow_plugin"]``: a model spelling (a registry model such as
+``flow_plugin/minilm-l6-flow``, a calibrator on a local sentence-transformers folder,
+``flow_plugin/./my-model-whiten``, or on a model MTEB loads by name, ``flow_plugin/intfloat/e5-small-v2-flow``),
+a dict of :class:`SentEvalAdapter` arguments (``{"model": "flow_plugin/minilm-l6-flow", "device": "cpu"}``)
+or an adapter object. A base outside the registry encodes through its own MTEB encoder
+(:class:`BaseModelEncoder`): its own loader and prompts, told which SentEval task it embeds. Then the module-level :func:`prepare` and :func:`batcher` are the
 callbacks::
 
     import senteval
@@ -49,7 +53,8 @@ import numpy as np
 
 from flow_plugin.errors import InputError, InputTypeError, NotFittedError
 from flow_plugin._machine import cuda_available
-from flow_plugin.catalog.registry import BackboneSpec, RegistryModel, get_backbone, model_name_suffixes
+from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, ForeignBase, RegistryModel, get_backbone,
+                                          is_foreign_base, model_name_suffixes, spelled_model)
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.calibration import Calibrator, make_calibrator
 from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
@@ -98,6 +103,79 @@ def check_task_runs_here(params: Any, task: str | None) -> None:
             f"SentEval's {task} with params['usepytorch'] = True trains its classifier on CUDA, and this machine "
             "has no CUDA device; set params['usepytorch'] = False (scikit-learn's logistic regression runs on a CPU)"
         )
+
+
+#: SentEval's tasks by the MTEB task type they are, for a base model that chooses its prompt by type (the rest:
+#: classification)
+TASK_TYPES = {"STS": ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"),
+              "PairClassification": ("MRPC", "SICKEntailment", "SNLI")}
+
+
+def task_metadata(task: str | None) -> Any:
+    """The MTEB ``TaskMetadata`` a base model is told it embeds for SentEval's ``task``: named ``SentEval<task>``
+    (as the offline MTEB tasks of the same data are), of the MTEB type it is (:data:`TASK_TYPES`), so a model that
+    picks its prompt by task name or type picks it as it would in MTEB."""
+    from mteb.abstasks.task_metadata import TaskMetadata
+
+    name = task or "SentEval"
+    task_type = next((kind for kind, tasks in TASK_TYPES.items() if task in tasks), "Classification")
+    return TaskMetadata(name=f"SentEval{name}", description=f"SentEval's {name}, as SentEval's engine reads it",
+                        reference="https://github.com/facebookresearch/SentEval",
+                        dataset={"path": f"senteval/{name}", "revision": "senteval"}, type=task_type, category="t2t",
+                        modalities=["text"], eval_splits=["test"], eval_langs=["eng-Latn"],
+                        main_score="cosine_spearman" if task_type == "STS" else "accuracy")
+
+
+class BaseModelEncoder:
+    """A base model outside the registry (a local sentence-transformers folder, a model MTEB loads by name, any
+    MTEB encoder) as SentEval's adapter encodes with it: through the base's own ``encode``, with the
+    :func:`task_metadata` of the task SentEval runs, each distinct sentence of the task once; the embeddings of the
+    current task are kept for the calls that follow (``prepare``'s fit, then ``batcher``'s batches)."""
+
+    def __init__(self, base: Any, batch_size: int | None = None) -> None:
+        self.base, self.batch_size = base, batch_size
+        meta = getattr(base, "mteb_model_meta", None)
+        self.name = getattr(meta, "name", None) or type(base).__name__
+        self.task: str | None = None
+        self.memo: dict[str, np.ndarray] = {}
+
+    @classmethod
+    def load(cls, base: str, encoder_options: Mapping[str, Any]) -> BaseModelEncoder:
+        """The base a spelling names (:func:`~flow_plugin.integrations.mteb.base_models.load_base`; the options
+        other than ``device``, ``batch_size`` and ``show_progress_bar`` apply to registry backbones only)."""
+        from flow_plugin.integrations.mteb.base_models import load_base
+
+        options = {key: value for key, value in encoder_options.items() if key not in ("batch_size",
+                                                                                      "show_progress_bar")}
+        return cls(load_base(base, **options), encoder_options.get("batch_size"))
+
+    @property
+    def device(self) -> str:
+        return str(getattr(getattr(self.base, "model", None), "device", "cpu"))
+
+    @property
+    def embedding_dim(self) -> int:
+        width = getattr(getattr(self.base, "mteb_model_meta", None), "embed_dim", None)
+        return width if isinstance(width, int) else int(self.encode(["."]).shape[1])
+
+    def for_task(self, task: str | None) -> None:
+        """Encode for ``task`` from now on (the embeddings kept for another task are dropped)."""
+        if task != self.task:
+            self.task, self.memo = task, {}
+
+    def encode(self, sentences: list[str], show_progress_bar: bool | None = None) -> np.ndarray:
+        from flow_plugin.integrations.mteb.compat import text_loader
+        from flow_plugin.integrations.mteb.fits import as_float32
+
+        missing = list(dict.fromkeys(sentence for sentence in sentences if sentence not in self.memo))
+        if missing:
+            metadata = task_metadata(self.task)
+            loader = text_loader(missing, metadata, **({"batch_size": self.batch_size} if self.batch_size else {}))
+            rows = as_float32(self.base.encode(loader, task_metadata=metadata, hf_split="test", hf_subset="default"))
+            self.memo.update(zip(missing, rows))
+        if not sentences:
+            return np.empty((0, self.embedding_dim), dtype=np.float32)
+        return np.stack([self.memo[sentence] for sentence in sentences])
 
 
 class NotPreparedError(NotFittedError):
@@ -166,16 +244,20 @@ class SentEvalAdapter:
     Parameters
     ----------
     model:
-        A registry model name (``"flow_plugin/minilm-l6-flow"``) or a ``RegistryModel``.
+        A model spelling: a registry model (``"flow_plugin/minilm-l6-flow"``, or a ``RegistryModel``), or a
+        calibrator on a local sentence-transformers folder (``"flow_plugin/./my-model-whiten"``) or on a model
+        MTEB loads by name (``"flow_plugin/intfloat/e5-small-v2-flow"``).
     backbone, calibrator:
-        Instead of ``model``: a registry backbone (name or ``BackboneSpec``) or a
-        ``CachedEncoder``, and a calibrator method (``"flow"``, ``"whiten"``, ...) or an
-        unfitted ``Calibrator`` whose clone is fitted in each ``prepare``.
+        Instead of ``model``: a registry backbone (name or ``BackboneSpec``), a ``CachedEncoder``, a local
+        folder or MTEB model name, an MTEB encoder object or a :class:`BaseModelEncoder`, and a calibrator
+        method (``"flow"``, ``"whiten"``, ...) or an unfitted ``Calibrator`` whose clone is fitted in each
+        ``prepare``.
     calibrator_params:
         Hyper-parameters overriding the registry's (with a method name only).
     **encoder_options:
         ``device``, ``precision``, ``batch_size``, ``cache_dir``, ``show_progress_bar``
-        (:class:`flow_plugin.encoding.options.EncoderOptions`).
+        (:class:`flow_plugin.encoding.options.EncoderOptions`); a base outside the registry takes ``device``,
+        ``batch_size`` and ``show_progress_bar`` (its own loader decides the rest).
     """
 
     def __init__(
@@ -196,27 +278,37 @@ class SentEvalAdapter:
         if model is not None:
             if calibrator is not None:
                 raise InputError("calibrator is given by the model name; pass backbone=... to choose it explicitly")
-            registry_model = resolve(model)
-            backbone, calibrator = registry_model.backbone, registry_model.calibrator
+            if isinstance(model, str) and is_foreign_base(spelled_model(model)[0]):
+                backbone, calibrator = spelled_model(model)
+            else:
+                registry_model = resolve(model)
+                backbone, calibrator = registry_model.backbone, registry_model.calibrator
         calibrator = "raw" if calibrator is None else calibrator
         options, unknown = EncoderOptions.split(encoder_options)
         if unknown:
             raise InputError(f"unknown SentEvalAdapter argument(s) {', '.join(map(repr, sorted(unknown)))}; "
                              f"encoder options are {', '.join(EncoderOptions.names())}")
 
-        if isinstance(backbone, CachedEncoder):
+        spec = None
+        if isinstance(backbone, (CachedEncoder, BaseModelEncoder)):
             self.encoder = backbone
-            spec = None
+        elif isinstance(backbone, str) and is_foreign_base(backbone.removeprefix(MODEL_PREFIX)):
+            self.encoder = BaseModelEncoder.load(backbone.removeprefix(MODEL_PREFIX), encoder_options)
+        elif not isinstance(backbone, (str, BackboneSpec)) and callable(getattr(backbone, "encode", None)):  # MTEB's
+            self.encoder = BaseModelEncoder(backbone, options.batch_size)
         else:
             spec = backbone if isinstance(backbone, BackboneSpec) else get_backbone(str(backbone))
             self.encoder = build_encoder(RegistryModel(spec, "raw"), options)
+        base = self.encoder if isinstance(self.encoder, BaseModelEncoder) else None
         self._template, method = _calibrator_template(calibrator, calibrator_params, spec,
-                                                      str(self.encoder.backbone.device))
+                                                      base.device if base else str(self.encoder.backbone.device))
         self.method = method
         if spec is not None and method in model_name_suffixes():
             self.name = spec.model_name(method)
+        elif base is not None and method in model_name_suffixes():
+            self.name = ForeignBase(base.name).model_name(method)
         else:
-            self.name = f"{spec.name if spec is not None else self.encoder.backbone.name} + {method}"
+            self.name = f"{spec.name if spec is not None else (base or self.encoder.backbone).name} + {method}"
         #: the calibrator fitted by the last ``prepare``, and the task it was fitted for
         self.calibrator: Calibrator | None = None
         self.prepared_task: str | None = None
@@ -248,6 +340,8 @@ class SentEvalAdapter:
 
         task = _current_task(params)
         check_task_runs_here(params, task)
+        if isinstance(self.encoder, BaseModelEncoder):
+            self.encoder.for_task(task)
         sentences = _sentences_of(samples, "prepare samples")
         if not sentences:
             raise InputError(f"prepare got no sentences for task {task!r}; nothing to fit {self.name} on")
@@ -276,6 +370,8 @@ class SentEvalAdapter:
         sentences = _sentences_of(batch, "batch")
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
+        if isinstance(self.encoder, BaseModelEncoder):  # (shared by several adapters: this one's task)
+            self.encoder.for_task(self.prepared_task)
         embeddings = self.encoder.encode(sentences, show_progress_bar=False)
         return self.calibrator.transform(embeddings)
 
@@ -329,10 +425,13 @@ def batcher(params: Any, batch: Any) -> np.ndarray:
 __all__ = [
     "EMPTY_SENTENCE",
     "PARAMS_KEY",
+    "TASK_TYPES",
+    "BaseModelEncoder",
     "NotPreparedError",
     "SentEvalAdapter",
     "adapter_from_params",
     "batcher",
     "prepare",
+    "task_metadata",
     "tokens_to_sentence",
 ]

@@ -75,14 +75,15 @@ def run_transfer(
     progress: Callable[[str], None] = logger.info,
 ) -> TransferReport:
     """Run SentEval's transfer ``tasks`` (default: :data:`~flow_plugin.integrations.senteval_transfer.TRANSFER_TASKS`)
-    for ``backbone`` (a registry name) with each calibrator, a seeded one with ``seeds`` seeds (its default seed
-    and the next ones, as ``bench --seeds``); SentEval reads ``task_path`` (the folder holding ``downstream/``, or
-    the data folder holding ``senteval/``; default: the data root, ``$FLOW_PLUGIN_SHARED_DATA``).
-    With ``output``, the report is written there as JSON (atomically) after every task, so an interrupted run
-    keeps what finished."""
+    for ``backbone`` (a registry backbone, a local sentence-transformers folder or a model MTEB loads by name) with
+    each calibrator, a seeded one with ``seeds`` seeds (its default seed and the next ones, as ``bench --seeds``);
+    SentEval reads ``task_path`` (the folder holding ``downstream/``, or the data folder holding ``senteval/``;
+    default: the data root, ``$FLOW_PLUGIN_SHARED_DATA``). Task by task, every calibrator reads one pass of the
+    backbone over the task's sentences. With ``output``, the report is written there as JSON (atomically) after
+    every task, so an interrupted run keeps what finished."""
     from flow_plugin._io import atomic_write_json
-    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, get_backbone
-    from flow_plugin.integrations.senteval import SentEvalAdapter
+    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, ForeignBase
+    from flow_plugin.integrations.senteval import BaseModelEncoder, SentEvalAdapter
     from flow_plugin.integrations.senteval_transfer import (
         TRANSFER_TASKS,
         evaluate_transfer,
@@ -92,10 +93,10 @@ def run_transfer(
         senteval_params,
     )
     from flow_plugin.integrations.mteb.task_resolver import offline_data_root
-    from flow_plugin.studies.runs import expand_runs
+    from flow_plugin.studies.runs import expand_runs, loadable_base
 
     started = time.perf_counter()
-    spec = get_backbone(backbone)
+    base = loadable_base(backbone)
     unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
@@ -105,29 +106,32 @@ def run_transfer(
     senteval = import_senteval(senteval_path)  # a clear error now, before any embedding
     shown = {key: value for key, value in senteval_params(task_path, chosen, None).items()
              if key not in ("task_path", "flow_plugin")}
-    report = TransferReport(spec.name, chosen, shown, senteval_commit(senteval))
-    runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
-    for number, run in enumerate(runs, start=1):
-        calibrator = run.model.removeprefix(f"flow_plugin/{spec.name}").lstrip("-") or "raw"
-        adapter = SentEvalAdapter(backbone=spec, calibrator=calibrator,
-                                  calibrator_params=run.kwargs.get("calibrator_params"),
-                                  **{"show_progress_bar": False, **(encoder_options or {})})
+    report = TransferReport(base.name, chosen, shown, senteval_commit(senteval))
+    runs = expand_runs(base, list(dict.fromkeys(calibrators)), seeds=seeds)
+    options = {"show_progress_bar": False, **(encoder_options or {})}
+    encoder = BaseModelEncoder.load(base.name, options) if isinstance(base, ForeignBase) else base
+    calibrator_of = {run.model: run.model.removeprefix(base.model_name("raw")).lstrip("-") or "raw" for run in runs}
+    adapters = [SentEvalAdapter(backbone=encoder, calibrator=calibrator_of[run.model],
+                                calibrator_params=run.kwargs.get("calibrator_params"), **options) for run in runs]
+    steps = [(task, run, adapter) for task in tasks for run, adapter in zip(runs, adapters)]
+    for number, (task, run, adapter) in enumerate(steps, start=1):
 
-        def keep(task: str, result: dict[str, Any], seconds: float, *, run: Any = run, calibrator: str = calibrator,
-                 adapter: Any = adapter) -> None:
+        def keep(task: str, result: dict[str, Any], seconds: float, *, run: Any = run, adapter: Any = adapter,
+                 number: int = number) -> None:
             fit = adapter.fit_log[-1] if adapter.fit_log else None
             report.results.append(TransferResult(
-                model=run.model, calibrator=calibrator, seed=run.seed, task=task, accuracy=float(result["acc"]),
-                dev_accuracy=float(result["devacc"]), f1=float(result["f1"]) if "f1" in result else None,
-                n_dev=int(result["ndev"]), n_test=int(result["ntest"]), seconds=round(seconds, 1),
+                model=run.model, calibrator=calibrator_of[run.model], seed=run.seed, task=task,
+                accuracy=float(result["acc"]), dev_accuracy=float(result["devacc"]),
+                f1=float(result["f1"]) if "f1" in result else None, n_dev=int(result["ndev"]),
+                n_test=int(result["ntest"]), seconds=round(seconds, 1),
                 fit={key: fit.get(key) for key in ("n_sentences", "n_unique_sentences", "fit_seconds", "encode_seconds",
                                                    "adapted")} if fit else None))
-            progress(f"senteval [{number}/{len(runs)}] {run.label} × {task}: acc {result['acc']:.2f} in {seconds:.0f} s")
+            progress(f"senteval [{number}/{len(steps)}] {run.label} × {task}: acc {result['acc']:.2f} in {seconds:.0f} s")
             if output is not None:
                 report.wall_seconds = time.perf_counter() - started
                 atomic_write_json(Path(output), report.as_dict())
 
-        evaluate_transfer(adapter, task_path, tasks, classifier=chosen, senteval_path=senteval_path, on_task=keep)
+        evaluate_transfer(adapter, task_path, [task], classifier=chosen, senteval_path=senteval_path, on_task=keep)
     report.wall_seconds = time.perf_counter() - started
     if output is not None:
         atomic_write_json(Path(output), report.as_dict())

@@ -77,6 +77,7 @@ def describe_machine(threads: int | None = None) -> dict[str, Any]:
     base = base_description()
     return {
         "cpu_model": base["cpu"],
+        "cpu_family": base["cpu_family"],
         "cpu_flags": base["cpu_flags"],
         "bf16_kernels": base["bf16_kernels"],
         "native_bf16": cpu_has_native_bf16(),

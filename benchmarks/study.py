@@ -194,7 +194,8 @@ def report_markdown(report: dict[str, Any]) -> str:
     """The report as Markdown."""
     machine = report["machine"]
     lines = [f"# Study and calibrated mteb run cost on {machine.get('cpu_model', 'this CPU')} ({report['date']})", "",
-             f"- CPU: {machine.get('cpu_model')}, {machine.get('logical_cores')} logical cores; load average at start "
+             f"- CPU: {machine.get('cpu_model')} ({machine.get('cpu_family') or 'family unknown'}), "
+             f"{machine.get('logical_cores')} logical cores; load average at start "
              f"{report['load_average_start']}, at end {report['load_average_end']}",
              f"- command: `{report['command']}`", ""]
     for name in ("baseline", "study"):

@@ -25,21 +25,23 @@ _REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", 
 
 
 @functools.lru_cache(maxsize=1)
-def _cpuinfo() -> tuple[str, frozenset[str]]:
+def _cpuinfo() -> tuple[str, frozenset[str], str | None]:
     model, flags = platform.processor() or platform.machine() or "unknown", frozenset()
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return model, flags
+        return model, flags, None
+    fields: dict[str, str] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "model name" and value.strip():
-            model = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = frozenset(value.split())
-        if flags and model:
+        if not key.strip() and fields:  # the first processor's block ends
             break
-    return model, flags
+        fields.setdefault(key.strip(), value.strip())
+    model = fields.get("model name") or model
+    flags = frozenset(fields.get("flags", "").split())
+    family = (f"family {fields['cpu family']} model {fields['model']}"
+              if fields.get("cpu family") and fields.get("model") else None)
+    return model, flags, family
 
 
 def cpu_model() -> str:
@@ -49,6 +51,12 @@ def cpu_model() -> str:
     True
     """
     return _cpuinfo()[0]
+
+
+def cpu_family() -> str | None:
+    """The CPU's family and model numbers (``/proc/cpuinfo``, e.g. "family 26 model 2"), which tell apart CPU
+    generations a virtual machine names alike ("AMD EPYC"); None where they are not known."""
+    return _cpuinfo()[2]
 
 
 def cpu_flags() -> frozenset[str]:
@@ -137,6 +145,7 @@ def describe_machine(device: Any = None, precision: str | None = None,
 
     info: dict[str, Any] = {
         "cpu": cpu_model(),
+        "cpu_family": cpu_family(),
         "cpu_flags": sorted(cpu_flags() & set(_REPORTED_FLAGS)),
         "bf16_kernels": bf16_kernel_family(),
         "cpu_cores": os.cpu_count(),

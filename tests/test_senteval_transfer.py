@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,9 +131,11 @@ def test_a_folder_model_runs_through_senteval_raw_as_its_own_encode(transfer_sub
     senteval = import_senteval()
     model = SentenceTransformer(str(folder), device="cpu")
     params = {"task_path": str(transfer_subset), "seed": 1111, "batch_size": 128, **CLASSIFIERS["sklearn"]}
-    engine = senteval.engine.SE(params, lambda params, batch: model.encode([" ".join(tokens) or "." for tokens in batch],
-                                                                            convert_to_numpy=True),
-                                lambda params, samples: None)
+
+    def batcher(params: Any, batch: list[list[str]]) -> Any:
+        return model.encode([" ".join(tokens) or "." for tokens in batch], convert_to_numpy=True)
+
+    engine = senteval.engine.SE(params, batcher, lambda params, samples: None)
     raw = {row["task"]: row["accuracy"] for row in report["results"] if row["calibrator"] == "raw"}
     for task in ("TREC", "MRPC"):
         # float32 on both sides, SentEval's own batches against ours (measured: equal, TREC 63.20 and MRPC 70.16);

@@ -22,8 +22,8 @@ The model is named in ``params["flow_plugin"]``: a model spelling (a registry mo
 ``flow_plugin/./my-model-whiten``, or on a model MTEB loads by name, ``flow_plugin/intfloat/e5-small-v2-flow``),
 a dict of :class:`SentEvalAdapter` arguments (``{"model": "flow_plugin/minilm-l6-flow", "device": "cpu"}``)
 or an adapter object. A base outside the registry encodes through its own MTEB encoder
-(:class:`BaseModelEncoder`): its own loader and prompts, told which SentEval task it embeds. Then the module-level :func:`prepare` and :func:`batcher` are the
-callbacks::
+(:class:`BaseModelEncoder`): its own loader and prompts, told which SentEval task it embeds. Then the
+module-level :func:`prepare` and :func:`batcher` are the callbacks::
 
     import senteval
     from flow_plugin.integrations import senteval as flow_senteval
@@ -44,6 +44,7 @@ the MTEB tasks of this package.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -111,6 +112,7 @@ TASK_TYPES = {"STS": ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark
               "PairClassification": ("MRPC", "SICKEntailment", "SNLI")}
 
 
+@functools.lru_cache(maxsize=None)
 def task_metadata(task: str | None) -> Any:
     """The MTEB ``TaskMetadata`` a base model is told it embeds for SentEval's ``task``: named ``SentEval<task>``
     (as the offline MTEB tasks of the same data are), of the MTEB type it is (:data:`TASK_TYPES`), so a model that

@@ -126,7 +126,8 @@ def run_transfer(
                 n_test=int(result["ntest"]), seconds=round(seconds, 1),
                 fit={key: fit.get(key) for key in ("n_sentences", "n_unique_sentences", "fit_seconds", "encode_seconds",
                                                    "adapted")} if fit else None))
-            progress(f"senteval [{number}/{len(steps)}] {run.label} × {task}: acc {result['acc']:.2f} in {seconds:.0f} s")
+            progress(f"senteval [{number}/{len(steps)}] {run.label} × {task}: acc {result['acc']:.2f} "
+                     f"in {seconds:.0f} s")
             if output is not None:
                 report.wall_seconds = time.perf_counter() - started
                 atomic_write_json(Path(output), report.as_dict())

@@ -305,3 +305,14 @@ def test_a_base_outside_the_registry_gets_the_same_one_line_errors(prompted_fold
     adapter = SentEvalAdapter(backbone=str(prompted_folder), calibrator="sn")
     with pytest.raises(NotPreparedError, match="batcher called before prepare"):
         adapter.batcher(DotDict(current_task="TREC"), [["a", "man"]])
+
+
+def test_a_base_is_told_the_senteval_task_as_the_mteb_task_of_the_same_data() -> None:
+    from flow_plugin.integrations.senteval import task_metadata
+
+    told = {task: (task_metadata(task).name, task_metadata(task).type)
+            for task in ("STS12", "SICKRelatedness", "MRPC", "SICKEntailment", "TREC")}
+    assert told == {"STS12": ("SentEvalSTS12", "STS"), "SICKRelatedness": ("SentEvalSICKR", "STS"),
+                    "MRPC": ("SentEvalMRPC", "PairClassification"),
+                    "SICKEntailment": ("SentEvalSICKEntailment", "PairClassification"),
+                    "TREC": ("SentEvalTREC", "Classification")}

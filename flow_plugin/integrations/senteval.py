@@ -114,14 +114,17 @@ TASK_TYPES = {"STS": ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark
 
 @functools.lru_cache(maxsize=None)
 def task_metadata(task: str | None) -> Any:
-    """The MTEB ``TaskMetadata`` a base model is told it embeds for SentEval's ``task``: named ``SentEval<task>``
-    (as the offline MTEB tasks of the same data are), of the MTEB type it is (:data:`TASK_TYPES`), so a model that
-    picks its prompt by task name or type picks it as it would in MTEB."""
+    """The MTEB ``TaskMetadata`` a base model is told it embeds for SentEval's ``task``: named as the offline MTEB
+    task of the same data (``SentEvalSTS12``, ``SentEvalSICKR``), else ``SentEval<task>``, of the MTEB type it is
+    (:data:`TASK_TYPES`), so a model that picks its prompt by task name or type picks it as it would in MTEB."""
     from mteb.abstasks.task_metadata import TaskMetadata
 
-    name = task or "SentEval"
+    from flow_plugin.data.tasks import OFFLINE_TASKS_BY_SENTEVAL_NAME
+
+    name = task or ""
     task_type = next((kind for kind, tasks in TASK_TYPES.items() if task in tasks), "Classification")
-    return TaskMetadata(name=f"SentEval{name}", description=f"SentEval's {name}, as SentEval's engine reads it",
+    return TaskMetadata(name=OFFLINE_TASKS_BY_SENTEVAL_NAME.get(name, f"SentEval{name}"),
+                        description=f"SentEval's {name or 'task'}, as SentEval's engine reads it",
                         reference="https://github.com/facebookresearch/SentEval",
                         dataset={"path": f"senteval/{name}", "revision": "senteval"}, type=task_type, category="t2t",
                         modalities=["text"], eval_splits=["test"], eval_langs=["eng-Latn"],

@@ -92,7 +92,7 @@ def test_senteval_engine_scores_each_calibrator(transfer_subset: Path, tiny_mini
 def test_the_senteval_verb_writes_its_report(transfer_subset: Path, tiny_minilm_backbone: str, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     _needs_senteval()
-    from flow_plugin.cli import main
+    from flow_plugin.cli.main import main  # (the package attribute is the module once the module was imported)
 
     output = tmp_path / "senteval.json"
     code = main(["senteval", "-b", tiny_minilm_backbone, "--data", str(transfer_subset), "--calibrators", "raw", "flow",

@@ -57,8 +57,7 @@ from flow_plugin._machine import cuda_available
 from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, ForeignBase, RegistryModel, get_backbone,
                                           is_foreign_base, model_name_suffixes, spelled_model)
 from flow_plugin.encoding.options import EncoderOptions
-from flow_plugin.calibration import Calibrator, make_calibrator
-from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
+from flow_plugin.calibration import Calibrator
 
 logger = logging.getLogger(__name__)
 
@@ -135,14 +134,18 @@ class BaseModelEncoder:
     """A base model outside the registry (a local sentence-transformers folder, a model MTEB loads by name, any
     MTEB encoder) as SentEval's adapter encodes with it: through the base's own ``encode``, with the
     :func:`task_metadata` of the task SentEval runs, each distinct sentence of the task once; the embeddings of the
-    current task are kept for the calls that follow (``prepare``'s fit, then ``batcher``'s batches)."""
+    most recent tasks are kept for the calls that follow (``prepare``'s fit, then ``batcher``'s batches), in the
+    calibrated MTEB model's memo (:class:`~flow_plugin.integrations.mteb.fits.EmbeddingMemo`)."""
 
     def __init__(self, base: Any, batch_size: int | None = None) -> None:
+        # MTEB loads with a base outside the registry (the memo's module imports it)
+        from flow_plugin.integrations.mteb.fits import EmbeddingMemo
+
         self.base, self.batch_size = base, batch_size
         meta = getattr(base, "mteb_model_meta", None)
         self.name = getattr(meta, "name", None) or type(base).__name__
         self.task: str | None = None
-        self.memo: dict[str, np.ndarray] = {}
+        self.memo = EmbeddingMemo()
 
     @classmethod
     def load(cls, base: str, encoder_options: Mapping[str, Any]) -> BaseModelEncoder:
@@ -164,23 +167,24 @@ class BaseModelEncoder:
         return width if isinstance(width, int) else int(self.encode(["."]).shape[1])
 
     def for_task(self, task: str | None) -> None:
-        """Encode for ``task`` from now on (the embeddings kept for another task are dropped)."""
-        if task != self.task:
-            self.task, self.memo = task, {}
+        """Encode for ``task`` from now on."""
+        self.task = task
 
     def encode(self, sentences: list[str], show_progress_bar: bool | None = None) -> np.ndarray:
         from flow_plugin.integrations.mteb.compat import text_loader
         from flow_plugin.integrations.mteb.fits import as_float32
 
-        missing = list(dict.fromkeys(sentence for sentence in sentences if sentence not in self.memo))
+        key = (self.task,)
+        kept = self.memo.tables.get(key, {})
+        missing = list(dict.fromkeys(sentence for sentence in sentences if sentence not in kept))
         if missing:
             metadata = task_metadata(self.task)
             loader = text_loader(missing, metadata, **({"batch_size": self.batch_size} if self.batch_size else {}))
             rows = as_float32(self.base.encode(loader, task_metadata=metadata, hf_split="test", hf_subset="default"))
-            self.memo.update(zip(missing, rows))
+            self.memo.put(key, missing, rows)
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
-        return np.stack([self.memo[sentence] for sentence in sentences])
+        return self.memo.get(key, sentences)
 
 
 class NotPreparedError(NotFittedError):
@@ -226,7 +230,7 @@ def _calibrator_template(calibrator: Any, calibrator_params: dict[str, Any] | No
                          device_name: str) -> tuple[Any, str]:
     """The unfitted calibrator an adapter clones for every task, and its method name: a copy of a ``Calibrator``
     object, or one built by method name (with the backbone's preset when the backbone is a registry one)."""
-    from flow_plugin.catalog.builders import build_calibrator
+    from flow_plugin.catalog.builders import build_calibrator, calibrator_on_device
 
     if isinstance(calibrator, Calibrator):
         if calibrator_params:
@@ -237,10 +241,7 @@ def _calibrator_template(calibrator: Any, calibrator_params: dict[str, Any] | No
     if spec is not None:
         return build_calibrator(RegistryModel(spec, calibrator), device=device_name, **(calibrator_params or {})), \
             calibrator
-    params = dict(calibrator_params or {})
-    if calibrator in CALIBRATOR_NAMES and calibrator_method(calibrator) == "flow":
-        params.setdefault("device", device_name)
-    return make_calibrator(calibrator, **params), calibrator
+    return calibrator_on_device(calibrator, device_name, **(calibrator_params or {})), calibrator
 
 
 class SentEvalAdapter:

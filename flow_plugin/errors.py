@@ -30,6 +30,11 @@ class InputError(FlowPluginError, ValueError):
     """Bad values: empty corpus, NaN/inf embeddings, wrong shape, too few samples."""
 
 
+class EncoderOutputError(FlowPluginError, ValueError):
+    """A base model's ``encode()`` returned something other than one row of finite numbers per input text; the
+    message names the model, the task and what it returned."""
+
+
 class CalibrationError(InputError):
     """A calibrator fitted on a corpus gives a space whose cosines are rounding noise (dominated by
     near-null directions); the message names the corpus, what was measured and the remedy."""

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from flow_plugin.calibration.names import CALIBRATOR_NAMES
 from flow_plugin.catalog.local_weights import LocalWeights
 from flow_plugin.encoding.pooling import parse_pooling
-from flow_plugin._io import read_toml
+from flow_plugin._io import file_sha256, read_toml
 from flow_plugin._validation_errors import describe_validation_error
 from flow_plugin.errors import InputError, RegistryError, did_you_mean
 from flow_plugin.calibration import calibrator_class, make_calibrator
@@ -148,15 +148,48 @@ def raw_spelling_hint(base: str) -> str:
 
 def local_model_folder(base: str) -> Path:
     """The absolute folder a base spelled as a folder names, once it holds a saved model (``modules.json`` or
-    ``config.json``); else a one-line :class:`~flow_plugin.errors.InputError` saying what it is instead."""
+    ``config.json``); else a one-line :class:`~flow_plugin.errors.InputError` saying what it is instead (a folder
+    followed by a misspelt calibrator, ``./my-model-whitne``: the calibrator's close names)."""
     folder = Path(base).expanduser().resolve()
     if not folder.is_dir():
+        head, _, tail = base.rpartition("-")
+        if head and Path(head).expanduser().is_dir():
+            raise InputError(f"{MODEL_PREFIX}{base}: {tail!r} is no calibrator{did_you_mean(tail, MODEL_NAME_SUFFIXES)} "
+                             f"after the folder {head}; the calibrators: {', '.join(sorted(CALIBRATOR_NAMES))}")
         raise InputError(f"{base}: no such folder ({folder}){raw_spelling_hint(base)}; give the folder a SentenceTransformer "
                          "was saved to")
     if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
         raise InputError(f"{base}: not a sentence-transformers folder (no modules.json or config.json in "
                          f"{folder}); give the folder a SentenceTransformer was saved to")
     return folder
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    return file_sha256(path, "model file")
+
+
+def folder_revision(folder: str | os.PathLike[str]) -> str:
+    """The revision of a local model folder's results: ``sha256-`` and 16 hex digits of a digest over the relative
+    path and bytes of every file it holds (hidden ones too). Results of a changed folder (retrained, a module
+    removed) are filed apart: a name alone never identifies a model. Each file is hashed once per process while its
+    size and modification time stay.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     _ = (Path(folder) / "config.json").write_text("{}")
+    ...     first = folder_revision(folder)
+    ...     _ = (Path(folder) / "config.json").write_text('{"layers": 2}')
+    ...     first != folder_revision(folder), first.startswith("sha256-")
+    (True, True)
+    """
+    root = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(path for path in root.rglob("*") if path.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(root).as_posix()}\0{_file_digest(str(path), stat.st_size, stat.st_mtime_ns)}\0"
+                      .encode())
+    return "sha256-" + digest.hexdigest()[:16]
 
 
 def get_base(name: str, registry: dict[str, BackboneSpec] | None = None) -> BackboneSpec | ForeignBase:

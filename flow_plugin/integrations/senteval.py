@@ -172,7 +172,7 @@ class BaseModelEncoder:
 
     def encode(self, sentences: list[str], show_progress_bar: bool | None = None) -> np.ndarray:
         from flow_plugin.integrations.mteb.compat import text_loader
-        from flow_plugin.integrations.mteb.fits import as_float32
+        from flow_plugin.integrations.mteb.fits import base_output
 
         key = (self.task,)
         kept = self.memo.tables.get(key, {})
@@ -180,7 +180,8 @@ class BaseModelEncoder:
         if missing:
             metadata = task_metadata(self.task)
             loader = text_loader(missing, metadata, **({"batch_size": self.batch_size} if self.batch_size else {}))
-            rows = as_float32(self.base.encode(loader, task_metadata=metadata, hf_split="test", hf_subset="default"))
+            output = self.base.encode(loader, task_metadata=metadata, hf_split="test", hf_subset="default")
+            rows = base_output(output, len(missing), self.base, metadata.name)
             self.memo.put(key, missing, rows)
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)

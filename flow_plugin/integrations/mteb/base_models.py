@@ -30,13 +30,14 @@ import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
 
 from flow_plugin.catalog.builders import build_encoder
-from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, is_folder,
-                                          is_foreign_base, local_model_folder, raw_spelling_hint, spelled_model)
+from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, folder_revision,
+                                          is_folder, is_foreign_base, local_model_folder, raw_spelling_hint,
+                                          spelled_model)
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
 from flow_plugin.encoding.cache import CallStore, default_cache_dir
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import FlowPluginError, InputError, UnknownModelError, did_you_mean
-from flow_plugin.integrations.mteb.fits import has_more_than_text, texts_of
+from flow_plugin.integrations.mteb.fits import base_output, has_more_than_text, texts_of
 
 #: the keywords a calibrated model's loader takes besides the encoder options
 MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FIT_ARGUMENTS)
@@ -89,6 +90,7 @@ class CachedBase(AbsEncoder):
             return stored
         output = self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
                                   prompt_type=prompt_type, **kwargs)
+        base_output(output, n_rows, self.base, task_metadata.name)  # nothing invalid enters the cache
         if hasattr(output, "detach") and str(output.dtype) != "torch.bfloat16":
             self.store.put(call, output.detach().cpu().numpy(), n_rows)
         elif isinstance(output, np.ndarray):
@@ -163,8 +165,14 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
     if is_folder(base):
         from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
-        return with_call_cache(SentenceTransformerEncoderWrapper(str(local_model_folder(base)), revision=revision,
-                                                                 device=device))
+        folder = local_model_folder(base)
+        current = folder_revision(folder)
+        if revision not in (None, current):
+            raise InputError(f"{base}: the folder's content is revision {current} now, not {revision}: it changed "
+                             "since; evaluate it as it is (no revision), or restore the folder")
+        wrapper = SentenceTransformerEncoderWrapper(str(folder), device=device)
+        wrapper.mteb_model_meta = wrapper.mteb_model_meta.model_copy(update={"revision": current})
+        return with_call_cache(wrapper)
     import mteb
 
     return with_call_cache(_from_mteb(base, lambda: mteb.get_model(base, revision, device=device)))
@@ -253,8 +261,9 @@ def base_meta(base: str) -> Any:
         from flow_plugin.integrations.mteb.meta import backbone_meta
 
         return backbone_meta(default_registry()[base], load_registry_name)
-    if is_folder(base):
-        return ModelMeta.create_empty(overwrites={"name": str(local_model_folder(base))})
+    if is_folder(base):  # its results are filed under its content's revision
+        folder = local_model_folder(base)
+        return ModelMeta.create_empty(overwrites={"name": str(folder), "revision": folder_revision(folder)})
     import mteb
 
     return _from_mteb(base, lambda: mteb.get_model_meta(base, fetch_from_hf=True))

@@ -33,7 +33,7 @@ from flow_plugin.catalog.task_type_effects import caution
 from flow_plugin.data.fit_corpus import FitSettings
 from flow_plugin.errors import InputError, InputTypeError
 from flow_plugin.integrations.mteb.compat import follow_fit_records
-from flow_plugin.integrations.mteb.fits import TaskFits, texts_of
+from flow_plugin.integrations.mteb.fits import TaskFits, base_output, count_inputs, texts_of
 from flow_plugin.integrations.mteb.meta import calibrated_meta
 
 logger = logging.getLogger(__name__)
@@ -121,10 +121,12 @@ class CalibratedModel(AbsEncoder):
 
     def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
                **kwargs: Any) -> np.ndarray:
-        if self.is_raw:
+        if self.is_raw:  # the base's own output, checked (one finite row per input), returned as it came
             with self.fits.times.measure("encode"):
-                return self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
-                                        prompt_type=prompt_type, **kwargs)
+                output = self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split,
+                                          hf_subset=hf_subset, prompt_type=prompt_type, **kwargs)
+            base_output(output, count_inputs(inputs), self.base, task_metadata.name)
+            return output
         self._caution(task_metadata)
         if task_metadata.name not in self.fits.tasks:  # not our loop: `mteb run`, a user's mteb.evaluate
             follow_fit_records(self, task_metadata)

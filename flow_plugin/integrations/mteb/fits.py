@@ -38,7 +38,7 @@ from flow_plugin.calibration import Calibrator
 from flow_plugin.catalog.fitting import FitRecord, canonical_order, canonical_permutation, fit_embeddings
 from flow_plugin.data.fit_corpus import EVAL_SPLITS, PER_CALL, FitSettings, read_sentence_file
 from flow_plugin.data.sampling import CorpusPart, sample_corpus
-from flow_plugin.errors import DataFolderError, InputError
+from flow_plugin.errors import DataFolderError, EncoderOutputError, InputError
 from flow_plugin.integrations.mteb import compat
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
 
@@ -201,9 +201,9 @@ class TaskFits:
             return found
         loader = compat.text_loader(texts, task_metadata)
         with self.times.measure("encode"):
-            embeddings = as_float32(self.base.encode(loader, task_metadata=task_metadata,
-                                                     hf_split=_split(task_metadata), hf_subset=hf_subset,
-                                                     prompt_type=compat.prompt_type(side)))
+            output = self.base.encode(loader, task_metadata=task_metadata, hf_split=_split(task_metadata),
+                                      hf_subset=hf_subset, prompt_type=compat.prompt_type(side))
+        embeddings = base_output(output, len(texts), self.base, task_metadata.name)
         self.memo.put(key, texts, embeddings)
         return embeddings
 
@@ -216,8 +216,9 @@ class TaskFits:
         if found is not None:
             return found
         with self.times.measure("encode"):
-            return as_float32(self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split,
-                                               hf_subset=hf_subset, prompt_type=compat.prompt_type(side), **kwargs))
+            output = self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
+                                      prompt_type=compat.prompt_type(side), **kwargs)
+        return base_output(output, len(texts), self.base, task_metadata.name)
 
 
 #: joins a side and a text while a corpus of several sides is sampled (a character no text holds)
@@ -254,14 +255,35 @@ def _announce(record: FitRecord) -> None:
         print(f"flow-plugin: {record.summary()}", file=sys.stderr, flush=True)
 
 
-def as_float32(embeddings: Any) -> np.ndarray:
-    """A base model's output as a (n, d) float32 NumPy array (torch tensors on any device included)."""
-    if hasattr(embeddings, "detach"):
-        embeddings = embeddings.detach().float().cpu().numpy()
-    array = np.asarray(embeddings, dtype=np.float32)
-    if array.ndim != 2:
-        raise DataFolderError(f"the base model returned embeddings of shape {array.shape}, not (n, d)")
+def base_output(output: Any, n_inputs: int, base: Any, task: str | None) -> np.ndarray:
+    """What a base model's ``encode()`` returned for ``n_inputs`` texts, checked where it enters flow-plugin and
+    given as a (n_inputs, d) float32 NumPy array (torch tensors on any device included): anything else (another
+    number of rows, text, NaN or inf) is an :class:`~flow_plugin.errors.EncoderOutputError` naming the model,
+    the task and what came back, whatever the calibrator (``raw`` included)."""
+    if hasattr(output, "detach"):
+        output = output.detach().float().cpu().numpy()
+    try:
+        array = np.asarray(output)
+    except (TypeError, ValueError) as error:  # ragged rows
+        return _refuse(base, task, n_inputs, f"rows that are not one array ({error})")
+    if array.dtype.kind not in "biuf":
+        return _refuse(base, task, n_inputs, f"{array.dtype} values, not numbers")
+    if array.ndim != 2 or array.shape[0] != n_inputs:
+        return _refuse(base, task, n_inputs, f"an array of shape {array.shape}, not ({n_inputs}, d)")
+    array = array.astype(np.float32, copy=False)
+    bad = ~np.isfinite(array).all(axis=1)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        return _refuse(base, task, n_inputs, f"NaN or inf in {int(bad.sum())} row(s) (the first: row {first})")
     return array
+
+
+def _refuse(base: Any, task: str | None, n_inputs: int, what: str) -> np.ndarray:
+    meta = getattr(base, "mteb_model_meta", None)
+    name = getattr(meta, "name", None) or type(base).__name__
+    raise EncoderOutputError(f"the base model {name} returned {what} for {n_inputs} input text(s) of task "
+                             f"{task or 'unknown'}: its encode() must return one row of finite numbers per "
+                             "input; check the model (its weights, precision, or a wrapper's encode)")
 
 
 def texts_of(inputs: Any) -> list[str]:
@@ -276,6 +298,13 @@ def texts_of(inputs: Any) -> list[str]:
             raise DataFolderError(f"expected MTEB batches with a 'text' column, got {type(batch).__name__}")
         texts.extend(batch["text"])
     return check_sentences(texts)
+
+
+def count_inputs(inputs: Any) -> int:
+    """How many items a call gives a model: a plain list's length, or the rows of MTEB's batches (any columns)."""
+    if isinstance(inputs, (list, tuple)):
+        return len(inputs)
+    return sum(len(next(iter(batch.values()), ())) if isinstance(batch, dict) else len(batch) for batch in inputs)
 
 
 def has_more_than_text(inputs: Any) -> bool:
@@ -302,4 +331,4 @@ def _split(task_metadata: Any) -> str:
     return str(splits[0])
 
 
-__all__ = ["EmbeddingMemo", "Fit", "TaskFits", "as_float32", "has_more_than_text", "texts_of"]
+__all__ = ["EmbeddingMemo", "Fit", "TaskFits", "base_output", "count_inputs", "has_more_than_text", "texts_of"]

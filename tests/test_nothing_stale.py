@@ -130,3 +130,70 @@ def test_a_misspelt_calibrator_after_an_existing_folder_names_the_calibrator(own
     base, calibrator = spelled_model(f"flow_plugin/{own_folder}-whitne")
     with pytest.raises(InputError, match=r"'whitne' is no calibrator \(did you mean 'whiten'\?\) after the folder"):
         load_calibrated(base, calibrator=calibrator)
+
+
+# ------------------------------------------------------------------ a user task whose data changed
+def _user_pairs(folder: Path, flipped: bool = False) -> Path:
+    """A user's pair-classification task (TOML + TSV), its labels flipped when ``flipped``; returns the TOML file."""
+    words = "good bad film plot actor great awful boring fun story music scene slow fast".split()
+    rows = []
+    for number in range(40):
+        first = " ".join(words[(number * 7 + k * 3) % len(words)] for k in range(4)) + f" {number}"
+        label = (number % 2) ^ int(flipped)
+        rows.append(f"{first}\t{first if label else first[::-1]}\t{label}\n")
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    (folder / "data" / "test.tsv").write_text("s1\ts2\tlabel\n" + "".join(rows), encoding="utf-8")
+    toml = folder / "tasks.toml"
+    toml.write_text('[[task]]\nname = "MyPairsPairClassification"\ntype = "PairClassification"\ndescription = "d"\n'
+                    'reference = "https://example.org"\ndate = ["2024-01-01", "2024-12-31"]\ndata_dir = "data"\n'
+                    '[task.source]\nformat = "delimited"\ndelimiter = "\\t"\nquoting = "none"\n'
+                    'columns = { text1 = "s1", text2 = "s2", label = "label" }\nsplits = { test = "test.tsv" }\n',
+                    encoding="utf-8")
+    return toml
+
+
+def _revisions(out: Path) -> tuple[list[str], list[Path]]:
+    import json
+
+    results = sorted(out.rglob("MyPairsPairClassification.json"))
+    return [json.loads(path.read_text())["dataset_revision"] for path in results], sorted(
+        out.rglob("MyPairsPairClassification.json.stale-*"))
+
+
+def test_mteb_evaluate_recomputes_a_user_task_whose_data_changed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   restored_task_registry: None) -> None:
+    from mteb.cache import ResultCache
+
+    from flow_plugin.catalog.labelled_tasks import TASKS_ENV
+
+    toml = _user_pairs(tmp_path / "mine")
+    monkeypatch.setenv(TASKS_ENV, str(toml))
+    model, out = mteb.get_model("mteb/baseline-random-encoder"), tmp_path / "out"
+    task = lambda: task_class("MyPairsPairClassification")()  # noqa: E731 -- a fresh task object, as each run builds
+    mteb.evaluate(model, [task()], cache=ResultCache(out), co2_tracker=False, show_progress_bar=False)
+    (before,), stale = _revisions(out)
+    assert not stale
+    _user_pairs(tmp_path / "mine", flipped=True)
+    mteb.evaluate(model, [task()], cache=ResultCache(out), co2_tracker=False, show_progress_bar=False)
+    (after,), (kept,) = _revisions(out)
+    assert after != before  # recomputed from the data as it is now; the old result set aside, not deleted
+    assert __import__("json").loads(kept.read_text())["dataset_revision"] == before
+
+
+@pytest.mark.slow
+def test_mteb_run_recomputes_a_user_task_whose_data_changed(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    toml = _user_pairs(tmp_path / "mine")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLOW_PLUGIN_TASKS": str(toml)}
+    command = ["mteb", "run", "-m", "mteb/baseline-random-encoder", "-t", "MyPairsPairClassification",
+               "--output-folder", str(tmp_path / "out"), "--no-co2-tracker"]
+    assert subprocess.run(command, capture_output=True, text=True, env=env, timeout=600).returncode == 0
+    (before,), _ = _revisions(tmp_path / "out")
+    _user_pairs(tmp_path / "mine", flipped=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (after,), (kept,) = _revisions(tmp_path / "out")
+    assert after != before and "was computed from other data" in done.stderr

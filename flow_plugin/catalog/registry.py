@@ -153,7 +153,7 @@ def local_model_folder(base: str) -> Path:
     folder = Path(base).expanduser().resolve()
     if not folder.is_dir():
         head, _, tail = base.rpartition("-")
-        if head and Path(head).expanduser().is_dir():
+        if head and "/" not in tail and Path(head).expanduser().is_dir():
             raise InputError(f"{MODEL_PREFIX}{base}: {tail!r} is no calibrator{did_you_mean(tail, MODEL_NAME_SUFFIXES)} "
                              f"after the folder {head}; the calibrators: {', '.join(sorted(CALIBRATOR_NAMES))}")
         raise InputError(f"{base}: no such folder ({folder}){raw_spelling_hint(base)}; give the folder a SentenceTransformer "

@@ -14,6 +14,7 @@ import datetime
 import functools
 import json
 import logging
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,17 +126,33 @@ def set_aside_stale_results(output_folder: Path, meta: Any, tasks: Sequence[Any]
     ``dataset_revision`` is not the task's current one to ``<Task>.json.stale-<time>``, so
     MTEB recomputes it instead of reusing a score of other data. Returns one line per file."""
 
-    def other_data(path: Path, task: Any) -> str | None:
-        try:
-            recorded = json.loads(path.read_text(encoding="utf-8")).get("dataset_revision")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            return None  # unreadable: quarantine_truncated_results deals with it
-        current = current_data_revision(task)
-        if current is None or recorded == current:
-            return None
-        return f"was computed from other data (dataset_revision {recorded}, now {current})"
+    return _set_aside_each(output_folder, meta, tasks, "stale", _other_data)
 
-    return _set_aside_each(output_folder, meta, tasks, "stale", other_data)
+
+def _other_data(path: Path, task: Any) -> str | None:
+    """Why the result at ``path`` is not a result of ``task``'s data now, or None."""
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("dataset_revision")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None  # unreadable: quarantine_truncated_results deals with it
+    current = current_data_revision(task)
+    if current is None or recorded == current:
+        return None
+    return f"was computed from other data (dataset_revision {recorded}, now {current})"
+
+
+def set_aside_if_stale(path: Path, task: Any) -> Path | None:
+    """Set the result at ``path`` aside as ``<Task>.json.stale-<time>`` when it was computed from other data than
+    ``task`` reads now (the check MTEB's own skip lacks, :func:`~flow_plugin.integrations.mteb.compat.
+    check_results_before_loading`), warning with the reason; returns the new path."""
+    reason = _other_data(path, task) if path.is_file() else None
+    if reason is None:
+        return None
+    target = set_aside(path, "stale")
+    message = f"{path} {reason}: kept as {target.name}, recomputing"
+    warnings.warn(message, UserWarning, stacklevel=2)  # what `mteb run` shows
+    logger.warning("%s", message)
+    return target
 
 
 def set_aside_unrecorded_results(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> list[str]:

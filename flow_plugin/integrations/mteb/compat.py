@@ -17,7 +17,9 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
   call), so that an unknown task name says where a user's own tasks come from (``$FLOW_PLUGIN_TASKS``), in one line.
 - :func:`check_results_before_loading`: wraps ``ResultCache.load_task_result`` (public; MTEB calls it for every
   task before evaluating it, ``mteb run`` included) so that a result file of a flow-plugin model cut short by a
-  killed run is set aside and recomputed, as ``flow-plugin eval`` does, instead of ending in a JSONDecodeError.
+  killed run is set aside and recomputed, as ``flow-plugin eval`` does, instead of ending in a JSONDecodeError; and
+  a result of one of our offline tasks computed from other data (another ``dataset_revision``) is set aside too:
+  MTEB's ``only-missing`` reuses a complete result whatever data it came from, and offers no option to check it.
 - :func:`running_task`, :func:`result_destination`: the task object being evaluated, and the
   ``ResultCache`` and ``ModelMeta`` of the run, read from the call stack (``AbsTask.evaluate``
   runs with the task as ``self``; ``mteb.evaluate`` passes the cache and the meta down to the
@@ -197,12 +199,25 @@ def uncaught_in_one_line(kind: type[BaseException]) -> None:
     sys.excepthook = excepthook
 
 
-# ----------------------------------------------------------------------------- damaged results
-def check_results_before_loading(prefix: str, check: Callable[[Path], Any]) -> None:
-    """Before ``ResultCache.load_task_result`` reads the result of a model under ``prefix`` (the check MTEB makes
-    before it evaluates a task, ``mteb run`` included), ``check(path)`` sees the file: a file cut short by a killed
-    run is set aside there, so MTEB recomputes the task instead of failing to parse it (what ``flow-plugin eval``
-    does before it runs). Results of every other model load as before. Idempotent."""
+# ----------------------------------------------------------------------------- damaged and stale results
+#: the newest instance of each of our offline tasks, by name: ``ResultCache.load_task_result`` is given a task's name
+#: only, and the data an instance reads (its own data folder) says which ``dataset_revision`` a result must carry
+_LIVE_TASKS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def track_task(task: Any) -> None:
+    """Called by each of our offline tasks when it is built (:func:`check_results_before_loading` reads it)."""
+    _LIVE_TASKS[task.metadata.name] = task
+
+
+def check_results_before_loading(prefix: str, check: Callable[[Path], Any],
+                                 check_task: Callable[[Path, Any], Any] | None = None) -> None:
+    """Before ``ResultCache.load_task_result`` reads a result (the check MTEB makes before it evaluates a task,
+    ``mteb run`` included): ``check(path)`` sees the file of a model under ``prefix`` (a file cut short by a killed
+    run is set aside there, so MTEB recomputes the task instead of failing to parse it), and ``check_task(path,
+    task)`` the file of any model on one of our offline tasks built in this process (a result of other data is set
+    aside there: MTEB's ``only-missing`` reuses a complete result whatever its ``dataset_revision``). What
+    ``flow-plugin eval`` does before it runs. Every other result loads as before. Idempotent."""
     from mteb.cache import ResultCache
 
     current = inspect.getattr_static(ResultCache, "load_task_result")
@@ -217,8 +232,12 @@ def check_results_before_loading(prefix: str, check: Callable[[Path], Any]) -> N
         arguments = load.bind(self, *args, **kwargs).arguments
         model = arguments.get("model_name")
         name = model.name if isinstance(model, ModelMeta) else str(model)
+        path = Path(self.get_task_result_path(**{key: arguments[key] for key in where if key in arguments}))
         if name and (name.startswith(prefix) or name.startswith(folder_prefix)):
-            check(Path(self.get_task_result_path(**{key: arguments[key] for key in where if key in arguments})))
+            check(path)
+        task = _LIVE_TASKS.get(str(arguments.get("task_name")))
+        if check_task is not None and task is not None:
+            check_task(path, task)
         return current(self, *args, **kwargs)
 
     load_task_result._flow_plugin_prefix = prefix  # type: ignore[attr-defined]

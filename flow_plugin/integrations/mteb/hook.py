@@ -16,7 +16,8 @@ modules finish executing, the finder's callbacks add:
   (``FLOW_PLUGIN_SHARED_DATA``, :mod:`flow_plugin.data.roots`); a user's
   task file that is broken, or a task named like one of MTEB's, is left out with a warning;
 - a check of every result file of a ``flow_plugin/`` model before MTEB reads it: one cut short by a
-  killed run is set aside and recomputed (:func:`.compat.check_results_before_loading`).
+  killed run is set aside and recomputed; and of every result on one of our offline tasks: one computed from other
+  data than the task reads now is set aside and recomputed (:func:`.compat.check_results_before_loading`).
 
 Before registering, the installed mteb and transformers are checked against the ranges
 flow-plugin declares (:mod:`.versions`): outside them, the hook registers nothing and says so in
@@ -114,9 +115,9 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     # (mteb.cache is whole by now, unlike when the models register): a damaged result of ours is recomputed
     from flow_plugin.catalog.registry import MODEL_PREFIX
     from flow_plugin.integrations.mteb.compat import check_results_before_loading
-    from flow_plugin.results.recovery import set_aside_if_truncated
+    from flow_plugin.results.recovery import set_aside_if_stale, set_aside_if_truncated
 
-    check_results_before_loading(MODEL_PREFIX, set_aside_if_truncated)
+    check_results_before_loading(MODEL_PREFIX, set_aside_if_truncated, set_aside_if_stale)
     _registered.add(TASKS_MODULE)
     return names
 

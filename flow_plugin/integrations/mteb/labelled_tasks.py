@@ -76,7 +76,7 @@ from flow_plugin.data.task_tables import (RankingData, cluster_items, label_code
                                           labels_with_few_items, ranking_data)
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, RegistryError
 from flow_plugin.integrations.mteb.compat import (FastLabelClassification, PredictionCapture, QueryScoreCapture,
-                                                  RecordedClusterDraws)
+                                                  RecordedClusterDraws, track_task)
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +141,7 @@ class LabelledTask(PredictionCapture, ItemCapture):
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)  # type: ignore[call-arg]
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else None
+        track_task(self)  # (a result MTEB would reuse is checked against this task's data)
 
     # ------------------------------------------------------------------ data
     def base_folder(self) -> Path:

@@ -29,6 +29,7 @@ from mteb.abstasks.task_metadata import TaskMetadata
 from flow_plugin.data.roots import DATA_ENV, data_part
 from flow_plugin.data.senteval import load_qnli_dev
 from flow_plugin.errors import DataFolderError
+from flow_plugin.integrations.mteb.compat import track_task
 from flow_plugin.integrations.mteb.labelled_tasks import RetrievalItems
 
 
@@ -79,6 +80,7 @@ class GlueQNLIRetrieval(RetrievalItems, AbsTaskRetrieval):
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else None
+        track_task(self)  # (a result MTEB would reuse is checked against this task's data)
 
     def data_file(self) -> Path:
         """The ``dev.tsv`` this task reads (an error names what to set when none is configured)."""

@@ -38,7 +38,7 @@ from flow_plugin.data.roots import DATA_ENV, data_part
 from flow_plugin.data.senteval import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
 from flow_plugin.data.tasks import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
 from flow_plugin.protocols import protocol_text
-from flow_plugin.integrations.mteb.compat import PairScoredSTS, result_destination
+from flow_plugin.integrations.mteb.compat import PairScoredSTS, result_destination, track_task
 
 _SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}
 
@@ -83,6 +83,7 @@ class SentEvalSTSTask(PairScoredSTS):
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.data_dir = Path(data_dir).expanduser() if data_dir is not None else None
+        track_task(self)  # (a result MTEB would reuse is checked against this task's data)
         self._pair_subsets: dict[str, list[str]] = {}
 
     # ------------------------------------------------------------------ data

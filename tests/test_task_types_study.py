@@ -225,3 +225,52 @@ def test_no_worker_outlives_a_stopped_study(how: signal.Signals, tmp_path: Path)
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in workers)
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux: /proc/<pid>/task/<tid>/children)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _is_pool_worker(pid: int) -> bool:
+    try:
+        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from Linux's /proc")
+def test_a_study_killed_with_sigkill_leaves_no_worker_and_no_late_write(small_root: Path, tmp_path: Path) -> None:
+    """(Before, ``kill -9`` of ``flow-plugin task-types`` left its workers and multiprocessing's resource tracker
+    running under PID 1: they finished their step and wrote its result into the study folder after the kill.)"""
+    out = tmp_path / "study"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLOW_PLUGIN_AUTO_PRECISION": "float32"}
+    env.pop("FLOW_PLUGIN_CACHE_DIR", None)
+    study = subprocess.Popen(["flow-plugin", "task-types", "-b", "minilm-l6", "--data", str(small_root),
+                              "--output-folder", str(out), "--calibrators", "raw", "flow-ens", "flow", "--seeds", "2",
+                              "--tasks", *TASKS, "--workers", "2", "--cache-dir", str(tmp_path / "cache")],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, workers = time.monotonic() + 600, []
+    while len(workers) < 2 and time.monotonic() < deadline and study.poll() is None:  # the two-worker pool's steps
+        workers = [pid for pid in _children(study.pid) if _is_pool_worker(pid)]
+        time.sleep(0.2)
+    assert len(workers) == 2, "the study's two workers did not start"
+    everyone = _children(study.pid)  # the workers and multiprocessing's resource tracker
+    time.sleep(2.0)  # the workers are inside their steps
+    killed_at = time.time()
+    study.kill()
+    study.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in everyone) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in everyone if _alive(pid)]
+    time.sleep(3.0)  # what a worker gone astray would have written by now
+    late = [path for path in out.rglob("*") if path.is_file() and path.stat().st_mtime > killed_at + 0.5]
+    assert not late, late

@@ -13,11 +13,17 @@ from its seed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
+import multiprocessing
 import os
+import signal
+import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,11 +176,38 @@ def _fit_summary(result_path: Path | None) -> dict[str, Any] | None:
     return fit
 
 
-def _init_worker(threads: int) -> None:
-    """A worker of the pool: ``threads`` torch and BLAS threads (the workers together fill the cores)."""
+def _init_worker(threads: int, parent: int) -> None:
+    """A worker of the pool: it ends with its parent (:func:`end_with_parent`), and runs ``threads`` torch and BLAS
+    threads (the workers together fill the cores)."""
     from flow_plugin.encoding.device import limit_process_threads
 
+    end_with_parent(parent)
     limit_process_threads(threads)
+
+
+#: Linux's prctl option that sends a signal to this process when its parent dies (linux/prctl.h)
+_PR_SET_PDEATHSIG = 1
+#: how often a worker looks for its parent where the kernel cannot tell it (seconds)
+PARENT_CHECK_SECONDS = 1.0
+
+
+def end_with_parent(parent: int) -> None:
+    """End this process the moment process ``parent`` dies, however it dies (``kill -9`` included), so that no
+    worker finishes a step, or writes into the study's folder, for a study nobody runs any more: on Linux the kernel
+    kills it (``PR_SET_PDEATHSIG``); everywhere a daemon thread checks the parent every
+    :data:`PARENT_CHECK_SECONDS` and ends the process when it is gone (also where the parent died before this ran)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(1)
+
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=watch, name="flow-plugin: end with the parent", daemon=True).start()
 
 
 def run_steps(jobs: Sequence[StepJob], workers: int, on_step: Callable[[list[StudyStep]], None]) -> None:
@@ -184,8 +217,6 @@ def run_steps(jobs: Sequence[StepJob], workers: int, on_step: Callable[[list[Stu
         for job in jobs:
             on_step(run_step(job))
         return
-    from concurrent.futures import FIRST_COMPLETED, wait
-
     with process_pool(workers) as pool:
         pending = {pool.submit(run_step, job) for job in jobs}
         while pending:
@@ -199,11 +230,8 @@ def process_pool(workers: int, threads: int = 1) -> Iterator[Any]:
     """A pool of ``workers`` spawned processes with ``threads`` torch and BLAS threads each. Ctrl-C, or SIGTERM
     within the block, cancels the jobs not started, stops the workers (no worker outlives the block) and raises
     ``KeyboardInterrupt``; when the block ends, the workers exit and their memory goes back to the system."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(threads,))
+                               initializer=_init_worker, initargs=(threads, os.getpid()))
     try:
         with _terminate_as_interrupt():
             yield pool
@@ -218,9 +246,6 @@ def process_pool(workers: int, threads: int = 1) -> Iterator[Any]:
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """Within the block, SIGTERM (``kill``, a job scheduler) interrupts as Ctrl-C does (main thread only)."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

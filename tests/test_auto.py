@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -65,5 +66,18 @@ def test_a_calibrated_model_tells_auto_the_task_type_and_records_its_choice(tiny
     records = {task.metadata.name: model.prepare(task)[0] for task in (MockRetrievalTask(), MockClassificationTask())}
     assert records["MockRetrievalTask"]["effective_params"]["family_"] == "ranking"
     assert records["MockClassificationTask"]["effective_params"]["family_"] == "labels"
-    for record in records.values():
-        assert "auto chose" in record["effective_params"]["reason_"]
+    for record in records.values():  # (MTEB's mock tasks hold a few sentences: too few to measure, raw kept)
+        assert record["effective_params"]["choice_"] == "raw"
+        assert re.match(r"auto kept raw: \d+ sentences are too few to measure", record["effective_params"]["reason_"])
+
+
+def test_too_few_sentences_to_measure_keep_raw_and_say_so(caplog: pytest.LogCaptureFixture) -> None:
+    """(Before, auto chose SN for a classification task from the anisotropy of 3 sentences, without a word.)"""
+    from flow_plugin.calibration.auto import MIN_MEASURED_SENTENCES
+
+    X = cone()[: MIN_MEASURED_SENTENCES - 1]
+    with caplog.at_level("WARNING"):
+        auto = AutoCalibrator(task_type="Classification").fit(X)
+    assert auto.choice_ == "raw" and np.array_equal(auto.transform(X), X)
+    assert "too few to measure" in auto.adapted_ and "too few to measure" in caplog.text
+    assert AutoCalibrator(task_type="Classification").fit(cone()[:MIN_MEASURED_SENTENCES]).choice_ == "sn"

@@ -130,7 +130,10 @@ def test_rows_hold_the_scores_of_the_result_files(result_dirs: dict[str, Path], 
     assert raw["pooling"] == whiten["pooling"] == "last-avg"
     assert (raw["fit_corpus"], whiten["fit_corpus"]) == (None, "target")
     # the weights' commit, then the digest of the registry configuration (pooling, length, calibrator, ...)
-    assert raw["revision"] == parse_model_name(RAW).revision and raw["experiment"] is None
+    assert raw["revision"] == parse_model_name(RAW).revision
+    # the precision the backbone ran at names the run (as `auto` resolved it: the run record says the same)
+    assert raw["experiment_kwargs"] == {"precision": raw["scores"][TASK]["hardware"]["precision"]}
+    assert raw["experiment"] == f"precision_{raw['scores'][TASK]['hardware']['precision']}"
     assert raw["revision"].startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-")
 
     # MTEB's own task: no wmean, protocol "all"
@@ -173,7 +176,8 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
     assert body[1][avg_column] == f"{board['rows'][1]['average']:.2f} (1/2)"
 
     deltas = tables["Δ against the raw backbone"]
-    assert len(deltas) == 2 and deltas[1][:5] == ["minilm-l6", "whiten", "target", "keep", "—"]
+    ran_at = row(board, WHITEN)["experiment_kwargs"]["precision"]  # `auto` as it resolved here: an option of the run
+    assert len(deltas) == 2 and deltas[1][:5] == ["minilm-l6", "whiten", "target", "keep", f"precision={ran_at}"]
     whiten = row(board, WHITEN)
     raw = row(board, RAW)
     expected = whiten["scores"][TASK]["score"] - raw["scores"][TASK]["score"]
@@ -192,8 +196,8 @@ def test_markdown_and_png_agree_with_the_json(result_dirs: dict[str, Path], tmp_
         assert image.size[0] > 300 and image.size[1] > 200
         drawn = json.loads(image.text["Description"])
     assert drawn["labels"] == [*board["tasks"], "Avg"]
-    assert drawn["series"] == {"minilm-l6 whiten (Avg without MockSTSTask)": [whiten["delta"][TASK], None,
-                                                                              whiten["delta"]["average"]]}
+    series = f"minilm-l6 whiten (precision={ran_at}) (Avg without MockSTSTask)"
+    assert drawn["series"] == {series: [whiten["delta"][TASK], None, whiten["delta"]["average"]]}
 
 
 def test_external_model_uses_model_meta(result_dirs: dict[str, Path], tmp_path: Path) -> None:
@@ -202,7 +206,7 @@ def test_external_model_uses_model_meta(result_dirs: dict[str, Path], tmp_path: 
     target = tmp_path / "out" / "results" / "acme__encoder" / "rev1"
     shutil.copytree(source, target)
     meta = json.loads((target / "model_meta.json").read_text())
-    meta.update(name="acme/encoder", revision="rev1", adapted_from=None)
+    meta.update(name="acme/encoder", revision="rev1", adapted_from=None, experiment_kwargs=None)
     (target / "model_meta.json").write_text(json.dumps(meta))
     board = lb.update_leaderboard([tmp_path / "out"], tmp_path / "board.json").board
     external = model_row(board, "acme/encoder")
@@ -215,12 +219,13 @@ def test_experiment_run_gets_its_own_row_with_its_hardware(result_dirs: dict[str
     """A model run with loader kwargs: MTEB's experiments/<name>/ folder is its own row."""
     board = lb.update_leaderboard([result_dirs["sts"], result_dirs["experiment"]], tmp_path / "board.json").board
     raw = model_row(board, RAW)
-    whiten, experiment = (r for r in board.rows if r.model == WHITEN)  # default run first
+    whiten, experiment = sorted((r for r in board.rows if r.model == WHITEN), key=lambda r: len(r.experiment_kwargs))
     path = result_file(result_dirs["experiment"], WHITEN)
-    assert path.parent.name == "calibrator_whiten__fit_corpus_per-call"  # MTEB's folder of the kwargs variant
-    assert whiten.experiment is None and experiment.experiment == "fit_corpus_per-call"
-    assert experiment.id == f"{WHITEN}@{whiten.revision} [fit_corpus_per-call]"
-    assert experiment.experiment_kwargs == {"fit_corpus": "per-call"}
+    precision = whiten.experiment_kwargs["precision"]  # what the backbone ran at (`auto` resolved)
+    assert whiten.experiment_kwargs == {"precision": precision}
+    assert experiment.experiment_kwargs == {"fit_corpus": "per-call", "precision": precision}
+    assert path.parent.name == f"calibrator_whiten__fit_corpus_per-call__precision_{precision}"  # MTEB's folder
+    assert experiment.id == f"{WHITEN}@{whiten.revision} [{experiment.experiment}]" != whiten.id
     assert (experiment.calibrator, experiment.fit_corpus) == ("whiten", "per-call")
     assert experiment.baseline == whiten.baseline == raw.id  # the fit corpus is not part of the baseline
     entry = experiment.scores[TASK]

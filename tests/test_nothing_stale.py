@@ -197,3 +197,44 @@ def test_mteb_run_recomputes_a_user_task_whose_data_changed(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr[-2000:]
     (after,), (kept,) = _revisions(tmp_path / "out")
     assert after != before and "was computed from other data" in done.stderr
+
+
+# ------------------------------------------------------------------ one row per model, precision and settings
+def test_auto_and_the_precision_it_resolves_to_are_one_result_and_one_row(tiny_backbone: str, senteval_dir: Path,
+                                                                          tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from flow_plugin import leaderboard as lb
+    from flow_plugin.encoding.options import AUTO_PRECISION_ENV, EncoderOptions
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
+
+    model, out = f"flow_plugin/{tiny_backbone}-whiten", tmp_path / "out"
+    (spelled,) = evaluate_models([model], senteval_dir, ["SentEvalSTS13"], out,
+                                 options=EncoderOptions(precision="float32"))
+    monkeypatch.setenv(AUTO_PRECISION_ENV, "float32")  # what `auto` means on a CPU without fast bf16
+    (auto,) = evaluate_models([model], senteval_dir, ["SentEvalSTS13"], out, options=EncoderOptions(precision="auto"))
+    assert [run.status for run in auto.runs] == ["reused"] and auto.runs[0].path == spelled.runs[0].path
+    board = lb.update_leaderboard([out], tmp_path / "board.json").board
+    assert [row.experiment_kwargs for row in board.rows] == [{"precision": "float32"}]
+
+
+def test_a_rerun_adds_to_the_row_of_auto_filed_before_runs_named_its_precision(tiny_backbone: str,
+                                                                               senteval_dir: Path, tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A published board holds rows of ``auto`` runs whose experiment does not name the precision they ran at
+    (mpnet-base's, in bf16): a rerun, filed under its precision, lands in that row, which keeps its id."""
+    import json
+
+    from flow_plugin import leaderboard as lb
+    from flow_plugin.encoding.options import AUTO_PRECISION_ENV
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
+
+    monkeypatch.setenv(AUTO_PRECISION_ENV, "float32")
+    evaluate_models([f"flow_plugin/{tiny_backbone}-whiten"], senteval_dir, ["SentEvalSTS13"], tmp_path / "out")
+    first = lb.update_leaderboard([tmp_path / "out"], tmp_path / "board.json").board
+    (row,) = first.rows
+    data = json.loads((tmp_path / "board.json").read_text())  # as a board of an earlier flow-plugin holds it
+    legacy_id = f"{row.model}@{row.revision}"
+    data["rows"][0].update(id=legacy_id, experiment=None, experiment_kwargs={})
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    merged = lb.update_leaderboard([tmp_path / "out"], tmp_path / "old.json").board
+    assert [row.id for row in merged.rows] == [legacy_id]

@@ -115,6 +115,14 @@ def test_one_class_clustering_is_refused(tmp_path: Path) -> None:
     refused(toml, r"split 'test' holds one label \(\"a\"\): one cluster scores 1.0 whatever the model")
 
 
+def test_clustering_with_a_label_per_item_is_refused(tmp_path: Path) -> None:
+    """(Before, 2 items with 2 labels scored a V-measure of 1.0 for any encoder, silently.)"""
+    write_tsv(tmp_path / "data" / "test.tsv", ["text", "label"], [(sentence(1), "a"), (sentence(2), "b")])
+    toml = user_task(tmp_path, "OwnClusters", "Clustering", '{ text = "text", label = "label" }', '{ test = "test.tsv" }')
+    refused(toml, r"split 'test' gives each of its 2 items a label of its own: every item is its own cluster, which "
+                  r"scores 1.0 whatever the model; give several items each label$")
+
+
 def test_pairs_of_one_label_are_refused(tmp_path: Path) -> None:
     write_tsv(tmp_path / "data" / "test.tsv", ["a", "b", "y"], [(sentence(n), sentence(n + 50), 1) for n in range(20)])
     toml = user_task(tmp_path, "OnePairLabel", "PairClassification", '{ text1 = "a", text2 = "b", label = "y" }',

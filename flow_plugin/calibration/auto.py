@@ -58,6 +58,8 @@ RULES: dict[str, tuple[str, str]] = {
 }
 #: the anisotropy (mean cosine between two embeddings) from which embeddings count as anisotropic
 DEFAULT_THRESHOLD = 0.27
+#: fewest distinct sentences whose embeddings ``auto`` measures: with fewer it keeps the raw embeddings, and says so
+MIN_MEASURED_SENTENCES = 32
 
 
 def anisotropy(X: np.ndarray) -> float:
@@ -118,13 +120,25 @@ class AutoCalibrator(Calibrator, method="auto"):
         if self.task_type is not None and not isinstance(self.task_type, str):
             raise InputError(f"AutoCalibrator task_type must be an MTEB task type name or None, got {self.task_type!r}")
 
+    def _adapt_to_sample(self, n_distinct: int, n_features: int) -> str | None:
+        self.measured_ = n_distinct >= MIN_MEASURED_SENTENCES
+        if self.measured_:
+            return None
+        return (f"{n_distinct} distinct sentence(s) are too few to measure their embeddings (at least "
+                f"{MIN_MEASURED_SENTENCES}): raw embeddings kept; fit on more text to let auto choose")
+
     def _fit(self, X: np.ndarray) -> None:
         self.anisotropy_ = round(anisotropy(X), 6)
         self.family_ = FAMILIES.get(self.task_type or "", "pairs")
         anisotropic = self.anisotropy_ >= self.threshold
-        self.choice_ = RULES[self.family_][int(anisotropic)]
-        self.reason_ = (f"auto chose {self.choice_}: {self.task_type or 'no task type'} ({self.family_}), anisotropy "
-                        f"{self.anisotropy_:.3f} {'>=' if anisotropic else '<'} {self.threshold}")
+        if not getattr(self, "measured_", True):
+            self.choice_ = "raw"
+            self.reason_ = (f"auto kept raw: {X.shape[0]} sentences are too few to measure (at least "
+                            f"{MIN_MEASURED_SENTENCES} distinct)")
+        else:
+            self.choice_ = RULES[self.family_][int(anisotropic)]
+            self.reason_ = (f"auto chose {self.choice_}: {self.task_type or 'no task type'} ({self.family_}), "
+                            f"anisotropy {self.anisotropy_:.3f} {'>=' if anisotropic else '<'} {self.threshold}")
         self.calibrator_ = _make(self.choice_).fit(X)
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
@@ -160,4 +174,4 @@ def _make(name: str) -> Calibrator:
     return calibrator
 
 
-__all__ = ["DEFAULT_THRESHOLD", "FAMILIES", "RULES", "AutoCalibrator", "anisotropy"]
+__all__ = ["DEFAULT_THRESHOLD", "FAMILIES", "MIN_MEASURED_SENTENCES", "RULES", "AutoCalibrator", "anisotropy"]

@@ -531,14 +531,18 @@ def check_classes(train: Sequence[Any], scored: Sequence[Any], *, scored_split: 
 
 
 def check_clusters(levels: Sequence[Sequence[Any]], *, scored_split: str) -> None:
-    """A clustering split MTEB can score: at least 2 labels at every level (one cluster scores a V-measure of 1
-    whatever the model); else a one-line error."""
+    """A clustering split MTEB can score: at least 2 labels at every level, and fewer labels than items (one cluster,
+    or one cluster per item, scores a V-measure of 1 whatever the model); else a one-line error."""
     for number, labels in enumerate(levels):
         distinct = {json.dumps(label) for label in labels}
+        level = f" at level {number}" if len(levels) > 1 else ""
         if len(distinct) < 2:
-            level = f" at level {number}" if len(levels) > 1 else ""
             raise DataFolderError(f"split {scored_split!r} holds one label{level} ({_label_list(list(distinct))}): one "
                                   "cluster scores 1.0 whatever the model; add items of other labels")
+        if len(distinct) == len(labels):
+            raise DataFolderError(f"split {scored_split!r} gives each of its {len(labels)} items a label of its "
+                                  f"own{level}: every item is its own cluster, which scores 1.0 whatever the model; "
+                                  "give several items each label")
 
 
 def check_pairs(labels: Sequence[Any], *, split: str, scored: bool) -> None:

@@ -101,7 +101,7 @@ def open_result_cache(folder: str | os.PathLike[str]) -> ResultCache:
         cache_path = folder
     elif folder.name == RESULTS_FOLDER:
         cache_path = folder.parent
-    elif any(folder.glob("*/*/model_meta.json")):
+    elif any(folder.glob("*/*/model_meta.json")) or any(folder.glob("*/*/experiments/*/model_meta.json")):
         raise DataFolderError(
             f"{folder}: holds MTEB results but is not named {RESULTS_FOLDER!r}; mteb reads "
             f"<output>/{RESULTS_FOLDER}/<model>/<revision>/<Task>.json: give the output folder, or the "
@@ -185,11 +185,19 @@ def result_identity(path: Path) -> ResultIdentity:
     calibrator = kwargs.pop("calibrator", None)
     if calibrator is not None:  # a calibrated model's results sit under its base: its own name says which
         name = spell_model(name, str(calibrator))
-        experiment = ModelMeta.model_construct(name=name, experiment_kwargs=kwargs or None).experiment_name
+        experiment = experiment_name(name, kwargs)
     else:  # mteb names an experiment's folder after its kwargs; the folder is what is on disk
         experiment = folder.name if in_experiment else meta.experiment_name
     return ResultIdentity(model=name, revision=meta.revision or revision_folder.name, experiment=experiment,
                           experiment_kwargs=kwargs, model_meta=meta)
+
+
+def experiment_name(model: str, experiment_kwargs: dict[str, Any]) -> str | None:
+    """MTEB's experiment name (its folder under ``experiments/``) of a model run with these experiment kwargs; None
+    for none."""
+    from mteb.models import ModelMeta
+
+    return ModelMeta.model_construct(name=model, experiment_kwargs=experiment_kwargs or None).experiment_name
 
 
 def load_task_result(path: Path) -> TaskResult:

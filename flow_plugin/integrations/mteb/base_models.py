@@ -55,6 +55,12 @@ class RegistryEncoder(AbsEncoder):
         self.encoder = self.model = build_encoder(RegistryModel(spec, "raw"), self.options)
         self.mteb_model_meta = backbone_meta(spec, load_registry_name)
 
+    def settled_kwargs(self) -> dict[str, Any]:
+        """What this backbone runs with that names its results apart: the precision it resolved to (``auto``
+        measured on this machine), as an experiment parameter, so ``auto`` and the precision it stands for file
+        their results together (one leaderboard row)."""
+        return {"precision": self.encoder.backbone.precision}
+
     def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
                **kwargs: Any) -> np.ndarray:
         texts = texts_of(inputs)

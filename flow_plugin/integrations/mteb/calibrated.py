@@ -83,6 +83,20 @@ class CalibratedModel(AbsEncoder):
                       "spaces; use the default 'target' for one fit per (task, subset)")
 
     @property
+    def mteb_model_meta(self) -> ModelMeta:
+        """The model's ``ModelMeta``: the base's, with the calibrator as an experiment parameter, and what a
+        registry backbone settled on (its precision, ``auto`` resolved), so a result is filed under the values that
+        produced it however they were spelled. MTEB's loader sets it after loading; the values are added then too."""
+        return self._meta
+
+    @mteb_model_meta.setter
+    def mteb_model_meta(self, meta: ModelMeta) -> None:
+        settled = getattr(self.base, "settled_kwargs", None)
+        if callable(settled) and settled():
+            meta = meta.model_copy(update={"experiment_kwargs": {**dict(meta.experiment_kwargs or {}), **settled()}})
+        self._meta = meta
+
+    @property
     def name(self) -> str:
         """The model's spelling (``flow_plugin/<base>-<calibrator>``; raw: the base's own name)."""
         base = getattr(getattr(self.base, "mteb_model_meta", None), "name", None) or type(self.base).__name__

@@ -12,6 +12,7 @@ compare stage's intervals; nothing derived (averages, deltas, seed groups, inter
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -27,7 +28,9 @@ from flow_plugin import __version__
 from flow_plugin._io import read_json
 from flow_plugin.errors import DataFolderError, LeaderboardConflictError, LeaderboardError
 from flow_plugin.leaderboard.ingest.results import ResultFile, find_results, read_score, run_settings_versions
-from flow_plugin.leaderboard.ingest.rows import corpus_sha256, describe_model, public_kwargs, publish_row, row_id
+from flow_plugin.leaderboard.ingest.rows import (corpus_sha256, describe_model, public_kwargs, publish_row, row_id,
+                                                settled_kwargs)
+from flow_plugin.results.files import experiment_name
 from flow_plugin.leaderboard.models import (
     DEFAULT_TOLERANCE,
     FORMAT,
@@ -160,6 +163,18 @@ def board_row_id(rows: dict[str, Row], result_file: ResultFile) -> str:
     return plain
 
 
+def settled_result(result_file: ResultFile, entry: TaskScore) -> ResultFile:
+    """``result_file`` as the run that produced it: a registry model's result whose experiment does not name the
+    precision its run record gives belongs to the row of that precision (:func:`~.rows.settled_kwargs`)."""
+    identity = result_file.identity
+    kwargs = settled_kwargs(identity.model, identity.experiment_kwargs, {(entry.hardware or {}).get("precision")})
+    if kwargs is None:
+        return result_file
+    settled = dataclasses.replace(identity, experiment_kwargs=kwargs,
+                                  experiment=experiment_name(identity.model, kwargs))
+    return dataclasses.replace(result_file, identity=settled)
+
+
 def _new_row(result_file: ResultFile, rid: str) -> Row:
     """The row of a model run not on the board yet: its description, no scores (so no average and no
     baseline until the compare stage)."""
@@ -230,6 +245,7 @@ def merge_results(
             if results_folder not in versions:
                 versions[results_folder] = run_settings_versions(results_folder)
             entry = read_score(result_file, found.hardware, versions[results_folder])
+            result_file = settled_result(result_file, entry)
             report.files_read += 1
             if found.unrecorded(entry):
                 report.unrecorded.append(
@@ -239,6 +255,8 @@ def merge_results(
                 logger.warning("%s", report.unrecorded[-1])
                 continue
             rid, task = board_row_id(rows, result_file), result_file.task
+            if rid not in rows:  # the row of a run filed before runs named the precision `auto` resolved to
+                rid = _unsettled_row_id(rows, result_file, entry) or rid
             label = f"{rid} / {task}"
             row = rows.get(rid)
             if row is None:
@@ -306,6 +324,21 @@ def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: Pairs)
                                   dataset_revision=recorded.dataset_revision)
         if kept is not None:
             pairs[(rid, result_file.task)] = kept
+
+
+def _unsettled_row_id(rows: dict[str, Row], result_file: ResultFile, entry: TaskScore) -> str | None:
+    """The one row of ``result_file``'s model run (whose experiment names its precision) that was filed before
+    runs named the precision ``auto`` resolved to: same model, revision and other kwargs, no precision in its
+    kwargs, and its scores ran at the result's precision. Its id stays: a published row keeps its id."""
+    identity = result_file.identity
+    precision = identity.experiment_kwargs.get("precision")
+    if precision is None or (entry.hardware or {}).get("precision") != precision:
+        return None
+    others = public_kwargs({key: value for key, value in identity.experiment_kwargs.items() if key != "precision"})
+    found = [row.id for row in rows.values() if row.model == identity.model and row.revision == identity.revision
+             and row.experiment_kwargs == others
+             and {(score.hardware or {}).get("precision") for score in row.scores.values()} == {precision}]
+    return found[0] if len(found) == 1 else None
 
 
 def board_content(board: Leaderboard) -> str:

@@ -166,6 +166,26 @@ def publish_row(row: Row) -> Row:
     return row
 
 
+def settled_kwargs(model: str, kwargs: dict[str, Any], precisions: set[Any]) -> dict[str, Any] | None:
+    """A registry model's experiment kwargs with the precision its run resolved to, when they do not say it (a run
+    with ``precision`` ``auto`` before runs filed the resolved one) and its run records name exactly one; else None.
+    The identity of a result is the values that produced it: ``auto`` that ran float32 is the float32 run.
+
+    >>> settled_kwargs("flow_plugin/minilm-l6-flow", {}, {"float32"})
+    {'precision': 'float32'}
+    >>> settled_kwargs("flow_plugin/minilm-l6", {"precision": "bf16"}, {"bf16"}) is None
+    True
+    """
+    known = {precision for precision in precisions if isinstance(precision, str)}
+    if "precision" in kwargs or len(known) != 1 or not model.startswith(MODEL_PREFIX):
+        return None
+    try:
+        parse_model_name(model)
+    except RegistryError:  # a base MTEB loads: its loader, not a precision option, says how it runs
+        return None
+    return {**kwargs, "precision": known.pop()}
+
+
 # ------------------------------------------------------------------------- description
 def describe_model(
     model: str,

@@ -68,6 +68,11 @@ class WeightsUnavailableError(FlowPluginError, OSError):
     them, or what to check."""
 
 
+class DatasetUnavailableError(FlowPluginError, ConnectionError):
+    """A task's data lives on the Hugging Face Hub and could not be fetched (offline, not reachable, not cached);
+    the message names the task, the dataset and the ways on."""
+
+
 class RegistryError(FlowPluginError, LookupError):
     """An unknown backbone or model name, or a malformed ``registry/*.toml`` file."""
 

@@ -249,3 +249,15 @@ def test_eval_of_a_local_folder_says_the_precision_it_ran_at(minilm_path: Path, 
     lines = capsys.readouterr().out.splitlines()
     assert f"{name}\tprecision float32" in lines and not any(line.endswith("precision None") for line in lines), lines
 
+
+
+def test_an_mteb_task_whose_data_the_hub_cannot_give_is_one_line(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """(Before, a 50-line traceback ending in datasets' ConnectionError.) The tests run offline
+    (``HF_HUB_OFFLINE=1``): MTEB's own STS12 reads its data from the Hub."""
+    code, err = run_cli(["eval", "-m", "flow_plugin/minilm-l6", "-t", "STS12", "--output-folder", str(tmp_path)],
+                        capsys)
+    assert code != 0 and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("flow-plugin eval: error: task STS12: its data could not be fetched from the Hugging "
+                           "Face Hub (") and "run it where the Hub is reachable" in last, err

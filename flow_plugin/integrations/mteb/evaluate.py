@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, DEFAULT_PRECISION, EncoderOptions
-from flow_plugin.errors import RegistryError
+from flow_plugin.errors import DatasetUnavailableError, RegistryError
 from flow_plugin.results import ResultStore
 
 
@@ -216,9 +216,11 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
         result = mteb.evaluate(model, list(tasks), cache=locked_result_cache(output, store.writing),
                                overwrite_strategy="always" if overwrite else "only-missing",
                                encode_kwargs={"batch_size": batch_size}, co2_tracker=False, show_progress_bar=True)
-    except BaseException:  # failed or interrupted: what it wrote has no run record, so it is no result
+    except BaseException as error:  # failed or interrupted: what it wrote has no run record, so it is no result
         with contextlib.suppress(Exception):  # (the next run sets aside what this cannot)
             store.discard([path for task, path in paths.items() if _stamp(path) != before[task]])
+        if isinstance(error, ConnectionError) and not isinstance(error, DatasetUnavailableError):
+            raise _hub_unreachable(error, tasks) from error
         raise
     computed = {task: path for task, path in paths.items() if _stamp(path) != before[task]}
     evaluation = ModelEvaluation(model_name, result, precision=_precision(model))
@@ -229,6 +231,17 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
         evaluation.runs.append(TaskRun(model_name, task, "computed" if task in computed else "reused",
                                        float(task_result.get_score()), paths.get(task), date))
     return evaluation
+
+
+def _hub_unreachable(error: ConnectionError, tasks: Sequence[Any]) -> DatasetUnavailableError:
+    """MTEB could not fetch a task's data from the Hugging Face Hub: one line naming the task and the ways on."""
+    said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    named = [task.metadata.name for task in tasks if str(task.metadata.dataset.get("path", "")) in said]
+    which = f"task {named[0]}" if named else "a task"
+    return DatasetUnavailableError(
+        f"{which}: its data could not be fetched from the Hugging Face Hub ({said}); run it where the Hub is "
+        "reachable (once fills the datasets cache), or evaluate the offline tasks on the shared data folder "
+        "(flow-plugin eval --data DIR; docs/tasks.md)")
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

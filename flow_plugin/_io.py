@@ -249,9 +249,9 @@ def file_sha256(path: str | os.PathLike[str], what: str = "file") -> str:
     return digest.hexdigest()
 
 
-def read_json(path: str | os.PathLike[str], what: str) -> Any:
-    """The parsed content of a JSON file; errors name the file, ``what`` it should be and
-    the problem (unreadable, empty, not valid JSON).
+def read_json(path: str | os.PathLike[str], what: str, remedy: str = "") -> Any:
+    """The parsed content of a JSON file; errors name the file, ``what`` it should be, the
+    problem (unreadable, empty, not valid JSON) and the ``remedy`` where one is given.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as folder:
@@ -261,16 +261,17 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
     {'rows': []}
     """
     path = Path(path)
+    then = f"; {remedy}" if remedy else ""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise DataFolderError(f"{path}: cannot read {what}: {error}") from None
+        raise DataFolderError(f"{path}: cannot read {what}: {error}{then}") from None
     if not text.strip():
-        raise DataFolderError(f"{path}: {what} is empty (an interrupted write?)")
+        raise DataFolderError(f"{path}: {what} is empty (an interrupted write?){then}")
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise DataFolderError(f"{path}: {what} is not valid JSON: {error}") from None
+        raise DataFolderError(f"{path}: {what} is not valid JSON: {error}{then}") from None
 
 
 def split_lines(text: str) -> list[str]:

@@ -238,3 +238,22 @@ def test_a_rerun_adds_to_the_row_of_auto_filed_before_runs_named_its_precision(t
     (tmp_path / "old.json").write_text(json.dumps(data))
     merged = lb.update_leaderboard([tmp_path / "out"], tmp_path / "old.json").board
     assert [row.id for row in merged.rows] == [legacy_id]
+
+
+# ------------------------------------------------------------------ damaged files say what to do
+def test_a_damaged_leaderboard_or_fit_record_file_names_its_remedy(tmp_path: Path) -> None:
+    """(Before, each was named, with its problem, but not what to do about it.)"""
+    from flow_plugin import leaderboard as lb
+    from flow_plugin.errors import DataFolderError
+    from flow_plugin.results.fits import read_fits
+
+    published = Path(__file__).resolve().parents[1] / "leaderboards" / "minilm-l6.json"
+    cut = tmp_path / "board.json"
+    cut.write_text(published.read_text()[:500])  # a write cut short
+    with pytest.raises(lb.LeaderboardError, match=r"board\.json: leaderboard is not valid JSON: .*; restore it "
+                                                  r"\(git checkout -- .*\), or rebuild it from its result folders"):
+        lb.load_leaderboard(cut)
+    fits = tmp_path / "SentEvalSTS12.fits.json"
+    fits.write_text('{"format": "flow-plugin-fits"')
+    with pytest.raises(DataFolderError, match=r"not valid JSON: .*; rerun its task with --overwrite"):
+        read_fits(fits)

@@ -48,11 +48,17 @@ def write_fits(result_path: str | os.PathLike[str], *, task: str, model: str, re
     return path
 
 
+#: what to do about a damaged fit-records file
+FITS_REMEDY = ("rerun its task with --overwrite (the result and its fit records are computed again), or delete the file "
+               "(the result then shows no fit records)")
+
+
 def read_fits(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A fit-records file, checked; errors name the file."""
-    data = read_json(path, "flow-plugin fit records")
+    data = read_json(path, "flow-plugin fit records", FITS_REMEDY)
     if not isinstance(data, dict) or data.get("format") != FITS_FORMAT or not isinstance(data.get("fits"), list):
-        raise DataFolderError(f"{path}: not a {FITS_FORMAT} file (expected an object with 'format' and 'fits')")
+        raise DataFolderError(f"{path}: not a {FITS_FORMAT} file (expected an object with 'format' and 'fits'); "
+                              f"{FITS_REMEDY}")
     return data
 
 

@@ -101,21 +101,26 @@ def load_leaderboard(path: str | os.PathLike[str]) -> Leaderboard:
     without ``experiment`` / ``experiment_kwargs`` get the defaults, and a sentence file is published
     by its name (:func:`~.rows.publish_row`)."""
     path = Path(path)
+    remedy = (f"restore it (git checkout -- {path}), or rebuild it from its result folders: flow-plugin leaderboard "
+              f"RESULTS_DIR ... -o {path.name} in a new file")
     try:
-        data = read_json(path, "leaderboard")
+        data = read_json(path, "leaderboard", remedy)
     except DataFolderError as error:
         raise LeaderboardError(str(error)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise LeaderboardError(f"{path}: not a {FORMAT} file: 'format' must be {FORMAT!r}")
+        raise LeaderboardError(f"{path}: not a {FORMAT} file: 'format' must be {FORMAT!r}; {remedy}")
     if data.get("format_version") != FORMAT_VERSION:
         raise LeaderboardError(f"{path}: not a {FORMAT} file: format_version {data.get('format_version')!r} is not "
-                               f"{FORMAT_VERSION} (this flow-plugin's)")
+                               f"{FORMAT_VERSION} (this flow-plugin's); {remedy}")
     rows = data.get("rows")
     for row in rows if isinstance(rows, list) else []:
         if isinstance(row, dict):  # written before experiments had rows of their own
             row.setdefault("experiment", None)
             row.setdefault("experiment_kwargs", {})
-    board = check_board(data, str(path))
+    try:
+        board = check_board(data, str(path))
+    except LeaderboardError as error:
+        raise LeaderboardError(f"{error}; {remedy}") from None
     seen: set[str] = set()
     for row in board.rows:
         publish_row(row)  # a leaderboard written before paths were left out publishes file names from now on

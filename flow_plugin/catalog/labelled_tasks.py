@@ -9,9 +9,10 @@ Where entries come from, in order:
 
 1. the built-in entries, ``labelled_tasks.toml`` next to this module: the offline tasks of real
    data (MR, CR, SUBJ, MPQA, SST-2, TREC, Banking77 classification; Twitter URL Corpus, MRPC, SICK-E,
-   QNLI pair classification; Banking77, TREC and STS-B-source clustering; QNLI reranking). Their
-   file names are relative to the *data root*, the folder that holds ``senteval/``, ``glue/`` and
-   ``mteb/`` (:func:`flow_plugin.data.roots.data_root`);
+   QNLI pair classification; Banking77, TREC and STS-B-source clustering; QNLI, Twitter URL Corpus and
+   SICK reranking; QNLI, MRPC, STS-B and Banking77 retrieval). Their file names are relative to the
+   *data root*, the folder that holds ``senteval/``, ``glue/`` and ``mteb/``
+   (:func:`flow_plugin.data.roots.data_root`);
 2. every TOML file listed in ``$FLOW_PLUGIN_TASKS`` (separated by ``os.pathsep``; a folder stands
    for its ``*.toml`` files): a user's own tasks. Their file names are relative to the entry's
    ``data_dir``, itself relative to the TOML file's folder (default: that folder).

@@ -36,7 +36,7 @@ def _described(count: int) -> str:
 
 
 # ----------------------------------------------------------------------------- the tasks on the real data
-@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.slow] if name == "FlowPluginSICKReranking" else [])
+@pytest.mark.parametrize("name", [pytest.param(name, marks=[pytest.mark.slow] if "SICK" in name else [])
                                   for name in sorted(COUNTS)])  # SICK's first stage: 5,014 queries, >= 5 s
 def test_each_new_ranking_task_builds_from_the_real_data_with_the_counts_it_states(name: str,
                                                                                    shared_data_dir: Path) -> None:
@@ -194,3 +194,17 @@ def test_a_new_ranking_task_runs_through_mteb_and_keeps_items_that_reproduce_its
     assert why is None and items is not None
     assert main_score_of(items) == pytest.approx(score, abs=1e-5)  # MTEB rounds retrieval scores to 5 decimals
     assert len(items.arrays["query_ids"]) == len(task.dataset["default"]["test"]["relevant_docs"])
+
+
+def test_a_task_without_the_new_keys_keeps_its_data_revision() -> None:
+    """label_threshold, documents and ignore_identical enter the data revision only when a task sets them, so the
+    results already computed for the other tasks keep matching their data."""
+    from flow_plugin.integrations.mteb.labelled_tasks import revision_settings
+
+    before = {"type", "source", "split", "eval_split", "distinct", "candidates"}
+    qnli = revision_settings(labelled_task("FlowPluginQNLIRetrieval"))
+    assert set(qnli) == before and "label_threshold" not in qnli["source"]
+    stsb = revision_settings(labelled_task("FlowPluginSTSBRetrieval"))
+    assert set(stsb) == before | {"ignore_identical"} and stsb["source"]["label_threshold"] == 4.0
+    banking = revision_settings(labelled_task("FlowPluginBanking77Retrieval"))
+    assert banking["documents"]["columns"] == {"document": "text", "label": "category"}

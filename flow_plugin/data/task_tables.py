@@ -95,7 +95,8 @@ class RankingData:
         return len(self.queries) - len(self.relevant)
 
 
-def text_ids(queries: Sequence[str], documents: Sequence[str], *, shared: bool) -> tuple[dict[str, str], dict[str, str]]:
+def text_ids(queries: Sequence[str], documents: Sequence[str], *, shared: bool
+             ) -> tuple[dict[str, str], dict[str, str]]:
     """text -> id of every distinct query (``q0``, ``q1`` ...) and document (``d0`` ...), in order; ``shared``: one id
     per distinct text (``t0`` ...), a query's and a document's alike when their texts are the same (what MTEB's
     ``ignore_identical_ids`` compares).

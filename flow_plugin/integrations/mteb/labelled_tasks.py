@@ -53,6 +53,7 @@ from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.task_metadata import TaskMetadata
 
 from flow_plugin.catalog.labelled_tasks import (
+    RANKING_TYPES,
     TaskEntry,
     labelled_task,
     labelled_tasks,
@@ -133,8 +134,8 @@ class RetrievalItems(QueryScoreCapture, ItemCapture):
         return arrays, {"n_queries": len(query_ids)}
 
 
-#: settings that shape a task's data but entered the format later: each enters the revision only when set, so a
-#: task that does not use them keeps the revision its results were computed with
+#: settings whose default leaves a task's data as the format without them reads it: each enters the revision only
+#: when set, so a task that does not use them keeps its revision (and the results computed with it)
 _LATER_SETTINGS: dict[str, Any] = {"documents": None, "ignore_identical": False}
 _LATER_SOURCE_SETTINGS: dict[str, Any] = {"label_threshold": None}
 
@@ -398,7 +399,7 @@ def make_task_class(entry: TaskEntry) -> type[LabelledTask]:
     """The MTEB task class of ``entry``."""
     attributes: dict[str, Any] = {"__doc__": entry.description, "__module__": __name__, "entry": entry,
                                   "metadata": task_metadata(entry)}
-    if entry.type in ("Reranking", "Retrieval"):
+    if entry.type in RANKING_TYPES:
         attributes["ignore_identical_ids"] = entry.ignore_identical
     if entry.type == "Classification":
         if entry.samples_per_label is not None:

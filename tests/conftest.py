@@ -237,6 +237,24 @@ def _subset_file(source: Path, target: Path, *, header: bool, csv_records: bool,
     target.write_bytes(b"\n".join(kept) + b"\n")
 
 
+def _subset_source(source: Any, shared_data_dir: Path, root: Path) -> None:
+    """The subset of each file of a source, under ``root`` (a file another source already cut is kept)."""
+    from flow_plugin.data.labelled import source_files
+
+    header = getattr(source, "header", False) and source.format == "delimited"
+    for name in source_files(source):
+        path = shared_data_dir / name
+        if not path.is_file():
+            pytest.skip(f"shared data file not found: {path}")
+        if (root / name).exists():
+            continue
+        count = path.read_bytes().count(b"\n")
+        step = max(1, count // SUBSET_ROWS)
+        if source.format == "aligned-lines":
+            step = max(1, 9324 // SUBSET_ROWS)
+        _subset_file(path, root / name, header=header, csv_records=name.endswith(".csv") and header, step=step)
+
+
 @pytest.fixture(scope="session")
 def subset_root(shared_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data root of the shared folder's layout holding every ~k-th row of each file the built-in tasks read
@@ -247,25 +265,9 @@ def subset_root(shared_data_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     for entry in labelled_tasks().values():
         if not entry.built_in:
             continue
-        source = entry.source
-        if source.format == "lines-per-label":
-            names = list(source.files)
-        elif source.format == "aligned-lines":
-            names = [name for by_role in source.splits.values() for name in by_role.values()]
-        else:
-            names = [name for files in source.splits.values() for name in ([files] if isinstance(files, str) else files)]
-        header = getattr(source, "header", False) and source.format == "delimited"
-        for name in names:
-            path = shared_data_dir / name
-            if not path.is_file():
-                pytest.skip(f"shared data file not found: {path}")
-            if (root / name).exists():
-                continue
-            count = path.read_bytes().count(b"\n")
-            step = max(1, count // SUBSET_ROWS)
-            if source.format == "aligned-lines":
-                step = max(1, 9324 // SUBSET_ROWS)
-            _subset_file(path, root / name, header=header, csv_records=name.endswith(".csv") and header, step=step)
+        for source in (entry.source, entry.documents):
+            if source is not None:
+                _subset_source(source, shared_data_dir, root)
     return root
 
 

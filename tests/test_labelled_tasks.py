@@ -3,8 +3,11 @@ per-item data that reproduces the main score, and a fit that never sees a label.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -40,9 +43,9 @@ def test_built_in_entries_become_mteb_tasks_found_by_name() -> None:
 
     register()
     names = [cls.metadata.name for cls in labelled_task_classes()]
-    assert len(names) == 16 and len(set(names)) == 16
+    assert len(names) == 21 and len(set(names)) == 21
     types = Counter(cls.metadata.type for cls in labelled_task_classes())
-    assert types == {"Classification": 7, "PairClassification": 4, "Clustering": 3, "Reranking": 1, "Retrieval": 1}
+    assert types == {"Classification": 7, "PairClassification": 4, "Clustering": 3, "Reranking": 3, "Retrieval": 4}
     for name in names:
         task = mteb.get_task(name)
         assert type(task).__name__ == name and task.metadata.name == name
@@ -286,14 +289,19 @@ splits = { train = "train.tsv", test = "test.tsv" }
 
 # ----------------------------------------------------------------------------- fitting never reads labels
 def _permuted_copy(entry_name: str, subset_root: Path, target: Path) -> None:
-    """A copy of ``subset_root`` in which the label (or relevance) column of ``entry_name``'s files is shuffled
-    (lines-per-label: the lines moved between the label files)."""
+    """A copy of ``subset_root`` in which the label (or relevance) field of ``entry_name``'s files is shuffled
+    (lines-per-label: the lines moved between the label files), its documents' files too."""
     import shutil
 
     shutil.copytree(subset_root, target)
     entry = labelled_task(entry_name)
-    source = entry.source
     rng = np.random.default_rng(0)
+    for source in (entry.source, entry.documents):
+        if source is not None:
+            _permute_labels(source, target, rng)
+
+
+def _permute_labels(source, target: Path, rng: np.random.Generator) -> None:
     if source.format == "lines-per-label":
         files = [target / name for name in source.files]
         lines = [line for path in files for line in path.read_text(encoding="utf-8").splitlines()]
@@ -311,29 +319,51 @@ def _permuted_copy(entry_name: str, subset_root: Path, target: Path) -> None:
     for files in source.splits.values():
         for name in [files] if isinstance(files, str) else files:
             path = target / name
-            lines = path.read_text(encoding=source.encoding).splitlines()
-            head = lines[:1] if getattr(source, "header", False) else []
-            body = lines[len(head):]
-            if source.format == "regex-lines":  # "LABEL:fine text": shuffle the LABEL:fine parts
-                parts = [line.split(" ", 1) for line in body]
-                labels = [parts[i][0] for i in rng.permutation(len(parts))]
-                body = [f"{label} {rest[1]}" for label, rest in zip(labels, parts)]
+            text = path.read_text(encoding=source.encoding)
+            if source.format == "regex-lines":
+                permuted = _permuted_pattern_labels(text.splitlines(), re.compile(source.pattern), rng)
+            elif source.quoting == "csv":  # Banking77: a quoted field may hold the delimiter or span lines
+                rows = list(csv.reader(io.StringIO(text), delimiter=source.delimiter))
+                buffer = io.StringIO()
+                csv.writer(buffer, delimiter=source.delimiter, lineterminator="\n").writerows(
+                    _permuted_column(rows, source, rng))
+                permuted = buffer.getvalue().splitlines()
             else:
-                delimiter = source.delimiter
-                column = source.columns["label"]
-                fields = [line.split(delimiter) for line in body]
-                index = column if isinstance(column, int) else head[0].split(delimiter).index(column)
-                labels = [fields[i][index] for i in rng.permutation(len(fields))]
-                for row, label in zip(fields, labels):
-                    row[index] = label
-                body = [delimiter.join(row) for row in fields]
-            path.write_text("\n".join(head + body) + "\n", encoding=source.encoding)
+                rows = [line.split(source.delimiter) for line in text.splitlines()]
+                permuted = [source.delimiter.join(row) for row in _permuted_column(rows, source, rng)]
+            path.write_text("\n".join(permuted) + "\n", encoding=source.encoding)
+
+
+def _permuted_pattern_labels(lines: list[str], pattern: re.Pattern, rng: np.random.Generator) -> list[str]:
+    """Lines whose ``label`` groups (of the lines the pattern reads) are shuffled; other lines as they were."""
+    matches = [(number, pattern.fullmatch(line.strip())) for number, line in enumerate(lines)]
+    matches = [(number, match) for number, match in matches if match is not None]
+    labels = [match.group("label") for _, match in matches]
+    out = list(lines)
+    for (number, match), label in zip(matches, [labels[i] for i in rng.permutation(len(labels))]):
+        line = lines[number].strip()
+        out[number] = line[:match.start("label")] + label + line[match.end("label"):]
+    return out
+
+
+def _permuted_column(rows: list[list[str]], source, rng: np.random.Generator) -> list[list[str]]:
+    """The rows (a header first where the source has one) with the label column shuffled over the non-empty rows."""
+    head = rows[:1] if source.header else []
+    body = [row for row in rows[len(head):] if any(field.strip() for field in row)]
+    column = source.columns["label"]
+    index = column if isinstance(column, int) else head[0].index(column)
+    labels = [body[i][index] for i in rng.permutation(len(body))]
+    for row, label in zip(body, labels):
+        row[index] = label
+    return head + body
 
 
 @pytest.mark.parametrize("name", ["FlowPluginMRClassification", "FlowPluginTRECClassification",
                                   "FlowPluginTwitterURLCorpusPairClassification",
                                   "FlowPluginSICKEntailmentPairClassification", "FlowPluginTRECClustering",
-                                  "FlowPluginQNLIReranking", "FlowPluginQNLIRetrieval"])
+                                  "FlowPluginQNLIReranking", "FlowPluginQNLIRetrieval",
+                                  "FlowPluginTwitterURLCorpusReranking", "FlowPluginSICKReranking",
+                                  "FlowPluginMRPCRetrieval", "FlowPluginSTSBRetrieval", "FlowPluginBanking77Retrieval"])
 def test_the_fit_never_reads_a_label(name: str, subset_root: Path, tiny_spec, tmp_path: Path) -> None:
     """Labels shuffled: the same text is gathered for the "target" fit and the fitted calibrator is identical,
     although the labels the task scores with differ."""

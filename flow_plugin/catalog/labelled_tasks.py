@@ -9,9 +9,10 @@ Where entries come from, in order:
 
 1. the built-in entries, ``labelled_tasks.toml`` next to this module: the offline tasks of real
    data (MR, CR, SUBJ, MPQA, SST-2, TREC, Banking77 classification; Twitter URL Corpus, MRPC, SICK-E,
-   QNLI pair classification; Banking77, TREC and STS-B-source clustering; QNLI reranking). Their
-   file names are relative to the *data root*, the folder that holds ``senteval/``, ``glue/`` and
-   ``mteb/`` (:func:`flow_plugin.data.roots.data_root`);
+   QNLI pair classification; Banking77, TREC and STS-B-source clustering; QNLI, Twitter URL Corpus and
+   SICK reranking; QNLI, MRPC, STS-B and Banking77 retrieval). Their file names are relative to the
+   *data root*, the folder that holds ``senteval/``, ``glue/`` and ``mteb/``
+   (:func:`flow_plugin.data.roots.data_root`);
 2. every TOML file listed in ``$FLOW_PLUGIN_TASKS`` (separated by ``os.pathsep``; a folder stands
    for its ``*.toml`` files): a user's own tasks. Their file names are relative to the entry's
    ``data_dir``, itself relative to the TOML file's folder (default: that folder).
@@ -44,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from flow_plugin._io import read_toml
 from flow_plugin.data.tasks import OFFLINE_TASKS
-from flow_plugin.data.labelled import WHOLE_SET, Source
+from flow_plugin.data.labelled import WHOLE_SET, Source, source_files
 from flow_plugin.data.roots import DATA_ENV
 from flow_plugin.errors import DataFolderError, RegistryError
 
@@ -63,6 +64,8 @@ DEFAULT_MAIN_SCORE: dict[str, str] = {
     "Reranking": "map_at_1000",
     "Retrieval": "ndcg_at_10",
 }
+#: the types that rank documents for queries
+RANKING_TYPES: tuple[str, ...] = ("Reranking", "Retrieval")
 #: the roles each type reads from its source (:data:`flow_plugin.data.labelled.ROLES`)
 REQUIRED_ROLES: dict[str, tuple[str, ...]] = {
     "Classification": ("text", "label"),
@@ -111,6 +114,11 @@ class TaskEntry(BaseModel):
     max_documents_per_cluster: Optional[int] = Field(default=None, ge=2)
     #: reranking: candidates per query (the query's own rows first, then a TF-IDF first stage's top documents)
     candidates: int = Field(default=20, ge=2)
+    #: reranking, retrieval: the documents from a second source (roles document, label), each relevant to the
+    #: queries of the main source (roles query, label) that share its label
+    documents: Optional[Source] = None
+    #: reranking, retrieval: a query never ranks a document of its own text (MTEB's ignore_identical_ids)
+    ignore_identical: bool = False
     # --- MTEB metadata
     date: tuple[str, str]
     domains: list[str] = []
@@ -132,11 +140,16 @@ class TaskEntry(BaseModel):
 
     @model_validator(mode="after")
     def _roles_fit_the_type(self) -> TaskEntry:
-        roles = _source_roles(self.source)
-        missing = [role for role in REQUIRED_ROLES[self.type] if role not in roles]
-        if missing:
-            raise ValueError(f"a {self.type} task reads the roles {list(REQUIRED_ROLES[self.type])}; its source "
-                             f"gives {sorted(roles)} (missing {missing})")
+        if self.documents is not None:
+            self._documents_fit()
+        else:
+            roles = _source_roles(self.source)
+            missing = [role for role in REQUIRED_ROLES[self.type] if role not in roles]
+            if missing:
+                raise ValueError(f"a {self.type} task reads the roles {list(REQUIRED_ROLES[self.type])}; its source "
+                                 f"gives {sorted(roles)} (missing {missing})")
+        if self.ignore_identical and self.type not in RANKING_TYPES:
+            raise ValueError(f"ignore_identical is for Reranking and Retrieval tasks, not {self.type}; remove it")
         splits = _source_splits(self.source)
         produced = (set(splits) - {self.split.divide}) | {"train", "test"} if self.split else set(splits)
         if self.split is not None and self.split.divide not in splits:
@@ -147,6 +160,29 @@ class TaskEntry(BaseModel):
         if self.type == "Classification" and "train" not in produced:
             raise ValueError(f"a Classification task trains on a 'train' split; the task's splits are {sorted(produced)}")
         return self
+
+    def _documents_fit(self) -> None:
+        """A task with ``documents``: a ranking type without a split rule; queries and labels from the source,
+        documents and labels from ``documents``, over the same splits."""
+        if self.type not in RANKING_TYPES:
+            raise ValueError(f"documents is for Reranking and Retrieval tasks, not {self.type}; remove it")
+        if self.split is not None:
+            raise ValueError("a split rule cannot divide a task whose documents come from a second source; "
+                             "give both sources their splits")
+        for table, roles, wanted in (("source", _source_roles(self.source), {"query", "label"}),
+                                     ("documents", _source_roles(self.documents), {"document", "label"})):
+            if roles != wanted:
+                raise ValueError(f"with documents, the task's {table} gives the roles {sorted(wanted)} (a document is "
+                                 f"relevant to the queries that share its label); it gives {sorted(roles)}")
+        splits, document_splits = _source_splits(self.source), _source_splits(self.documents)
+        if splits != document_splits:
+            raise ValueError(f"the source's splits {sorted(splits)} and the documents' {sorted(document_splits)} "
+                             "differ: a split's queries rank the documents of the split of the same name")
+
+    def files(self) -> list[str]:
+        """Every file name the entry reads (as written): its source's, then its documents'."""
+        sources = [self.source] if self.documents is None else [self.source, self.documents]
+        return [name for source in sources for name in source_files(source)]
 
     def base_folder(self, root: Path | None) -> Path:
         """The folder relative file names are read from: the data root (built-ins) or the TOML file's folder,
@@ -308,6 +344,7 @@ def labelled_task_names() -> tuple[str, ...]:
 __all__ = [
     "BUILT_IN_FILE",
     "DEFAULT_MAIN_SCORE",
+    "RANKING_TYPES",
     "REQUIRED_ROLES",
     "TASKS_ENV",
     "Catalogue",

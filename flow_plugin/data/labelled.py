@@ -32,8 +32,14 @@ A text role of ``delimited`` and ``jsonl`` may join several columns into one ite
 Every text is whitespace-normalised (runs of whitespace become one space, ends stripped: the token
 string SentEval builds from the same line, so both routes encode the same strings) unless
 ``normalize_whitespace = false``. A label is mapped through ``label_map`` when one is given (an
-unmapped label is an error naming it; a label mapped to ``"drop"`` drops its row, counted). Blank
-lines are skipped where a row is a line; an empty text is an error naming the file and the line.
+unmapped label is an error naming it; a label mapped to ``"drop"`` drops its row, counted), or turned
+into 1 or 0 by ``label_threshold`` (a number at or above it is 1: a graded score or a vote count as
+relevance; a label that is not a number is an error naming it). Blank lines are skipped where a row is a
+line; an empty text is an error naming the file and the line.
+
+A ranking task whose relevance is a shared label reads its documents from a second source (the task's
+``documents``, roles ``document`` and ``label``); :func:`attach_documents` puts them next to the queries'
+columns of each split, their labels under :data:`DOCUMENT_LABEL`.
 
 The result is a :class:`LabelledSplits`: split -> role -> values, in file order, plus the files read.
 Nothing here imports MTEB.
@@ -55,6 +61,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 from collections import Counter
@@ -74,6 +81,9 @@ ROLES: tuple[str, ...] = ("text", "text1", "text2", "query", "document", "label"
 DROP = "drop"
 #: the split name of a source that has no splits of its own (``lines-per-label``): a task's split rule divides it
 WHOLE_SET = "all"
+#: the column of a split that holds the labels of the documents read from a ranking task's ``documents`` source
+#: (:func:`attach_documents`); a query's relevant documents are those that share one of its labels
+DOCUMENT_LABEL = "document_label"
 
 Label = Union[int, str]
 Column = Union[int, str]
@@ -89,6 +99,21 @@ class _Source(BaseModel):
     normalize_whitespace: bool = True
     #: raw label -> label (``"drop"``: leave the row out); None: labels as read (ints stay ints)
     label_map: dict[str, Label] | None = None
+    #: a numeric label at or above it is 1, below it 0 (a graded score as relevance); None: labels as read
+    label_threshold: float | None = None
+
+    @field_validator("label_threshold")
+    @classmethod
+    def _finite_threshold(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"label_threshold must be a finite number, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_label_rule(self) -> _Source:
+        if self.label_map is not None and self.label_threshold is not None:
+            raise ValueError("label_map and label_threshold both turn raw labels into labels: give one of them")
+        return self
 
     @field_validator("encoding")
     @classmethod
@@ -256,6 +281,8 @@ def _clean_label(value: Any, source: _Source, where: str) -> Any:
     """The label after ``label_map`` (``DROP`` passes through to the caller); ints stay ints."""
     if isinstance(value, str):
         value = value.strip()
+    if source.label_threshold is not None:
+        return _thresholded(value, source.label_threshold, where)
     if source.label_map is None:
         if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
             return int(value)
@@ -267,6 +294,18 @@ def _clean_label(value: Any, source: _Source, where: str) -> Any:
         raise DataFolderError(f"{where}: label {key!r} is not in the source's label_map "
                               f"({', '.join(map(repr, source.label_map))}); add it (or map it to \"{DROP}\")")
     return source.label_map[key]
+
+
+def _thresholded(value: Any, threshold: float, where: str) -> int:
+    """1 if the label ``value`` is a number at or above ``threshold``, else 0; text that is not a number is an error."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number):
+        raise DataFolderError(f"{where}: label {value!r:.60} is not a number, which the source's label_threshold "
+                              f"({threshold:g}) needs; fix the row, or read the score column as the label")
+    return int(number >= threshold)
 
 
 def _add_row(columns: dict[str, list[Any]], row: dict[str, Any], source: _Source, where: str,
@@ -451,6 +490,26 @@ def read_source(source: Source, base: Path) -> LabelledSplits:
     return LabelledSplits(splits, files, dropped)
 
 
+def attach_documents(splits: Mapping[str, dict[str, list[Any]]], documents: LabelledSplits
+                     ) -> dict[str, dict[str, list[Any]]]:
+    """Each split's query columns with the documents of the same split of a ranking task's ``documents`` source
+    next to them: ``document`` (texts) and :data:`DOCUMENT_LABEL` (their labels). A split the documents lack is a
+    one-line error.
+
+    >>> docs = LabelledSplits({"test": {"document": ["d1", "d2"], "label": ["a", "b"]}})
+    >>> attach_documents({"test": {"query": ["q"], "label": ["b"]}}, docs)["test"]
+    {'query': ['q'], 'label': ['b'], 'document': ['d1', 'd2'], 'document_label': ['a', 'b']}
+    """
+    joined = {}
+    for split, columns in splits.items():
+        if split not in documents.splits:
+            raise DataFolderError(f"split {split!r} has queries but the task's documents source has no split of that "
+                                  f"name (it has {', '.join(sorted(documents.splits))}); name the same splits in both")
+        found = documents.splits[split]
+        joined[split] = {**columns, "document": found["document"], DOCUMENT_LABEL: found["label"]}
+    return joined
+
+
 def source_files(source: Source) -> list[str]:
     """Every file name ``source`` reads (relative names as written), in reading order.
 
@@ -577,6 +636,7 @@ def files_fingerprint(files: Sequence[os.PathLike[str] | str], settings: Any) ->
 
 
 __all__ = [
+    "DOCUMENT_LABEL",
     "DROP",
     "FORMATS",
     "ROLES",
@@ -590,6 +650,7 @@ __all__ = [
     "LinesPerLabelSource",
     "RegexLinesSource",
     "Source",
+    "attach_documents",
     "check_classes",
     "check_clusters",
     "check_pairs",

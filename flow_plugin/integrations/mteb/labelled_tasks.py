@@ -53,6 +53,7 @@ from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.task_metadata import TaskMetadata
 
 from flow_plugin.catalog.labelled_tasks import (
+    RANKING_TYPES,
     TaskEntry,
     labelled_task,
     labelled_tasks,
@@ -61,6 +62,7 @@ from flow_plugin.catalog.labelled_tasks import (
 )
 from flow_plugin.data.labelled import (
     LabelledSplits,
+    attach_documents,
     check_classes,
     check_clusters,
     check_pairs,
@@ -68,7 +70,6 @@ from flow_plugin.data.labelled import (
     read_source,
     resolve_file,
     select_rows,
-    source_files,
     stratified_split,
 )
 from flow_plugin.data.roots import data_root
@@ -133,6 +134,26 @@ class RetrievalItems(QueryScoreCapture, ItemCapture):
         return arrays, {"n_queries": len(query_ids)}
 
 
+#: settings whose default leaves a task's data as the format without them reads it: each enters the revision only
+#: when set, so a task that does not use them keeps its revision (and the results computed with it)
+_LATER_SETTINGS: dict[str, Any] = {"documents": None, "ignore_identical": False}
+_LATER_SOURCE_SETTINGS: dict[str, Any] = {"label_threshold": None}
+
+
+def revision_settings(entry: TaskEntry) -> dict[str, Any]:
+    """The entry's settings that shape its data (JSON), part of its data revision."""
+    settings = entry.model_dump(include={"type", "source", "split", "eval_split", "distinct", "candidates",
+                                         *_LATER_SETTINGS}, mode="json")
+    for key, default in _LATER_SETTINGS.items():
+        if settings[key] == default:
+            del settings[key]
+    for source in (settings["source"], settings.get("documents")):
+        for key, default in _LATER_SOURCE_SETTINGS.items():
+            if source is not None and source.get(key) == default:
+                del source[key]
+    return settings
+
+
 class LabelledTask(PredictionCapture, ItemCapture):
     """What every labelled task shares: reading its entry's files, the data revision, capturing per-item data."""
 
@@ -171,7 +192,7 @@ class LabelledTask(PredictionCapture, ItemCapture):
         """Every file the entry reads exists (a one-line error naming the task and the first missing file)."""
         with self.about_this_task():
             base = self.base_folder()
-            for name in source_files(self.entry.source):
+            for name in self.entry.files():
                 path = resolve_file(name, base)
                 if not path.is_file():
                     raise DataFolderError(f"data file {path} does not exist")
@@ -186,10 +207,12 @@ class LabelledTask(PredictionCapture, ItemCapture):
             train, test = stratified_split(whole["label"], test_fraction=entry.split.test_fraction,
                                            seed=entry.split.seed)
             splits["train"], splits["test"] = select_rows(whole, train), select_rows(whole, test)
-        settings = entry.model_dump(include={"type", "source", "split", "eval_split", "distinct", "candidates"},
-                                    mode="json")
+        if entry.documents is not None:
+            documents = read_source(entry.documents, self.base_folder())
+            splits = attach_documents(splits, documents)
+            data.files += documents.files
         data.splits = splits
-        return data, files_fingerprint(data.files, settings)
+        return data, files_fingerprint(data.files, revision_settings(entry))
 
     def data_revision(self) -> str:
         """The ``dataset_revision`` a result computed now carries (reads the files)."""
@@ -315,7 +338,8 @@ class LabelledRetrievalTask(RetrievalItems, LabelledTask, AbsTaskRetrieval):
 
     def build_dataset(self, splits: dict[str, dict[str, list[Any]]]) -> dict[str, Any]:
         candidates = self.entry.candidates if self.reranking else None
-        data = {split: ranking_data(columns, candidates) for split, columns in splits.items()}
+        data = {split: ranking_data(columns, candidates, ignore_identical=self.entry.ignore_identical)
+                for split, columns in splits.items()}
         self.unscored_queries = {self.entry.eval_split: _unscored_queries(self.entry, data[self.entry.eval_split])}
         return {"default": {split: _retrieval_dataset(ranked) for split, ranked in data.items()}}
 
@@ -376,6 +400,8 @@ def make_task_class(entry: TaskEntry) -> type[LabelledTask]:
     """The MTEB task class of ``entry``."""
     attributes: dict[str, Any] = {"__doc__": entry.description, "__module__": __name__, "entry": entry,
                                   "metadata": task_metadata(entry)}
+    if entry.type in RANKING_TYPES:
+        attributes["ignore_identical_ids"] = entry.ignore_identical
     if entry.type == "Classification":
         if entry.samples_per_label is not None:
             attributes["samples_per_label"] = entry.samples_per_label

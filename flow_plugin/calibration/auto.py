@@ -41,6 +41,7 @@ import numpy as np
 
 from flow_plugin.calibration import gentle, linear  # noqa: F401 (their classes enter CALIBRATOR_CLASSES)
 from flow_plugin.calibration.base import Calibrator, calibrator_by_name
+from flow_plugin.calibration.signals import anisotropy, measure
 from flow_plugin.errors import InputError
 
 #: MTEB task type -> the family whose rule :class:`AutoCalibrator` applies (any other type: "pairs")
@@ -60,23 +61,6 @@ RULES: dict[str, tuple[str, str]] = {
 DEFAULT_THRESHOLD = 0.27
 #: fewest distinct sentences whose embeddings ``auto`` measures: with fewer it keeps the raw embeddings, and says so
 MIN_MEASURED_SENTENCES = 32
-
-
-def anisotropy(X: np.ndarray) -> float:
-    """The mean cosine between two distinct rows of ``X`` (exact, from the mean unit vector: for n unit rows
-    with mean m, the mean over the n(n-1) ordered pairs is (n²|m|² - n) / (n(n-1))).
-
-    >>> round(anisotropy(np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)), 3)
-    0.0
-    """
-    X64 = np.asarray(X, dtype=np.float64)
-    norms = np.linalg.norm(X64, axis=1, keepdims=True)
-    units = X64[norms[:, 0] > 0] / norms[norms[:, 0] > 0]
-    n = units.shape[0]
-    if n < 2:
-        return 0.0
-    total = float(np.square(units.sum(axis=0)).sum())  # n² |m|²
-    return (total - n) / (n * (n - 1))
 
 
 class AutoCalibrator(Calibrator, method="auto"):
@@ -104,7 +88,7 @@ class AutoCalibrator(Calibrator, method="auto"):
         The chosen calibrator, fitted on the same embeddings.
     """
 
-    EFFECTIVE_ATTRIBUTES: ClassVar[tuple[str, ...]] = ("choice_", "anisotropy_", "family_", "reason_")
+    EFFECTIVE_ATTRIBUTES: ClassVar[tuple[str, ...]] = ("choice_", "anisotropy_", "family_", "reason_", "signals_")
 
     def __init__(self, task_type: str | None = None, threshold: float = DEFAULT_THRESHOLD) -> None:
         self.task_type = task_type
@@ -128,6 +112,7 @@ class AutoCalibrator(Calibrator, method="auto"):
                 f"{MIN_MEASURED_SENTENCES}): raw embeddings kept; fit on more text to let auto choose")
 
     def _fit(self, X: np.ndarray) -> None:
+        self.signals_ = measure(X).as_dict() if getattr(self, "measured_", True) else {}
         self.anisotropy_ = round(anisotropy(X), 6)
         self.family_ = FAMILIES.get(self.task_type or "", "pairs")
         anisotropic = self.anisotropy_ >= self.threshold

@@ -135,10 +135,10 @@ def test_compare_gives_each_delta_its_paired_interval_and_type_averages() -> Non
 def test_the_writer_refuses_a_board_whose_delta_left_its_interval(tmp_path: Path) -> None:
     board = compare_task_types(_study(), name="b", backbone="tiny", updated="now", generated_by="test", n_resamples=200)
     paths = write_task_types_board(board, tmp_path / "task-types-tiny.json", board_problems(board))
-    assert [path.suffix for path in paths] == [".json", ".md", ".html"]
+    assert [path.suffix for path in paths] == [".json", ".md", ".png", ".html"]
     again = TaskTypesBoard.model_validate(json.loads(paths[0].read_text()))
     assert again == board
-    assert "| flow (3 seeds) |" in paths[1].read_text() and "Δ against raw per task type" in paths[2].read_text()
+    assert "| flow (3 seeds) |" in paths[1].read_text() and "Δ against raw per task type" in paths[3].read_text()
     assert "task-types-tiny.html" in write_index(tmp_path).read_text()
     markdown = paths[1].read_text()
     paths[1].unlink()

@@ -72,6 +72,17 @@ def _cell_text(found: TypeDelta | None) -> str:
     return fmt(found.delta, signed=True) + ("*" if found.significant else "")
 
 
+def _ink(shade: tuple[float, ...]) -> str:
+    """Black or white, whichever contrasts more with a cell of colour ``shade`` (RGB 0-1; WCAG's relative luminance).
+
+    >>> _ink((1.0, 1.0, 1.0)), _ink((0.02, 0.19, 0.38)), _ink((0.26, 0.58, 0.76))
+    ('black', 'white', 'black')
+    """
+    linear = [channel / 12.92 if channel <= 0.04045 else ((channel + 0.055) / 1.055) ** 2.4 for channel in shade[:3]]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return "black" if (luminance + 0.05) / 0.05 >= 1.05 / (luminance + 0.05) else "white"
+
+
 def _png(figure: Any, drawn: dict[str, Any]) -> bytes:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", bbox_inches="tight", metadata={"Description": json.dumps(drawn),
@@ -98,9 +109,7 @@ def render_heatmap_png(board: TaskTypesBoard) -> bytes:
     for y, line in enumerate(cells):
         for x, found in enumerate(line):
             shade = colormap(norm(found.delta)) if found is not None else (1.0, 1.0, 1.0, 1.0)
-            dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5  # the cell's luminance
-            axes.text(x, y, _cell_text(found), ha="center", va="center", fontsize=9,
-                      color="white" if dark else "black",
+            axes.text(x, y, _cell_text(found), ha="center", va="center", fontsize=9, color=_ink(shade),
                       fontweight="bold" if found is not None and found.significant else "normal")
     axes.set_xticks(range(len(columns)))
     axes.set_xticklabels([column_label(column).replace(" of the types", "\nof the types") for column in columns],

@@ -42,7 +42,7 @@ def render_markdown(compared: Compared, stem: str | None = None, picture: bool =
     board, units, tasks = compared.board, compared.units, compared.tasks
     lines = [f"# Leaderboard: {board.name}", ""]
     lines += ([f"![Δ against the raw backbone per task, {board.name}]({stem or board.name}.png)", "",
-               f"*{CHART_CAPTION}*"] if picture else [f"*{NO_CHART}*"]) + [""]
+               CHART_CAPTION] if picture else [NO_CHART]) + [""]
     if compared.headlines:
         lines += [f"- {headline_text(headline)}" for headline in compared.headlines]
         lines.append("")

@@ -218,7 +218,7 @@ def render_task_types_markdown(board: TaskTypesBoard, stem: str | None = None, p
     type the scores and Δ of its tasks, then the tasks."""
     stem = stem or board.name
     shown = [f"![Heatmap: Δ against raw per calibrator and task type, {board.backbone}]({stem}.png)", "",
-             f"*{PICTURE_CAPTION}*"] if picture else [f"*{NO_PICTURE}*"]
+             PICTURE_CAPTION] if picture else [NO_PICTURE]
     answer = headline_text(board)
     lines = [f"# Task types: {board.backbone}", "", *shown, "", *([answer, ""] if answer else []),
              f"Does calibration help beyond STS? Every calibrator of {board.backbone}, fitted on each task's own "

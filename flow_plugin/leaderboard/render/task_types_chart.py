@@ -149,27 +149,28 @@ def _point(found: TypeDelta | None) -> list[Any] | None:
     return None if found is None else [found.delta, found.ci95[0], found.ci95[1], found.significant]
 
 
+def _marker(axes: Any, found: TypeDelta, y: float, name: str, colour: str, marker: str) -> None:
+    """One Δ with its interval as a whisker, named at its right end; filled where the interval excludes 0."""
+    low, high = found.ci95
+    axes.errorbar([found.delta], [y], xerr=[[found.delta - low], [high - found.delta]], fmt=marker, color=colour,
+                  markersize=5, capsize=2, linewidth=1.2, markerfacecolor=colour if found.significant else "white")
+    axes.annotate(f"{name} {_cell_text(found)}", (max(high, found.delta), y), xytext=(4, 0), textcoords="offset points",
+                  va="center", fontsize=7, color=colour, fontweight="bold" if found.significant else "normal")
+
+
 def _summary_panel(axes: Any, headlines: list[TypesHeadline], column: str, drawn: dict[str, Any]) -> None:
     """One task type's panel: a line per backbone, auto above the best fixed calibrator, each with its interval."""
     autos, fixed = [], []
     for index, headline in enumerate(headlines):
-        auto = headline.auto.delta.get(column) if headline.auto is not None and headline.auto.delta else None
+        auto = (headline.auto.delta or {}).get(column) if headline.auto is not None else None
         best = headline.best_fixed.get(column)
-        found = best.delta.get(column) if best is not None and best.delta else None
+        found = (best.delta or {}).get(column) if best is not None else None
         autos.append(_point(auto))
-        fixed.append(None if found is None or best is None else [best.calibrator, *_point(found)])  # type: ignore[misc]
-        for point, name, offset, colour, marker in ((auto, "auto", -0.18, AUTO_COLOUR, "o"),
-                                                    (found, best.calibrator if best else "", 0.18, FIXED_COLOUR, "D")):
-            if point is None:
-                continue
-            low, high = point.ci95
-            axes.errorbar([point.delta], [index + offset], xerr=[[point.delta - low], [high - point.delta]],
-                          fmt=marker, color=colour, markersize=5, capsize=2, linewidth=1.2,
-                          markerfacecolor=colour if point.significant else "white")
-            axes.annotate(f"{name} {fmt(point.delta, signed=True)}" + ("*" if point.significant else ""),
-                          (max(high, point.delta), index + offset), xytext=(4, 0), textcoords="offset points",
-                          va="center", fontsize=7, color=colour,
-                          fontweight="bold" if point.significant else "normal")
+        fixed.append(None if best is None or found is None else [best.calibrator, *_point(found)])  # type: ignore[misc]
+        if auto is not None:
+            _marker(axes, auto, index - 0.18, "auto", AUTO_COLOUR, "o")
+        if best is not None and found is not None:
+            _marker(axes, found, index + 0.18, best.calibrator, FIXED_COLOUR, "D")
     drawn["auto"][column], drawn["best_fixed"][column] = autos, fixed
     axes.axvline(0.0, color="#555555", linewidth=0.8)
     left, right = axes.get_xlim()

@@ -463,3 +463,31 @@ def test_without_matplotlib_a_task_types_board_is_written_without_its_picture(
     for path in (paths[1], paths[3]):
         text = path.read_text(encoding="utf-8")
         assert "No picture: matplotlib is missing" in text and "task-types-wide.png" not in text
+
+
+def test_a_damaged_task_types_board_is_named_and_left_out_of_the_index_and_summary(
+        tmp_path: Path, task_types_board_of, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file of the task-types format that does not fit it: the index and the summary picture leave it out with one
+    warning each naming it; re-rendering it is a one-line error naming it and the remedy."""
+    import logging
+
+    from flow_plugin.cli.main import main as cli_main
+    from flow_plugin.leaderboard.write import write_task_types_summary
+
+    board = task_types_board_of(2, 2, backbone="good")
+    write_task_types_board(board, tmp_path / f"{board.name}.json", board_problems(board))
+    damaged = tmp_path / "task-types-damaged.json"
+    data = json.loads((tmp_path / f"{board.name}.json").read_text())
+    del data["rows"]
+    damaged.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING):
+        index = write_index(tmp_path).read_text(encoding="utf-8")
+        drawn, _ = _described(write_task_types_summary(tmp_path))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2 and all(str(damaged) in warning and "rows" in warning for warning in warnings)
+    assert 'href="task-types-good.html"' in index and "task-types-damaged" not in index
+    assert drawn["backbones"] == ["good"]
+    assert cli_main(["leaderboard", "--render-only", str(damaged)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and str(damaged) in error[0] and "does not fit the task-types board format" in error[0]
+    assert "--board-only" in error[0]

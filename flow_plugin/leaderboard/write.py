@@ -19,12 +19,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from flow_plugin._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock, make_output_folder
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 from flow_plugin.leaderboard.compare import Compared, compare
 from flow_plugin.leaderboard.compare_types import types_headline
 from flow_plugin.leaderboard.ingest.merge import load_leaderboard
-from flow_plugin.leaderboard.models import FORMAT, TASK_TYPES_FORMAT, TaskTypesBoard
+from flow_plugin.leaderboard.models import FORMAT, TASK_TYPES_FORMAT, TaskTypesBoard, validation_problems
 from flow_plugin.leaderboard.render.chart import render_png
 from flow_plugin.leaderboard.render.html import board_summary, render_html, render_index
 from flow_plugin.leaderboard.render.markdown import render_markdown
@@ -110,14 +112,34 @@ def write_task_types_board(board: TaskTypesBoard, json_path: str | os.PathLike[s
 
 
 def read_task_types_board(path: Path) -> TaskTypesBoard | None:
-    """The task-types board in ``path`` (None for any other JSON file, or a file that cannot be read)."""
+    """The task-types board in ``path`` (None for any other JSON file, or a file that cannot be read); a file of that
+    format that does not fit it is a one-line :class:`LeaderboardError` naming it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     if not isinstance(data, dict) or data.get("format") != TASK_TYPES_FORMAT:
         return None
-    return TaskTypesBoard.model_validate(data)
+    try:
+        return TaskTypesBoard.model_validate(data)
+    except ValidationError as error:
+        raise LeaderboardError(f"{path}: does not fit the task-types board format: {validation_problems(error)}; "
+                               "rebuild it (flow-plugin task-types ... --board-only)") from None
+
+
+def _task_types_boards(folder: Path, what: str) -> list[tuple[Path, TaskTypesBoard]]:
+    """The task-types boards of a folder by file name; one that does not fit the format is left out of ``what`` with
+    a warning naming it."""
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            board = read_task_types_board(path)
+        except LeaderboardError as error:
+            logger.warning("%s: not in %s: %s", path, what, error)
+            continue
+        if board is not None:
+            found.append((path, board))
+    return found
 
 
 #: the summary picture of a folder's task-types boards
@@ -130,8 +152,7 @@ def write_task_types_summary(folder: str | os.PathLike[str]) -> Path | None:
     (:func:`~flow_plugin.leaderboard.render.task_types_chart.render_summary_png`). Returns its path; None when the
     folder has no task-types board, or matplotlib is missing (one warning)."""
     folder = Path(folder)
-    boards = [board for path in sorted(folder.glob("task-types-*.json"))
-              if (board := read_task_types_board(path)) is not None]
+    boards = [board for _, board in _task_types_boards(folder, SUMMARY_PICTURE)]
     if not boards:
         return None
     target = folder / SUMMARY_PICTURE
@@ -139,29 +160,25 @@ def write_task_types_summary(folder: str | os.PathLike[str]) -> Path | None:
     return None if png is None else atomic_write_bytes(target, png)
 
 
-def _other_flow_plugin_file(path: Path) -> str | None:
-    """The format of a JSON file flow-plugin writes that is no board (a study file ...), else None."""
+def _not_an_sts_board(path: Path) -> bool:
+    """A JSON file flow-plugin writes that is no STS board: a task-types board (listed on its own) or another of its
+    files (a study file ...)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
+        return False
     kind = data.get("format") if isinstance(data, dict) else None
-    if isinstance(kind, str) and kind.startswith("flow-plugin-") and kind not in (FORMAT, TASK_TYPES_FORMAT):
-        return kind
-    return None
+    return isinstance(kind, str) and kind.startswith("flow-plugin-") and kind != FORMAT
 
 
 def write_index(folder: str | os.PathLike[str]) -> Path:
     """Rewrite ``index.html`` of a leaderboards folder: every leaderboard JSON in it (another file of
     flow-plugin's, such as a study file, is left out; any other JSON file too, with a warning naming it and why)."""
     folder = Path(folder)
-    summaries = []
+    summaries = [index_summary(board, path.stem, path.with_suffix(".png").exists())
+                 for path, board in _task_types_boards(folder, INDEX)]
     for path in sorted(folder.glob("*.json")):
-        if _other_flow_plugin_file(path) is not None:
-            continue
-        task_types = read_task_types_board(path)
-        if task_types is not None:
-            summaries.append(index_summary(task_types, path.stem, path.with_suffix(".png").exists()))
+        if _not_an_sts_board(path):
             continue
         try:
             board = load_leaderboard(path)

@@ -466,7 +466,8 @@ def test_without_matplotlib_a_task_types_board_is_written_without_its_picture(
 
 
 def test_a_damaged_task_types_board_is_named_and_left_out_of_the_index_and_summary(
-        tmp_path: Path, task_types_board_of, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, task_types_board_of, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """A file of the task-types format that does not fit it: the index and the summary picture leave it out with one
     warning each naming it; re-rendering it is a one-line error naming it and the remedy."""
     import logging

@@ -1,14 +1,16 @@
-"""The leaderboard as one self-contained HTML page, and the index page of a leaderboards folder.
+"""The leaderboard as one HTML page beside its chart, and the index page of a leaderboards folder.
 
-The page answers first which calibrator wins on the board's backbone (the compare stage's
-:class:`~flow_plugin.leaderboard.compare.Headline`: by how much against the raw backbone and the best
-linear baseline, with the intervals), then shows the table, sorted by the average, with the
-explanations folded away. It holds everything it needs: its CSS and JavaScript (``page/leaderboard.css``
+The page opens with the board's chart (``<stem>.png`` next to it), then answers which calibrator wins on the board's
+backbone (the compare stage's :class:`~flow_plugin.leaderboard.compare.Headline`: by how much against the raw
+backbone and the best linear baseline, with the intervals), then shows the table, sorted by the average and fitting
+a 1280 px window (a cell's interval wraps under its value), with the explanations folded away. The index says per
+board the best fixed calibrator and auto's Δ against raw on the average, with the intervals. The page holds
+everything else it needs: its CSS and JavaScript (``page/leaderboard.css``
 and ``page/leaderboard.js`` next to this module: plain JavaScript, no library), the leaderboard JSON as
 written (``<script type="application/json" id="board-data">``) and its page view (:func:`page_view`,
 ``id="view-data"``: every cell's value and text, read from the :class:`~flow_plugin.leaderboard.compare.Compared`).
-It loads nothing from a network or a server, so it works opened from disk as well as served. The same
-JSON gives the same bytes.
+It loads nothing from a network or a server (its chart from its own folder), so it works opened from disk as well
+as served. The same JSON gives the same bytes (with matplotlib; without it the page says it has no chart).
 """
 
 from __future__ import annotations

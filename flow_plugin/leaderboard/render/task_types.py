@@ -262,7 +262,8 @@ def _score_cell(row: TypeRow, column: str) -> Cell:
     found = row.scores.get(column)
     if found is None or found.n < 2:
         return "num", f'<span class="v">{_e(score_text(row, column))}</span>'
-    return "num", f'<span class="v">{_e(fmt(found.mean))}</span> <span class="sd">{_e(with_spread("", found.std).strip())}</span>'
+    spread = with_spread("", found.std).strip()
+    return "num", f'<span class="v">{_e(fmt(found.mean))}</span> <span class="sd">{_e(spread)}</span>'
 
 
 
@@ -284,9 +285,9 @@ def _delta_cell(found: TypeDelta | None) -> Cell:
     if found is None:
         return "num", _e(fmt(None))
     sign = "pos" if found.delta > 0 else "neg" if found.delta < 0 else "zero"
-    parts = delta_parts(found)
+    value, interval = fmt(found.delta, signed=True), bracket_text(CellInterval(found.ci95, found.significant))
     return (f"num {sign}" + (" sig" if found.significant else ""),
-            f'<span class="v">{_e(parts["value"])}</span> <span class="ci">{_e(parts["interval"])}</span>')  # type: ignore[index]
+            f'<span class="v">{_e(value)}</span> <span class="ci">{_e(interval)}</span>')
 
 
 def _table(caption: str, head: list[str], body: list[tuple[str, list[Cell]]], label: str | None = None) -> str:

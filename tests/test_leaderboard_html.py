@@ -709,6 +709,7 @@ def opens_with_its_picture_and_fits(browser: Any, screenshots: Path, html_path: 
 
     if html_path.stem != "index":
         picture = page.locator("#picture img")
+        assert picture.count() == 1, f"{html_path.name} shows no picture"
         assert picture.get_attribute("src") == f"{html_path.stem}.png"
         natural = page.eval_on_selector("#picture img", "img => [img.complete, img.naturalWidth, img.naturalHeight]")
         with Image.open(html_path.with_suffix(".png")) as drawn:

@@ -208,6 +208,67 @@ def without_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
         from matplotlib.figure import Figure  # noqa: F401
 
 
+# --------------------------------------------------------------------------- a task-types board of any shape
+@pytest.fixture
+def task_types_board_of() -> Any:
+    """A factory of task-types boards of any shape, whose numbers describe themselves (each Δ the difference of the
+    scores, inside its interval, marked where the interval excludes 0): ``make(n_types, n_rows, tasks=3, auto=True,
+    backbone="wide", first_type_tasks=None)``, ``n_rows`` calibrated rows besides raw (auto among them, in the middle of
+    the board's order), every type of ``tasks`` tasks (the first of ``first_type_tasks``)."""
+    import statistics
+
+    import numpy as np
+
+    from flow_plugin.leaderboard.models import (
+        TASK_TYPES_FORMAT,
+        TASK_TYPES_FORMAT_VERSION,
+        BoardTask,
+        IntervalMethod,
+        SeedSpread,
+        TaskTypesBoard,
+        TypeDelta,
+        TypeRow,
+    )
+
+    def make(n_types: int, n_rows: int, tasks: int = 3, auto: bool = True, backbone: str = "wide",
+             first_type_tasks: int | None = None) -> TaskTypesBoard:
+        rng = np.random.default_rng(1000 * n_types + n_rows)
+        types = {f"Type{k}": [f"Type{k}Task{j:02d}" for j in range(first_type_tasks or tasks if k == 0 else tasks)]
+                 for k in range(n_types)}
+        names = [f"cal-{index}" for index in range(n_rows - 1 if auto else n_rows)]
+        if auto:
+            names.insert(len(names) // 2, "auto")
+        raw_scores = {task: float(rng.uniform(40, 80)) for members in types.values() for task in members}
+        rows = []
+        for calibrator in ["raw", *names]:
+            shift = 0.0 if calibrator == "raw" else float(rng.normal(0, 8))
+            scores = {task: round(value + shift * float(rng.uniform(-1, 1)) * (calibrator != "raw"), 4)
+                      for task, value in raw_scores.items()}
+            for kind, members in types.items():
+                scores[kind] = round(statistics.fmean(scores[task] for task in members), 4)
+            scores["average"] = round(statistics.fmean(scores[kind] for kind in types), 4)
+            delta = None
+            if calibrator != "raw":
+                delta = {}
+                for column, value in scores.items():
+                    found = round(value - rows[0].scores[column].mean, 4)
+                    width = float(rng.uniform(0.05, 3.0))
+                    low, high = round(found - width, 4), round(found + width * float(rng.uniform(0.3, 1.0)), 4)
+                    delta[column] = TypeDelta(delta=found, ci95=(low, high), significant=low > 0 or high < 0)
+            rows.append(TypeRow(id=f"m/{backbone}-{calibrator}", model=f"m/{backbone}-{calibrator}",
+                                calibrator=calibrator, seeds=None,
+                                scores={column: SeedSpread(mean=value, std=0.0, n=1, values=[value])
+                                        for column, value in scores.items()}, delta=delta))
+        board_tasks = [BoardTask(name=task, type=kind, main_score="accuracy", n_items=100, dataset_revision="sha256:x")
+                       for kind, members in types.items() for task in members]
+        return TaskTypesBoard(format=TASK_TYPES_FORMAT, format_version=TASK_TYPES_FORMAT_VERSION,
+                              name=f"task-types-{backbone}", backbone=backbone, updated="2026-01-01T00:00:00+00:00",
+                              generated_by="test", scale="points", tasks=board_tasks, types=types, rows=rows,
+                              interval_method=IntervalMethod(method="test", confidence=0.95, n_resamples=10, seed=0))
+
+    return make
+
+
 # --------------------------------------------------------------------------- a small copy of the real labelled data
 #: one built-in task per MTEB type (the per-type test runs each through mteb.evaluate)
 ONE_PER_TYPE = {

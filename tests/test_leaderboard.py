@@ -499,12 +499,19 @@ def test_without_matplotlib_the_chart_is_skipped_with_one_warning(
     assert "no chart" in capsys.readouterr().out
     written = {name: (tmp_path / name).read_bytes() for name in ("board.json", "board.md", "board.html")}
     assert [r["model"] for r in json.loads(written["board.json"])["rows"]] == [RAW, WHITEN]
+    # the pages say there is no chart, and link none
+    for name in ("board.md", "board.html"):
+        assert "No chart: matplotlib is missing" in written[name].decode() and "board.png" not in written[name].decode()
 
-    monkeypatch.undo()  # matplotlib is back: the same update changes nothing and draws the chart
+    monkeypatch.undo()  # matplotlib is back: the same update changes nothing in the board and draws the chart
     again = lb.update_leaderboard([result_dirs["sts"]], out)
     assert len(again.report.unchanged) == 2
-    assert {name: (tmp_path / name).read_bytes() for name in written} == written
+    assert (tmp_path / "board.json").read_bytes() == written["board.json"]
     assert (tmp_path / "board.png").read_bytes().startswith(b"\x89PNG")
+    for name in ("board.md", "board.html"):  # which the pages now show first
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert "No chart" not in text and text.index("board.png") < text.index("Who wins" if name == "board.html"
+                                                                                else "| Calibrator")
 
 
 # ------------------------------------------------------------------ atomic writes

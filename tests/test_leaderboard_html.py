@@ -10,13 +10,16 @@ the reason when either is missing): the committed ``minilm-l6-layer0.html`` open
 sorted, toggled, filtered and switched between views, shows the JSON's numbers; every committed
 page's first screen at 1280 × 900 says which row wins, by how much against raw and the best linear
 baseline with the intervals, and shows the table sorted by the average with the row names and the
-average column inside the window. A screenshot of each state is kept under
+average column inside the window; every page (each board's, STS and task types, and the index) opens with its
+picture whole on the first screen and scrolls neither itself nor any table sideways, and so does a task-types
+board of many types and rows. A screenshot of each state is kept under
 ``$FLOW_PLUGIN_SCREENSHOTS`` (default: pytest's temporary folder) and its path printed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import os
 import re
@@ -233,10 +236,24 @@ def test_the_index_lists_every_published_board(tmp_path: Path) -> None:
     for json_path in PUBLISHED:
         board = load(json_path)
         line = next(line for line in index.splitlines() if f'href="{json_path.stem}.html"' in line)
-        entries = len(lb.page_view(lb.compare(lb.load_leaderboard(json_path)))["entries"])
-        assert f'<td class="num">{entries}</td><td class="num">{len(board["rows"])}</td>' in line
+        view = lb.page_view(lb.compare(lb.load_leaderboard(json_path)))
+        assert f'{len(view["entries"])} rows</span> <span class="v">({len(board["rows"])} runs),' in line
         assert board["updated"][:10] in line and f'href="{json_path.stem}.json"' in line
         assert all(row["backbone"] in line for row in board["rows"])
+        # who wins: the complete row of a fixed calibrator (not raw, not auto) with the highest average, and auto's
+        # row, each with its Δ against raw on the average and its interval as the page prints them
+        complete = [entry for entry in view["entries"]
+                    if all(entry["cells"]["all"]["scores"][task] is not None for task in board["tasks"])]
+        fixed = max((entry for entry in complete if entry["columns"]["calibrator"] not in ("raw", "auto")),
+                    key=lambda entry: entry["cells"]["all"]["scores"]["average"]["value"])
+        best, _, rest = line.partition(html.escape(fixed["short_name"]))
+        delta = fixed["cells"]["all"]["raw"]["average"]
+        assert rest and delta["text"].split(" [")[0] in rest, (json_path.stem, fixed["short_name"])
+        assert f"[{delta['text'].split(' [')[1]}" in rest
+        auto = max((entry for entry in complete if entry["columns"]["calibrator"] == "auto"),
+                   key=lambda entry: entry["cells"]["all"]["scores"]["average"]["value"])
+        low, high = auto["cells"]["all"]["raw"]["average"]["ci95"]
+        assert f"[{signed(low)}, {signed(high)}]" in rest
 
 
 def test_cells_are_the_json_numbers() -> None:
@@ -600,11 +617,11 @@ def signed(value: float) -> str:
 
 @pytest.mark.parametrize("json_path", PUBLISHED, ids=lambda p: p.stem)
 def test_the_first_screen_answers_which_calibrator_wins(browser: Any, screenshots: Path, json_path: Path) -> None:
-    """At 1280 × 900, before any scrolling or click: the summary names the row with the highest average
-    (under each protocol) with its Δ against raw and against the best linear baseline and their intervals,
-    as the JSON gives them; the table below starts sorted by the average, highest first, and its first row
-    (the winner), each row's name and the average column lie inside the window; the explanations are
-    folded away."""
+    """At 1280 × 900, before any scrolling or click: the chart first, then the summary, which names the row with
+    the highest average (under each protocol) with its Δ against raw and against the best linear baseline and their
+    intervals, as the JSON gives them; the explanations are folded away. The table below starts sorted by the
+    average, highest first; scrolled to, its first row (the winner), each row's name and the average column lie
+    inside the window."""
     compared = lb.compare(lb.load_leaderboard(json_path))
     page = browser.new_page(viewport=FIRST_SCREEN)
     page.goto(json_path.with_suffix(".html").resolve().as_uri())
@@ -623,7 +640,9 @@ def test_the_first_screen_answers_which_calibrator_wins(browser: Any, screenshot
         assert found["x"] >= 0 and found["x"] + found["width"] <= FIRST_SCREEN["width"], (selector, found)
         assert found["y"] >= 0 and found["y"] + found["height"] <= FIRST_SCREEN["height"], (selector, found)
 
-    # the summary: the winner per protocol, its average and its deltas with their intervals, from the JSON
+    # the chart first, then the summary: the winner per protocol, its average and its deltas with their intervals
+    inside("#picture img")
+    assert box("#picture img")["y"] < box("#summary")["y"]
     inside("#summary")
     summary = page.inner_text("#summary")
     board = load(json_path)
@@ -651,6 +670,7 @@ def test_the_first_screen_answers_which_calibrator_wins(browser: Any, screenshot
     shown = page.evaluate(TABLE_SCRIPT)
     averages = [parse(line["cells"]["average"])["value"] for line in shown]
     assert averages == sorted(averages, reverse=True) and shown[0]["key"] == best_all.key
+    page.eval_on_selector("#board", "table => table.scrollIntoView({block: 'start'})")
     inside("th:has(button[data-sort=average])")
     inside("#board-body tr:first-child td[data-col=average]")
     inside("#board-body tr:first-child th")
@@ -659,3 +679,73 @@ def test_the_first_screen_answers_which_calibrator_wins(browser: Any, screenshot
     name = box("#board-body tr:first-child th")
     assert 0 <= name["x"] <= 60, name
     assert shot.stat().st_size > 10_000
+
+
+#: every page of the folder: each board's (STS and task types) and the index
+PAGES = sorted(BOARDS.glob("*.html"))
+SIDEWAYS_SCRIPT = """() => ({page: document.documentElement.scrollWidth,
+  tables: Array.from(document.querySelectorAll('.table-wrap')).map(wrap => [wrap.scrollWidth, wrap.clientWidth])})"""
+
+
+def opens_with_its_picture_and_fits(browser: Any, screenshots: Path, html_path: Path) -> None:
+    """At 1280 × 900: a board page's picture (its PNG next to it, loaded, at the PNG's proportions) lies whole inside
+    the first screen, above every table; no page scrolls sideways, and no table either (on an STS board in every
+    protocol and view of its table)."""
+    from PIL import Image
+
+    page = browser.new_page(viewport=FIRST_SCREEN)
+    page.goto(html_path.resolve().as_uri())
+    sts = html_path.stem != "index" and not html_path.stem.startswith("task-types-")
+    if sts:
+        page.wait_for_selector("body[data-ready=true]")
+    shot = screenshots / f"{html_path.stem}-fits-1280x900.png"
+    page.screenshot(path=str(shot))
+    print(f"\nfirst screen of {html_path.name}: {shot}")
+
+    def fits(state: str) -> None:
+        widths = page.evaluate(SIDEWAYS_SCRIPT)
+        assert widths["page"] <= FIRST_SCREEN["width"], (state, widths)
+        assert all(scroll <= client for scroll, client in widths["tables"]), (state, widths)
+
+    if html_path.stem != "index":
+        picture = page.locator("#picture img")
+        assert picture.count() == 1, f"{html_path.name} shows no picture"
+        assert picture.get_attribute("src") == f"{html_path.stem}.png"
+        natural = page.eval_on_selector("#picture img", "img => [img.complete, img.naturalWidth, img.naturalHeight]")
+        with Image.open(html_path.with_suffix(".png")) as drawn:
+            assert natural == [True, *drawn.size]  # the PNG itself, loaded
+        found = picture.bounding_box()
+        assert found is not None and found["width"] > 300
+        assert 0 <= found["x"] and found["x"] + found["width"] <= FIRST_SCREEN["width"], found
+        assert 0 <= found["y"] and found["y"] + found["height"] <= FIRST_SCREEN["height"], found
+        # drawn at the PNG's proportions (within a pixel and a half of rounding)
+        assert abs(found["width"] / found["height"] - natural[1] / natural[2]) * found["height"] <= 1.5
+        first_table = page.locator("table").first.bounding_box()
+        assert first_table is not None and found["y"] + found["height"] <= first_table["y"]
+    fits("as opened")
+    if sts:
+        for protocol in ("all", "wmean"):
+            page.check(f"input[name=protocol][value={protocol}]")
+            for view in ("scores", "raw", "linear"):
+                page.check(f"input[name=view][value={view}]")
+                fits(f"{protocol}, {view}")
+    page.close()
+
+
+@pytest.mark.parametrize("html_path", PAGES, ids=lambda p: p.stem)
+def test_every_page_opens_with_its_picture_and_fits_1280(browser: Any, screenshots: Path, html_path: Path) -> None:
+    opens_with_its_picture_and_fits(browser, screenshots, html_path)
+
+
+@pytest.mark.slow  # draws a 30-row heatmap: >= 5 s on 2 cores
+def test_a_board_of_many_types_and_rows_still_fits_1280(browser: Any, screenshots: Path, tmp_path: Path,
+                                                        task_types_board_of: Any) -> None:
+    """A task-types board of eight types (one of twelve tasks) and thirty rows, and the index listing it, still open
+    with the picture whole on the first screen and scroll no table sideways at 1280 px."""
+    from flow_plugin.leaderboard.compare_types import board_problems
+
+    board = task_types_board_of(8, 30, first_type_tasks=12)
+    paths = lb.write_task_types_board(board, tmp_path / f"{board.name}.json", board_problems(board))
+    lb.write_index(tmp_path)
+    opens_with_its_picture_and_fits(browser, screenshots, paths[3])
+    opens_with_its_picture_and_fits(browser, screenshots, tmp_path / "index.html")

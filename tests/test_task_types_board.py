@@ -135,10 +135,10 @@ def test_compare_gives_each_delta_its_paired_interval_and_type_averages() -> Non
 def test_the_writer_refuses_a_board_whose_delta_left_its_interval(tmp_path: Path) -> None:
     board = compare_task_types(_study(), name="b", backbone="tiny", updated="now", generated_by="test", n_resamples=200)
     paths = write_task_types_board(board, tmp_path / "task-types-tiny.json", board_problems(board))
-    assert [path.suffix for path in paths] == [".json", ".md", ".html"]
+    assert [path.suffix for path in paths] == [".json", ".md", ".png", ".html"]
     again = TaskTypesBoard.model_validate(json.loads(paths[0].read_text()))
     assert again == board
-    assert "| flow (3 seeds) |" in paths[1].read_text() and "Δ against raw per task type" in paths[2].read_text()
+    assert "| flow (3 seeds) |" in paths[1].read_text() and "Δ against raw per task type" in paths[3].read_text()
     assert "task-types-tiny.html" in write_index(tmp_path).read_text()
     markdown = paths[1].read_text()
     paths[1].unlink()
@@ -285,3 +285,210 @@ def test_raw_side_by_side_lists_the_shared_tasks_and_the_difference() -> None:
     # two tasks of two types of one task each: no type rows, then the average
     assert [line.split(" | ")[0] for line in lines[2:]] == ["| TaskA", "| TaskR", "| Average of the types"]
     assert all(line.endswith(" | +1.50 |") for line in lines[2:])
+
+
+# ---------------------------------------------------------------------------- the pictures
+def _described(png: bytes | Path) -> tuple[dict, tuple[int, int]]:
+    """What a picture says it draws (its "Description" chunk), and its size."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png) if isinstance(png, bytes) else png) as image:
+        assert image.format == "PNG"
+        return json.loads(image.text["Description"]), image.size
+
+
+def _heatmap_is_the_board(drawn: dict, board: TaskTypesBoard) -> None:
+    """The heatmap draws every calibrated row once (auto first), every type then the average, each cell the board's
+    Δ and its mark the board's significance."""
+    rows = {row.calibrator: row for row in board.rows if row.delta is not None}
+    assert sorted(drawn["rows"]) == sorted(rows) and len(drawn["rows"]) == len(rows)
+    if "auto" in rows:
+        assert drawn["rows"][0] == "auto"
+    assert [r for r in drawn["rows"] if r != "auto"] == [r.calibrator for r in board.rows if r.calibrator in rows
+                                                         and r.calibrator != "auto"]
+    assert drawn["columns"] == [*board.types, "average"]
+    for calibrator, values, marks in zip(drawn["rows"], drawn["values"], drawn["significant"]):
+        deltas = rows[calibrator].delta
+        assert values == [deltas[column].delta for column in drawn["columns"]], calibrator
+        assert marks == [deltas[column].significant for column in drawn["columns"]], calibrator
+
+
+@pytest.mark.skipif(not PUBLISHED, reason="no task-types board published in leaderboards/ yet")
+@pytest.mark.parametrize("path", PUBLISHED, ids=[path.stem for path in PUBLISHED])
+def test_published_board_picture_is_its_numbers(path: Path) -> None:
+    """The committed heatmap next to each board draws the board's numbers; this code draws the same picture, at the
+    same size within 2% (matplotlib's text metrics differ by a few pixels between its versions)."""
+    from flow_plugin.leaderboard.render.task_types_chart import render_heatmap_png
+
+    board = TaskTypesBoard.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    committed, size = _described(path.with_suffix(".png"))
+    _heatmap_is_the_board(committed, board)
+    drawn, drawn_size = _described(render_heatmap_png(board))
+    assert drawn == committed
+    assert drawn_size == pytest.approx(size, rel=0.02)
+    pages = [path.with_suffix(suffix).read_text(encoding="utf-8") for suffix in (".md", ".html")]
+    for page in pages:  # the picture first, before any table
+        assert page.index(f"{path.stem}.png") < page.index("Δ against raw per task type")
+
+
+@pytest.mark.slow  # draws several pictures: >= 5 s on 2 cores
+def test_the_heatmap_takes_any_number_of_types_and_rows(task_types_board_of) -> None:
+    """One type or eight (one of twelve tasks), two rows or thirty, with auto or without: every cell drawn, auto
+    first, and the picture grows with the board."""
+    from flow_plugin.leaderboard.render.task_types_chart import render_heatmap_png
+
+    sizes = []
+    for board in (task_types_board_of(1, 2, auto=False), task_types_board_of(3, 8),
+                  task_types_board_of(8, 30, first_type_tasks=12)):
+        assert board_problems(board) == []
+        drawn, size = _described(render_heatmap_png(board))
+        _heatmap_is_the_board(drawn, board)
+        sizes.append(size)
+    assert sizes[0][0] < sizes[1][0] < sizes[2][0] and sizes[0][1] < sizes[1][1] < sizes[2][1]
+
+
+def _expected_summary(boards: list[TaskTypesBoard], column: str) -> tuple[list, list]:
+    """Per board, auto's [Δ, low, high, significant] in ``column`` and the best fixed calibrator's names (every one
+    with the highest Δ there) and [Δ, low, high, significant], straight from the JSON."""
+    autos, best = [], []
+    for board in boards:
+        auto = next((row for row in board.rows if row.calibrator == "auto"), None)
+        found = auto.delta.get(column) if auto is not None and auto.delta else None
+        autos.append(None if found is None else [found.delta, *found.ci95, found.significant])
+        fixed = [row for row in board.rows if row.delta and row.calibrator != "auto" and column in row.delta]
+        top = max(row.delta[column].delta for row in fixed)
+        winners = [row for row in fixed if row.delta[column].delta == top]
+        found = winners[0].delta[column]
+        best.append(({row.calibrator for row in winners}, [found.delta, *found.ci95, found.significant]))
+    return autos, best
+
+
+def _summary_is_the_boards(drawn: dict, boards: list[TaskTypesBoard]) -> None:
+    assert drawn["backbones"] == [board.backbone for board in boards]
+    kinds = list(dict.fromkeys(kind for board in boards for kind in board.types))
+    assert drawn["columns"] == [*kinds, "average"]
+    for column in drawn["columns"]:
+        autos, best = _expected_summary(boards, column)
+        assert drawn["auto"][column] == autos, column
+        for (names, numbers), shown in zip(best, drawn["best_fixed"][column]):
+            assert shown[0] in names and shown[1:] == numbers, (column, shown)
+
+
+@pytest.mark.slow  # draws several pictures: >= 5 s on 2 cores
+@pytest.mark.skipif(not PUBLISHED, reason="no task-types board published in leaderboards/ yet")
+def test_the_published_summary_picture_is_the_boards_numbers() -> None:
+    """leaderboards/task-types-summary.png draws, per task type and published board, auto's Δ and the best fixed
+    calibrator's (named) with their intervals, as the boards' JSON give them; this code draws the same."""
+    from flow_plugin.leaderboard.compare_types import types_headline
+    from flow_plugin.leaderboard.render.task_types_chart import render_summary_png
+
+    boards = _published_boards()
+    committed, size = _described(REPO / "leaderboards" / "task-types-summary.png")
+    _summary_is_the_boards(committed, boards)
+    drawn, drawn_size = _described(render_summary_png([types_headline(board) for board in boards]))
+    assert drawn == committed and drawn_size == pytest.approx(size, rel=0.02)
+
+
+def test_the_summary_picture_takes_boards_of_other_types_and_without_auto(tmp_path: Path, task_types_board_of) -> None:
+    """Boards of different types (the union is drawn, a board missing a type leaves its line empty there), one
+    without auto; a folder without task-types boards draws nothing."""
+    from flow_plugin.leaderboard.write import SUMMARY_PICTURE, write_task_types_summary
+
+    assert write_task_types_summary(tmp_path) is None and not (tmp_path / SUMMARY_PICTURE).exists()
+    boards = [task_types_board_of(2, 5, backbone="a"), task_types_board_of(4, 3, auto=False, backbone="b")]
+    for board in boards:
+        write_task_types_board(board, tmp_path / f"{board.name}.json", board_problems(board))
+    drawn, _ = _described(write_task_types_summary(tmp_path))
+    assert drawn["backbones"] == ["a", "b"] and drawn["columns"] == ["Type0", "Type1", "Type2", "Type3", "average"]
+    assert drawn["auto"]["Type0"][1] is None and drawn["auto"]["Type3"][0] is None  # b has no auto, a no Type3
+    assert drawn["best_fixed"]["Type3"][0] is None and drawn["best_fixed"]["Type3"][1][0].startswith("cal-")
+    for column in ("Type0", "average"):
+        autos, best = _expected_summary(boards, column)
+        assert drawn["auto"][column] == autos
+        assert [shown[1:] for shown in drawn["best_fixed"][column]] == [numbers for _, numbers in best]
+
+
+@pytest.mark.slow  # draws several pictures: >= 5 s on 2 cores
+def test_the_command_line_rerenders_task_types_boards_and_draws_the_summary(
+        tmp_path: Path, task_types_board_of, capsys: pytest.CaptureFixture[str]) -> None:
+    """``flow-plugin leaderboard --render-only`` takes a task-types board (its pages and picture, the same files as the
+    writer's, then the folder's summary picture once); ``--task-types-summary FOLDER`` draws the summary alone."""
+    from flow_plugin.cli.main import main as cli_main
+
+    boards = [task_types_board_of(2, 3, backbone="a"), task_types_board_of(2, 3, backbone="b")]
+    written = {}
+    for board in boards:
+        for path in write_task_types_board(board, tmp_path / f"{board.name}.json", board_problems(board)):
+            written[path.name] = path.read_bytes()
+            if path.suffix != ".json":
+                path.unlink()
+    assert cli_main(["leaderboard", "--render-only", *(str(tmp_path / f"{b.name}.json") for b in boards)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("re-rendered") == 2 and out.count("task-types-summary.png") == 1
+    for name, content in written.items():
+        if name.endswith((".json", ".md", ".html")):
+            assert (tmp_path / name).read_bytes() == content, name
+        else:
+            assert _described((tmp_path / name).read_bytes())[0] == _described(content)[0], name
+    summary = tmp_path / "task-types-summary.png"
+    _summary_is_the_boards(_described(summary)[0], boards)
+    summary.unlink()
+    assert cli_main(["leaderboard", "--task-types-summary", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {summary}" and summary.is_file()
+    assert cli_main(["leaderboard", "--task-types-summary", str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"flow-plugin leaderboard: error: {tmp_path / 'nowhere'}: no such folder; give the leaderboards folder "
+        "(e.g. leaderboards/)"]
+
+
+def test_without_matplotlib_a_task_types_board_is_written_without_its_picture(
+        tmp_path: Path, task_types_board_of, without_matplotlib: None, caplog: pytest.LogCaptureFixture) -> None:
+    """Without the plots extra the board's JSON, Markdown and HTML are written all the same, with one warning each for
+    the picture and the summary; the pages say there is no picture and link none."""
+    import logging
+
+    from flow_plugin.leaderboard.write import write_task_types_summary
+
+    board = task_types_board_of(2, 3)
+    with caplog.at_level(logging.WARNING):
+        paths = write_task_types_board(board, tmp_path / "task-types-wide.json", board_problems(board))
+        assert write_task_types_summary(tmp_path) is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2 and all("pip install 'flow-plugin[plots]'" in warning for warning in warnings)
+    assert str(tmp_path / "task-types-wide.png") in warnings[0] and "task-types-summary.png" in warnings[1]
+    assert paths[2] is None and sorted(p.name for p in tmp_path.iterdir()) == [
+        "task-types-wide.html", "task-types-wide.json", "task-types-wide.md"]
+    for path in (paths[1], paths[3]):
+        text = path.read_text(encoding="utf-8")
+        assert "No picture: matplotlib is missing" in text and "task-types-wide.png" not in text
+
+
+def test_a_damaged_task_types_board_is_named_and_left_out_of_the_index_and_summary(
+        tmp_path: Path, task_types_board_of, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A file of the task-types format that does not fit it: the index and the summary picture leave it out with one
+    warning each naming it; re-rendering it is a one-line error naming it and the remedy."""
+    import logging
+
+    from flow_plugin.cli.main import main as cli_main
+    from flow_plugin.leaderboard.write import write_task_types_summary
+
+    board = task_types_board_of(2, 2, backbone="good")
+    write_task_types_board(board, tmp_path / f"{board.name}.json", board_problems(board))
+    damaged = tmp_path / "task-types-damaged.json"
+    data = json.loads((tmp_path / f"{board.name}.json").read_text())
+    del data["rows"]
+    damaged.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING):
+        index = write_index(tmp_path).read_text(encoding="utf-8")
+        drawn, _ = _described(write_task_types_summary(tmp_path))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2 and all(str(damaged) in warning and "rows" in warning for warning in warnings)
+    assert 'href="task-types-good.html"' in index and "task-types-damaged" not in index
+    assert drawn["backbones"] == ["good"]
+    assert cli_main(["leaderboard", "--render-only", str(damaged)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and str(damaged) in error[0] and "does not fit the task-types board format" in error[0]
+    assert "--board-only" in error[0]

@@ -93,7 +93,9 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     from flow_plugin.studies.task_types import build_board
 
     board, paths = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "task-types-tiny.json")
-    assert [path.name for path in paths] == ["task-types-tiny.json", "task-types-tiny.md", "task-types-tiny.html"]
+    assert [path.name for path in paths] == ["task-types-tiny.json", "task-types-tiny.md", "task-types-tiny.png",
+                                             "task-types-tiny.html"]
+    assert (tmp_path / "boards" / "task-types-summary.png").is_file()  # the folder's summary picture
     assert [row.calibrator for row in board.rows] == ["raw", "whiten", "flow"] and board.rows[2].seeds == [1234, 1235]
     assert board.types == {"Classification": [TASKS[0]], "PairClassification": [TASKS[1]]}
     assert board.run["wall_seconds"] == resumed["total"]["wall_seconds"] and board.run["hardware"][0]["device"] == "cpu"

@@ -34,6 +34,8 @@ _GENTLE_LABELS: dict[str, str] = {
 #: the calibrator that picks one of the others per task (``calibration/auto.py``)
 _AUTO_LABELS: dict[str, str] = {"auto": "auto"}
 CALIBRATOR_LABELS: dict[str, str] = {**_COMPARISON_LABELS, **_GENTLE_LABELS, **_AUTO_LABELS}
+#: the calibrators that choose another per task (the others are *fixed*: one map for every task)
+AUTO_CALIBRATORS: tuple[str, ...] = tuple(_AUTO_LABELS)
 #: the six methods of the paper's comparison: what bench, the paper's evaluations and sweeps run by default
 CALIBRATOR_METHODS: tuple[str, ...] = tuple(_COMPARISON_LABELS)
 

@@ -1,7 +1,7 @@
 """``flow-plugin leaderboard``: parses the arguments, calls
-:func:`flow_plugin.leaderboard.update_leaderboard` (or :func:`~flow_plugin.leaderboard.render_leaderboard`,
-or prints the JSON schema generated from :class:`flow_plugin.leaderboard.models.Leaderboard`) and
-prints what was written."""
+:func:`flow_plugin.leaderboard.update_leaderboard` (or :func:`~flow_plugin.leaderboard.pipeline.render_board`,
+:func:`~flow_plugin.leaderboard.pipeline.render_task_types_summary`, or prints the JSON schema generated from
+:class:`flow_plugin.leaderboard.models.Leaderboard`) and prints what was written."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ import sys
 from pathlib import Path
 
 from flow_plugin.errors import LeaderboardError
-from flow_plugin.leaderboard.compare import Compared, compare
-from flow_plugin.leaderboard.ingest.merge import load_leaderboard
+from flow_plugin.leaderboard.compare import Compared
 from flow_plugin.leaderboard.models import DEFAULT_TOLERANCE, schema_text
-from flow_plugin.leaderboard.pipeline import LeaderboardUpdate, render_leaderboard, update_leaderboard
+from flow_plugin.leaderboard.pipeline import (
+    LeaderboardUpdate,
+    render_board,
+    render_task_types_summary,
+    update_leaderboard,
+)
 
 
 def print_update(update: LeaderboardUpdate) -> None:
@@ -67,7 +71,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         "their first N seeds (default: every seed found)")
     parser.add_argument("--render-only", nargs="+", type=Path, metavar="NAME.json",
                         help="re-render these leaderboards' Markdown, PNG and HTML (and index.html) from their JSON "
-                        "alone, reading no results")
+                        "alone, reading no results; a task-types board also redraws the folder's "
+                        "task-types-summary.png")
+    parser.add_argument("--task-types-summary", type=Path, metavar="FOLDER",
+                        help="draw FOLDER/task-types-summary.png from the task-types boards in FOLDER (per task type "
+                        "and backbone, auto's and the best fixed calibrator's Δ against raw with 95%% intervals)")
     parser.add_argument("--schema", action="store_true", help="print the JSON schema of a leaderboard file (generated from its typed models) and exit")
 
 
@@ -76,14 +84,23 @@ def run(args: argparse.Namespace) -> int:
     if args.schema:
         print(schema_text())
         return 0
-    if args.render_only:
+    if args.render_only or args.task_types_summary is not None:
         if args.results or args.output is not None:
-            raise LeaderboardError("--render-only re-renders existing leaderboards: give no RESULTS_DIR or -o with it")
-        for json_path in args.render_only:
-            paths = render_leaderboard(json_path)
-            print(f"re-rendered {paths[0]}")
-            print_notes(compare(load_leaderboard(paths[0])))
-            print_written(paths)
+            raise LeaderboardError("--render-only and --task-types-summary draw from existing boards: give no "
+                                   "RESULTS_DIR or -o with them")
+        folders = [args.task_types_summary] if args.task_types_summary is not None else []
+        for json_path in args.render_only or []:
+            rendered = render_board(json_path, summary=False)
+            print(f"re-rendered {rendered.paths[0]}")
+            for note in rendered.notes:
+                print(f"{rendered.paths[0].stem}: computed by an older procedure: {note}", file=sys.stderr)
+            print_written(rendered.paths)
+            if rendered.task_types and rendered.paths[0].parent not in folders:
+                folders.append(rendered.paths[0].parent)
+        for folder in folders:  # the summary picture once per folder, after its boards
+            summary = render_task_types_summary(folder)
+            print(f"wrote {summary}" if summary is not None else
+                  f"no summary picture: {folder} has no task-types board, or matplotlib is missing")
         return 0
     if not args.results or args.output is None:
         raise LeaderboardError("give one or more RESULTS_DIR and -o NAME.json (or --render-only NAME.json, or --schema)")

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
         _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks,
                                calibrators=args.calibrators)
-        print(f"task-types board written: {', '.join(str(path) for path in paths)}")
+        print(f"task-types board written: {', '.join(str(path) for path in paths if path is not None)}")
         return 0
 
     senteval = {"task_path": args.senteval_task_path} if args.senteval_task_path is not None else None
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.board is not None and not failed:
         _, paths = build_board(args.output_folder, args.backbone, args.board, tasks=args.tasks,
                                study=report.totals())
-        print(f"task-types board written: {', '.join(str(path) for path in paths)}")
+        print(f"task-types board written: {', '.join(str(path) for path in paths if path is not None)}")
     return 1 if failed else 0
 
 

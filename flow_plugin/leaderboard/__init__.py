@@ -73,8 +73,11 @@ from flow_plugin.leaderboard.models import (
 )
 from flow_plugin.leaderboard.pipeline import (
     LeaderboardUpdate,
+    Rendered,
+    render_board,
     render_leaderboard,
     render_task_types_board,
+    render_task_types_summary,
     update_leaderboard,
     update_task_types_board,
 )
@@ -82,7 +85,13 @@ from flow_plugin.leaderboard.render.card import benchmark_row, benchmark_scores
 from flow_plugin.leaderboard.render.chart import delta_series, render_png
 from flow_plugin.leaderboard.render.html import embedded_json, page_view, render_html, render_index, significance
 from flow_plugin.leaderboard.render.markdown import render_markdown
-from flow_plugin.leaderboard.write import output_paths, write_index, write_leaderboard, write_task_types_board
+from flow_plugin.leaderboard.write import (
+    output_paths,
+    write_index,
+    write_leaderboard,
+    write_task_types_board,
+    write_task_types_summary,
+)
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -98,6 +107,7 @@ __all__ = [
     "LeaderboardUpdate",
     "MergeReport",
     "ResultFile",
+    "Rendered",
     "ResultFolder",
     "Row",
     "SeedGroup",
@@ -125,8 +135,10 @@ __all__ = [
     "render_index",
     "render_leaderboard",
     "render_markdown",
+    "render_board",
     "render_png",
     "render_task_types_board",
+    "render_task_types_summary",
     "row_id",
     "run_key",
     "score_difference",
@@ -138,4 +150,5 @@ __all__ = [
     "write_index",
     "write_leaderboard",
     "write_task_types_board",
+    "write_task_types_summary",
 ]

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from flow_plugin.calibration import default_seed
-from flow_plugin.calibration.names import CALIBRATOR_NAMES, LINEAR_BASELINES
+from flow_plugin.calibration.names import AUTO_CALIBRATORS, CALIBRATOR_NAMES, LINEAR_BASELINES
 from flow_plugin.catalog.registry import MODEL_PREFIX, weights_revision
 from flow_plugin.data.tasks import task_label
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
@@ -488,12 +488,16 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
 @dataclass(frozen=True)
 class Headline:
     """The answer to "which calibrator wins on this backbone", under one protocol: the complete unit with
-    the highest average, and (when that is the raw backbone) the best calibrated one."""
+    the highest average, and (when that is the raw backbone) the best calibrated one; and the two a user
+    chooses between: the fixed calibrator (not raw, not one that chooses per task, such as auto) with the
+    highest average, and the auto unit with the highest average (None where the board has none)."""
 
     backbone: str
     protocol: ProtocolName
     best: Unit
     best_calibrated: Unit | None
+    best_fixed: Unit | None = None
+    auto: Unit | None = None
 
     @property
     def raw_wins(self) -> bool:
@@ -594,7 +598,9 @@ class Compared:
                     continue
                 ranked.sort(key=lambda unit: -unit.scores[protocol][AVERAGE].mean)  # type: ignore[union-attr]
                 calibrated = next((unit for unit in ranked if unit.calibrator != "raw"), None)
-                headlines.append(Headline(backbone, protocol, ranked[0], calibrated))
+                fixed = next((unit for unit in ranked if unit.calibrator not in ("raw", *AUTO_CALIBRATORS)), None)
+                auto = next((unit for unit in ranked if unit.calibrator in AUTO_CALIBRATORS), None)
+                headlines.append(Headline(backbone, protocol, ranked[0], calibrated, fixed, auto))
         return headlines
 
     # ------------------------------------------------------------ the check

@@ -1,8 +1,10 @@
 """The leaderboard pipeline end to end: result folders -> ingest -> compare -> render -> write.
 
 :func:`update_leaderboard` merges MTEB result folders into a board and rewrites its JSON, Markdown, PNG
-and HTML page and the folder's index page; :func:`render_leaderboard` re-renders them from the JSON alone.
-``flow-plugin leaderboard`` (:mod:`flow_plugin.cli.leaderboard`) calls them.
+and HTML page and the folder's index page; :func:`render_leaderboard` re-renders them from the JSON alone
+(:func:`render_board`: a board of either kind). A task-types board is built by :func:`update_task_types_board`
+and re-rendered by :func:`render_task_types_board`; both redraw the folder's summary picture
+(:func:`render_task_types_summary`). ``flow-plugin leaderboard`` (:mod:`flow_plugin.cli.leaderboard`) calls them.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from flow_plugin.leaderboard.write import (
     write_task_types_board,
     output_paths,
     read_sources,
+    read_task_types_board,
     write_index,
     write_leaderboard,
     write_sources,
+    write_task_types_summary,
 )
 
 
@@ -99,24 +103,52 @@ def render_leaderboard(json_path: str | os.PathLike[str]) -> tuple[Path, Path, P
     """Re-render a leaderboard's files from its JSON alone (no result folder is read) and rewrite
     the folder's ``index.html``. The scores, the intervals and the "updated" stamp stay as they are; what
     the current code derives (deltas, seed groups, published names) is derived again."""
+    return _render_sts(json_path)[0]
+
+
+def _render_sts(json_path: str | os.PathLike[str]) -> tuple[tuple[Path, Path, Path | None, Path], Compared]:
     json_file = output_paths(json_path)[0]
     if not json_file.is_file():
         raise LeaderboardError(f"{json_file}: no such leaderboard file; --render-only re-renders an existing one")
     with folder_lock(json_file.parent.resolve()):
-        paths = write_leaderboard(compare(load_leaderboard(json_file)), json_file)
+        compared = compare(load_leaderboard(json_file))
+        paths = write_leaderboard(compared, json_file)
         write_index(json_file.parent)
-    return paths
+    return paths, compared
+
+
+@dataclass
+class Rendered:
+    """What :func:`render_board` wrote: the board's files (JSON, Markdown, PNG or None, HTML), whether it is a
+    task-types board, and why an STS board was computed by an older procedure
+    (:attr:`~flow_plugin.leaderboard.compare.Compared.notes`)."""
+
+    paths: tuple[Path, Path, Path | None, Path]
+    task_types: bool
+    notes: list[str]
+
+
+def render_board(json_path: str | os.PathLike[str], *, summary: bool = True) -> Rendered:
+    """Re-render a board of either kind from its JSON alone, as its ``format`` says: an STS leaderboard
+    (:func:`render_leaderboard`) or a task-types board (:func:`render_task_types_board`; ``summary=False`` leaves
+    the folder's summary picture to a later :func:`render_task_types_summary`)."""
+    json_file = output_paths(json_path)[0]
+    if read_task_types_board(json_file) is not None:
+        return Rendered(render_task_types_board(json_file, summary=summary), True, [])
+    paths, compared = _render_sts(json_file)
+    return Rendered(paths, False, compared.notes)
 
 
 def update_task_types_board(results_folder: str | os.PathLike[str], backbone: str, json_path: str | os.PathLike[str],
                             *, tasks: Sequence[str] | None = None, calibrators: Sequence[str] | None = None,
                             study: dict[str, float] | None = None,
-                            n_resamples: int | None = None) -> tuple[TaskTypesBoard, tuple[Path, Path, Path]]:
+                            n_resamples: int | None = None
+                            ) -> tuple[TaskTypesBoard, tuple[Path, Path, Path | None, Path]]:
     """Build a backbone's task-types board from a study's result folder (ingest: the labelled tasks' results and
     their per-item data; compare: scores, type averages, Δ against raw and the paired bootstrap intervals), then
-    write its JSON, Markdown and HTML and the folder's index. ``calibrators``: the rows (default: every calibrator
-    with results). ``study``: the study's wall and CPU seconds, shown
-    with the board's provenance."""
+    write its JSON, Markdown, heatmap (PNG, None without matplotlib) and HTML, the folder's index and the summary
+    picture of its task-types boards. ``calibrators``: the rows (default: every calibrator with results).
+    ``study``: the study's wall and CPU seconds, shown with the board's provenance."""
     # numpy, scipy and MTEB's result reader load when a board is built, not to import the leaderboard or the CLI
     from flow_plugin.leaderboard.compare_types import DEFAULT_RESAMPLES, board_problems, compare_task_types
     from flow_plugin.leaderboard.ingest.task_items import read_task_results, run_provenance
@@ -132,11 +164,14 @@ def update_task_types_board(results_folder: str | os.PathLike[str], backbone: st
     with folder_lock(json_file.parent):
         paths = write_task_types_board(board, json_file, board_problems(board))
         write_index(json_file.parent)
+        write_task_types_summary(json_file.parent)
     return board, paths
 
 
-def render_task_types_board(json_path: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
-    """Re-render a task-types board's Markdown and HTML (and the folder's index) from its JSON alone."""
+def render_task_types_board(json_path: str | os.PathLike[str], *,
+                            summary: bool = True) -> tuple[Path, Path, Path | None, Path]:
+    """Re-render a task-types board's Markdown, heatmap and HTML (and the folder's index and, unless ``summary`` is
+    false, its summary picture) from its JSON alone."""
     import json
 
     from flow_plugin.leaderboard.compare_types import board_problems
@@ -149,4 +184,17 @@ def render_task_types_board(json_path: str | os.PathLike[str]) -> tuple[Path, Pa
     with folder_lock(json_file.parent):
         paths = write_task_types_board(board, json_file, board_problems(board))
         write_index(json_file.parent)
+        if summary:
+            write_task_types_summary(json_file.parent)
     return paths
+
+
+def render_task_types_summary(folder: str | os.PathLike[str]) -> Path | None:
+    """Redraw a leaderboards folder's summary picture (``task-types-summary.png``) from its task-types boards' JSON
+    (:func:`~flow_plugin.leaderboard.write.write_task_types_summary`); None when it has none or matplotlib is
+    missing."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise LeaderboardError(f"{folder}: no such folder; give the leaderboards folder (e.g. leaderboards/)")
+    with folder_lock(folder):
+        return write_task_types_summary(folder)

@@ -1,12 +1,12 @@
 """The write stage: a leaderboard's files, ``NAME.json``, ``NAME.md``, ``NAME.png`` and ``NAME.html`` (a task-types
-board's JSON, Markdown and HTML), and the folder's ``index.html``; the list of result folders merged into a board;
-the folder's lock.
+board's too, its PNG the heatmap), the folder's ``index.html`` and the summary picture of its task-types boards
+(``task-types-summary.png``); the list of result folders merged into a board; the folder's lock.
 
 The board is checked (its format, and that its stored intervals describe its scores), everything is
 rendered in memory, then each file is written atomically (see :mod:`flow_plugin._io`), the JSON last
 since it is the record. A folder or file that cannot be
-written is an :class:`~flow_plugin.errors.OutputError` naming it and the cause. Without matplotlib the
-chart is skipped with one warning; the other files are written all the same.
+written is an :class:`~flow_plugin.errors.OutputError` naming it and the cause. Without matplotlib a
+picture is skipped with one warning; the other files are written all the same (the pages say there is no picture).
 """
 
 from __future__ import annotations
@@ -15,19 +15,23 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from flow_plugin._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock, make_output_folder
 from flow_plugin.errors import LeaderboardError, MissingExtraError
-from flow_plugin.leaderboard.compare import Compared
+from flow_plugin.leaderboard.compare import Compared, compare
+from flow_plugin.leaderboard.compare_types import types_headline
 from flow_plugin.leaderboard.ingest.merge import load_leaderboard
-from flow_plugin.leaderboard.models import FORMAT, TASK_TYPES_FORMAT, TaskTypesBoard
+from flow_plugin.leaderboard.models import FORMAT, TASK_TYPES_FORMAT, TaskTypesBoard, validation_problems
 from flow_plugin.leaderboard.render.chart import render_png
 from flow_plugin.leaderboard.render.html import board_summary, render_html, render_index
 from flow_plugin.leaderboard.render.markdown import render_markdown
-from flow_plugin.leaderboard.render.task_types import render_task_types_html, render_task_types_markdown
+from flow_plugin.leaderboard.render.task_types import index_summary, render_task_types_html, render_task_types_markdown
+from flow_plugin.leaderboard.render.task_types_chart import render_heatmap_png, render_summary_png
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +65,10 @@ def write_leaderboard(compared: Compared,
     json_file, md_file, png_file, html_file = output_paths(json_path)
     text = compared.board.file_text(str(json_file))
     compared.check(str(json_file))
-    markdown = render_markdown(compared)
-    page = render_html(compared, json_file.stem)
-    try:
-        png: bytes | None = render_png(compared)
-    except MissingExtraError as error:
-        png = None
-        stale = "; the chart already there is left as it was (out of date)" if png_file.exists() else ""
-        logger.warning("%s not drawn: %s%s", png_file, error, stale)
+    png = _drawn(render_png, compared, png_file, "the chart")
+    picture = png is not None or png_file.exists()
+    markdown = render_markdown(compared, json_file.stem, picture)
+    page = render_html(compared, json_file.stem, picture)
     if png is not None:
         atomic_write_bytes(png_file, png)
     atomic_write_text(md_file, markdown)
@@ -77,68 +77,115 @@ def write_leaderboard(compared: Compared,
     return json_file, md_file, png_file if png is not None else None, html_file
 
 
+def _drawn(draw: Callable[[Any], bytes], what: Any, png_file: Path, name: str) -> bytes | None:
+    """``draw(what)``'s PNG bytes, or None with one warning naming ``png_file`` where matplotlib is missing."""
+    try:
+        return draw(what)
+    except MissingExtraError as error:
+        stale = f"; {name} already there is left as it was (out of date)" if png_file.exists() else ""
+        logger.warning("%s not drawn: %s%s", png_file, error, stale)
+        return None
+
+
 def write_task_types_board(board: TaskTypesBoard, json_path: str | os.PathLike[str],
-                           problems: list[str] | None = None) -> tuple[Path, Path, Path]:
-    """Render a task-types board's Markdown and HTML in memory, then write them and its JSON atomically (JSON last).
-    ``problems`` (the compare stage's check of the board, :func:`~flow_plugin.leaderboard.compare_types.board_problems`):
-    when there are any, nothing is written and the first is a :class:`LeaderboardError`."""
-    json_file, md_file, _, html_file = output_paths(json_path)
+                           problems: list[str] | None = None) -> tuple[Path, Path, Path | None, Path]:
+    """Render a task-types board's Markdown, heatmap (PNG) and HTML in memory, then write them and its JSON
+    atomically (JSON last). Returns their paths (JSON, Markdown, PNG, HTML); the PNG's is None when matplotlib is
+    missing (one warning; the pages then say so). ``problems`` (the compare stage's check of the board,
+    :func:`~flow_plugin.leaderboard.compare_types.board_problems`): when there are any, nothing is written and the
+    first is a :class:`LeaderboardError`."""
+    json_file, md_file, png_file, html_file = output_paths(json_path)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise LeaderboardError(f"{json_file}: the board does not describe its scores: {problems[0]}{more}")
     text = board.file_text(str(json_file))
-    markdown = render_task_types_markdown(board)
-    page = render_task_types_html(board, json_file.stem)
+    png = _drawn(render_heatmap_png, board, png_file, "the picture")
+    picture = png is not None or png_file.exists()
+    markdown = render_task_types_markdown(board, json_file.stem, picture)
+    page = render_task_types_html(board, json_file.stem, picture)
+    if png is not None:
+        atomic_write_bytes(png_file, png)
     atomic_write_text(md_file, markdown)
     atomic_write_text(html_file, page)
     atomic_write_text(json_file, text)
-    return json_file, md_file, html_file
+    return json_file, md_file, png_file if png is not None else None, html_file
 
 
-def _task_types_summary(path: Path) -> dict[str, Any] | None:
-    """The index's line of a task-types board (None for any other JSON file)."""
+def read_task_types_board(path: Path) -> TaskTypesBoard | None:
+    """The task-types board in ``path`` (None for any other JSON file, or a file that cannot be read); a file of that
+    format that does not fit it is a one-line :class:`LeaderboardError` naming it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     if not isinstance(data, dict) or data.get("format") != TASK_TYPES_FORMAT:
         return None
-    board = TaskTypesBoard.model_validate(data)
-    return {"stem": path.stem, "name": board.name, "backbones": [(board.backbone, None)], "rows": len(board.rows),
-            "runs": sum(len(row.seeds or [None]) for row in board.rows), "tasks": len(board.tasks),
-            "updated": board.updated, "has_chart": False}
+    try:
+        return TaskTypesBoard.model_validate(data)
+    except ValidationError as error:
+        raise LeaderboardError(f"{path}: does not fit the task-types board format: {validation_problems(error)}; "
+                               "rebuild it (flow-plugin task-types ... --board-only)") from None
 
 
-def _other_flow_plugin_file(path: Path) -> str | None:
-    """The format of a JSON file flow-plugin writes that is no board (a study file ...), else None."""
+def _task_types_boards(folder: Path, what: str) -> list[tuple[Path, TaskTypesBoard]]:
+    """The task-types boards of a folder by file name; one that does not fit the format is left out of ``what`` with
+    a warning naming it."""
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            board = read_task_types_board(path)
+        except LeaderboardError as error:
+            logger.warning("%s: not in %s: %s", path, what, error)
+            continue
+        if board is not None:
+            found.append((path, board))
+    return found
+
+
+#: the summary picture of a folder's task-types boards
+SUMMARY_PICTURE = "task-types-summary.png"
+
+
+def write_task_types_summary(folder: str | os.PathLike[str]) -> Path | None:
+    """Draw ``task-types-summary.png`` in a leaderboards folder from its task-types boards (their JSON, by file name):
+    per task type and backbone, auto's and the best fixed calibrator's Δ against raw with their 95% intervals
+    (:func:`~flow_plugin.leaderboard.render.task_types_chart.render_summary_png`). Returns its path; None when the
+    folder has no task-types board, or matplotlib is missing (one warning)."""
+    folder = Path(folder)
+    boards = [board for _, board in _task_types_boards(folder, SUMMARY_PICTURE)]
+    if not boards:
+        return None
+    target = folder / SUMMARY_PICTURE
+    png = _drawn(render_summary_png, [types_headline(board) for board in boards], target, "the summary picture")
+    return None if png is None else atomic_write_bytes(target, png)
+
+
+def _not_an_sts_board(path: Path) -> bool:
+    """A JSON file flow-plugin writes that is no STS board: a task-types board (listed on its own) or another of its
+    files (a study file ...)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
+        return False
     kind = data.get("format") if isinstance(data, dict) else None
-    if isinstance(kind, str) and kind.startswith("flow-plugin-") and kind not in (FORMAT, TASK_TYPES_FORMAT):
-        return kind
-    return None
+    return isinstance(kind, str) and kind.startswith("flow-plugin-") and kind != FORMAT
 
 
 def write_index(folder: str | os.PathLike[str]) -> Path:
     """Rewrite ``index.html`` of a leaderboards folder: every leaderboard JSON in it (another file of
     flow-plugin's, such as a study file, is left out; any other JSON file too, with a warning naming it and why)."""
     folder = Path(folder)
-    summaries = []
+    summaries = [index_summary(board, path.stem, path.with_suffix(".png").exists())
+                 for path, board in _task_types_boards(folder, INDEX)]
     for path in sorted(folder.glob("*.json")):
-        if _other_flow_plugin_file(path) is not None:
-            continue
-        task_types = _task_types_summary(path)
-        if task_types is not None:
-            summaries.append(task_types)
+        if _not_an_sts_board(path):
             continue
         try:
             board = load_leaderboard(path)
         except LeaderboardError as error:
             logger.warning("%s: not listed in %s: %s", path, INDEX, error)
             continue
-        summaries.append(board_summary(board, path.stem, path.with_suffix(".png").exists()))
+        summaries.append(board_summary(compare(board), path.stem, path.with_suffix(".png").exists()))
     return atomic_write_text(folder / INDEX, render_index(summaries))
 
 

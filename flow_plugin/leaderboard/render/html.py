@@ -1,14 +1,16 @@
-"""The leaderboard as one self-contained HTML page, and the index page of a leaderboards folder.
+"""The leaderboard as one HTML page beside its chart, and the index page of a leaderboards folder.
 
-The page answers first which calibrator wins on the board's backbone (the compare stage's
-:class:`~flow_plugin.leaderboard.compare.Headline`: by how much against the raw backbone and the best
-linear baseline, with the intervals), then shows the table, sorted by the average, with the
-explanations folded away. It holds everything it needs: its CSS and JavaScript (``page/leaderboard.css``
+The page opens with the board's chart (``<stem>.png`` next to it), then answers which calibrator wins on the board's
+backbone (the compare stage's :class:`~flow_plugin.leaderboard.compare.Headline`: by how much against the raw
+backbone and the best linear baseline, with the intervals), then shows the table, sorted by the average and fitting
+a 1280 px window (a cell's interval wraps under its value), with the explanations folded away. The index says per
+board the best fixed calibrator and auto's Δ against raw on the average, with the intervals. The page holds
+everything else it needs: its CSS and JavaScript (``page/leaderboard.css``
 and ``page/leaderboard.js`` next to this module: plain JavaScript, no library), the leaderboard JSON as
 written (``<script type="application/json" id="board-data">``) and its page view (:func:`page_view`,
 ``id="view-data"``: every cell's value and text, read from the :class:`~flow_plugin.leaderboard.compare.Compared`).
-It loads nothing from a network or a server, so it works opened from disk as well as served. The same
-JSON gives the same bytes.
+It loads nothing from a network or a server (its chart from its own folder), so it works opened from disk as well
+as served. The same JSON gives the same bytes (with matplotlib; without it the page says it has no chart).
 """
 
 from __future__ import annotations
@@ -21,14 +23,17 @@ from typing import Any
 
 from flow_plugin.calibration.names import LINEAR_BASELINES
 from flow_plugin.data.tasks import task_label
-from flow_plugin.leaderboard.compare import Compared, DeltaCell, Headline, Stats, board_units
+from flow_plugin.leaderboard.compare import Compared, DeltaCell, Headline, Stats
 from flow_plugin.leaderboard.models import AVERAGE, Leaderboard, is_number
 from flow_plugin.leaderboard.render.text import (
     BEST_LINEAR,
+    CHART_CAPTION,
     INTERVAL_NOTE,
     NAME_COLUMNS,
+    NO_CHART,
     SEEDS_NOTE,
     VIEWS,
+    delta_parts,
     delta_text,
     fmt,
     stats_text,
@@ -199,10 +204,19 @@ def _explanations() -> str:
         "click a score for its provenance (hardware, precision, fit, dataset revision, date).</p>\n</details>\n")
 
 
-def render_html(compared: Compared, stem: str | None = None) -> str:
-    """The leaderboard page: who wins, then a sortable, filterable table (by the average first), per-task
-    charts and provenance. ``stem``: the leaderboard's file name without ``.json`` (default: its name),
-    for the links to its JSON, Markdown and chart."""
+def _chart(board: Leaderboard, stem: str, picture: bool) -> str:
+    """The page's first element: the board's chart (``<stem>.png`` next to the page), or why there is none."""
+    if not picture:
+        return f'<p class="older" id="picture">{_e(NO_CHART)}</p>\n'
+    alt = f"Bar chart of the Δ against the raw backbone of every calibrated row of {board.name}, per task"
+    return (f'<figure class="picture chart" id="picture"><a href="{_e(stem)}.png"><img src="{_e(stem)}.png" '
+            f'alt="{_e(alt)}"></a>\n<figcaption>{_e(CHART_CAPTION)}</figcaption></figure>\n')
+
+
+def render_html(compared: Compared, stem: str | None = None, picture: bool = True) -> str:
+    """The leaderboard page: its chart (``<stem>.png`` next to the page; unless ``picture`` is false), who wins,
+    then a sortable, filterable table (by the average first), per-task charts and provenance. ``stem``: the
+    leaderboard's file name without ``.json`` (default: its name), for the links to its JSON, Markdown and chart."""
     board = compared.board
     stem = stem or board.name
     title = f"Leaderboard: {board.name}"
@@ -228,6 +242,7 @@ def render_html(compared: Compared, stem: str | None = None) -> str:
         f'{len(board.tasks)} tasks; updated {_e(board.updated)} by {_e(board.generated_by)} · '
         f'<a href="{_e(stem)}.json">{_e(stem)}.json</a> · <a href="{_e(stem)}.md">Markdown</a></p>\n'
         f'<h1>{_e(title)}</h1>\n</header>\n<main>\n',
+        _chart(board, stem, picture),
         _summary(compared),
         *(f'<p class="older"><strong>Computed by an older procedure:</strong> {_e(note)}.</p>\n'
           for note in compared.notes),
@@ -261,16 +276,51 @@ def render_html(compared: Compared, stem: str | None = None) -> str:
     ])
 
 
-def board_summary(board: Leaderboard, stem: str, has_chart: bool) -> dict[str, Any]:
-    """What the index says about one leaderboard."""
+def board_summary(compared: Compared, stem: str, has_chart: bool) -> dict[str, Any]:
+    """What the index says about one leaderboard: its size and, per backbone (protocol "all"), the best fixed
+    calibrator's and auto's Δ against raw on the average (:class:`~flow_plugin.leaderboard.compare.Headline`)."""
+    board = compared.board
     backbones = sorted({(row.backbone or row.model, row.backbone_model) for row in board.rows})
-    entries = len(board_units(board))  # as the page shows them: a seed group once
-    return {"stem": stem, "name": board.name, "backbones": backbones, "rows": entries, "runs": len(board.rows),
-            "tasks": len(board.tasks), "updated": board.updated, "has_chart": has_chart}
+    verdicts = []
+    for headline in compared.headlines:
+        if headline.protocol != "all":
+            continue
+        best, auto = headline.best_fixed, headline.auto
+        verdicts.append({
+            "backbone": headline.backbone,
+            "best": best.short_name if best is not None else None,
+            "best_delta": delta_parts(best.deltas["all"]["raw"].get(AVERAGE)) if best is not None else None,
+            "auto_delta": delta_parts(auto.deltas["all"]["raw"].get(AVERAGE)) if auto is not None else None})
+    return {"stem": stem, "name": board.name, "kind": "STS", "backbones": backbones, "rows": len(compared.units),
+            "runs": len(board.rows), "tasks": len(board.tasks), "updated": board.updated, "has_chart": has_chart,
+            "verdicts": verdicts, "average": "the average over the tasks"}
+
+
+def _verdict_cells(summary: dict[str, Any]) -> tuple[str, str]:
+    """The index's two answer cells of a board: the best fixed calibrator over its Δ, and auto's Δ (one entry per
+    backbone)."""
+    several = len(summary["verdicts"]) > 1
+    best, auto = [], []
+    for verdict in summary["verdicts"]:
+        where = f'<span class="against">{_e(verdict["backbone"])}:</span> ' if several else ""
+        best.append(f'{where}{_e(verdict["best"])}<br>{_delta_html(verdict["best_delta"])}'
+                    if verdict["best"] else f"{where}—")
+        auto.append(f"{where}{_delta_html(verdict['auto_delta'])}" if verdict["auto_delta"] else f"{where}—")
+    return "<br>".join(best) or "—", "<br>".join(auto) or "—"
+
+
+def _delta_html(parts: dict[str, Any] | None) -> str:
+    """A Δ (:func:`~.text.delta_parts`) that may wrap before its interval, its value bold when significant."""
+    if not parts:
+        return "—"
+    value = f"<strong>{_e(parts['value'])}</strong>" if parts["significant"] else _e(parts["value"])
+    interval = f' <span class="ci">{_e(parts["interval"])}</span>' if parts["interval"] else ""
+    return f'<span class="v">{value}</span>{interval}'
 
 
 def render_index(summaries: list[dict[str, Any]]) -> str:
-    """The index of a leaderboards folder: one line per leaderboard, by name."""
+    """The index of a leaderboards folder: one line per leaderboard, by name: what it compares, the best fixed
+    calibrator and auto's Δ against raw on the average (with the intervals), its size, date and files."""
     lines = []
     for s in sorted(summaries, key=lambda s: s["stem"]):
         stem = _e(s["stem"])
@@ -278,12 +328,15 @@ def render_index(summaries: list[dict[str, Any]]) -> str:
                                 for name, model in s["backbones"])
         files = [f'<a href="{stem}.json">JSON</a>', f'<a href="{stem}.md">Markdown</a>']
         if s["has_chart"]:
-            files.append(f'<a href="{stem}.png">chart</a>')
+            files.append(f'<a href="{stem}.png">{"picture" if s["kind"] == "task types" else "chart"}</a>')
+        best, auto = _verdict_cells(s)
+        updated = (s["updated"] or "—").replace("T", " ").replace("+00:00", " UTC")
         lines.append(
-            f'<tr><th scope="row"><a href="{stem}.html">{_e(s["name"])}</a></th><td>{backbones}</td>'
-            f'<td class="num">{s["rows"]}</td><td class="num">{s["runs"]}</td><td class="num">{s["tasks"]}</td>'
-            f'<td>{_e((s["updated"] or "—").replace("T", " ").replace("+00:00", " UTC"))}</td>'
-            f'<td>{" · ".join(files)}</td></tr>'
+            f'<tr><th scope="row"><a href="{stem}.html">{_e(s["name"])}</a><br><small>{_e(s["kind"])} board</small>'
+            f'</th><td>{backbones}</td><td>{best}</td><td>{auto}</td>'
+            f'<td><span class="v">{s["rows"]} rows</span> <span class="v">({s["runs"]} runs),</span> '
+            f'<span class="v">{s["tasks"]} tasks</span></td><td>{_e(updated)}</td>'
+            f'<td>{" · ".join(f"<span class=v>{link}</span>" for link in files)}</td></tr>'
         )
     body = "\n".join(lines) or '<tr><td colspan="7">No leaderboards yet.</td></tr>'
     return "".join([
@@ -291,13 +344,18 @@ def render_index(summaries: list[dict[str, Any]]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
         f"<title>flow-plugin leaderboards</title>\n<style>\n{_asset('leaderboard.css')}</style>\n</head>\n<body>\n",
         "<main>\n<h1>flow-plugin leaderboards</h1>\n",
-        "<p>Each leaderboard compares calibrators (raw, SN, NATSV, whitening and BERT-flow variants) of a "
-        "backbone on the same tasks. Open one for its sortable table, per-task charts and the provenance of "
-        "every score.</p>\n",
-        '<div class="table-wrap">\n<table id="index">\n<thead><tr><th scope="col">Leaderboard</th>'
-        '<th scope="col">Backbones</th><th scope="col" class="num">Rows</th><th scope="col" class="num">Runs</th>'
-        '<th scope="col" class="num">Tasks</th><th scope="col">Updated</th><th scope="col">Files</th></tr></thead>\n',
+        "<p>Each leaderboard compares calibrators (raw, SN, NATSV, whitening, the gentle family, auto and BERT-flow "
+        "variants) of a backbone on the same tasks: the STS boards on semantic similarity, the task-types boards on "
+        "MTEB's labelled tasks of every type. Open one for its picture, its tables and the provenance of every "
+        "score.</p>\n",
+        '<div class="table-wrap">\n<table id="index" class="wrap">\n<thead><tr><th scope="col">Leaderboard</th>'
+        '<th scope="col">Backbones</th><th scope="col">Best fixed calibrator: Δ against raw on average '
+        '[95% interval]</th><th scope="col">auto: Δ against raw on average [95% interval]</th>'
+        '<th scope="col">Size</th><th scope="col">Updated</th><th scope="col">Files</th></tr></thead>\n',
         f"<tbody>\n{body}\n</tbody>\n</table>\n</div>\n",
-        "<p class=\"legend\">Rows: as shown on the page, a seed group counted once; runs: the leaderboard's "
-        "rows, one per model run.</p>\n</main>\n</body>\n</html>\n",
+        "<p class=\"legend\">Δ: score minus the raw backbone's, in points, on the average (an STS board: over its "
+        "tasks, protocol all; a task-types board: over the task types); <strong>bold</strong> with *: its 95% "
+        "interval excludes 0. The best fixed calibrator: the one map for every task (not auto, which chooses per "
+        "task) with the highest average. Rows: as shown on the page, a seed group counted once; runs: the "
+        "leaderboard's rows, one per model run.</p>\n</main>\n</body>\n</html>\n",
     ])

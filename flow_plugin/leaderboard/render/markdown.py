@@ -11,8 +11,10 @@ from flow_plugin.leaderboard.compare import Compared
 from flow_plugin.leaderboard.models import AVERAGE, ProtocolName
 from flow_plugin.leaderboard.render.text import (
     BEST_LINEAR,
+    CHART_CAPTION,
     INTERVAL_NOTE,
     NAME_COLUMNS,
+    NO_CHART,
     PROTOCOL_NOTES,
     SEEDS_NOTE,
     delta_text,
@@ -33,11 +35,14 @@ def _mark(text: str, value: float | None, best: float | None) -> str:
     return f"**{text}**" if value is not None and value == best else text
 
 
-def render_markdown(compared: Compared) -> str:
-    """The leaderboard as Markdown: who wins, scores (best per column in bold), deltas, wmean, provenance.
-    A calibrator run with several seeds is one row: mean ± standard deviation over its seeds."""
+def render_markdown(compared: Compared, stem: str | None = None, picture: bool = True) -> str:
+    """The leaderboard as Markdown: its chart (``<stem>.png``, unless ``picture`` is false), who wins, scores (best
+    per column in bold), deltas, wmean, provenance. A calibrator run with several seeds is one row: mean ± standard
+    deviation over its seeds."""
     board, units, tasks = compared.board, compared.units, compared.tasks
     lines = [f"# Leaderboard: {board.name}", ""]
+    lines += ([f"![Δ against the raw backbone per task, {board.name}]({stem or board.name}.png)", "",
+               CHART_CAPTION] if picture else [NO_CHART]) + [""]
     if compared.headlines:
         lines += [f"- {headline_text(headline)}" for headline in compared.headlines]
         lines.append("")

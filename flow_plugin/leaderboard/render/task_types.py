@@ -1,8 +1,11 @@
-"""The task-types board as Markdown and as a self-contained HTML page: first the Δ against raw of each
-calibrator per task type (with the 95% intervals), then per type the scores and the Δ of every task.
+"""The task-types board as Markdown and as an HTML page: first its picture (the heatmap ``<stem>.png`` next to
+them, :mod:`.task_types_chart`) and which calibrator to use on average, then the Δ against raw of each calibrator
+per task type (with the 95% intervals), then per type the scores and the Δ of every task; and the board's line on
+the folder's index.
 
 Reads the compare stage's :class:`~flow_plugin.leaderboard.models.TaskTypesBoard`
-(:func:`flow_plugin.leaderboard.compare_types.compare_task_types`) and computes nothing; cells are written as
+(:func:`flow_plugin.leaderboard.compare_types.compare_task_types`, and its
+:func:`~flow_plugin.leaderboard.compare_types.types_headline`) and computes nothing; cells are written as
 on the STS boards (:mod:`.text`: 2 decimals, ± the spread over seeds, [low, high] and * for an interval that
 excludes 0).
 """
@@ -15,8 +18,9 @@ from typing import Any
 
 from flow_plugin.calibration.names import CALIBRATOR_LABELS
 from flow_plugin.leaderboard.compare import CellInterval
+from flow_plugin.leaderboard.compare_types import types_headline
 from flow_plugin.leaderboard.models import AVERAGE, TaskTypesBoard, TypeDelta, TypeRow
-from flow_plugin.leaderboard.render.text import SEEDS_NOTE, fmt, interval_text, with_spread
+from flow_plugin.leaderboard.render.text import SEEDS_NOTE, bracket_text, fmt, interval_text, with_spread
 
 #: how the board names MTEB's task types
 TYPE_LABELS = {"Classification": "Classification", "PairClassification": "Pair classification",
@@ -186,9 +190,37 @@ def raw_side_by_side(first: TaskTypesBoard, second: TaskTypesBoard) -> list[str]
     return lines
 
 
-def render_task_types_markdown(board: TaskTypesBoard) -> str:
-    """The board as Markdown: the Δ per type, then per type the scores and Δ of its tasks, then the tasks."""
-    lines = [f"# Task types: {board.backbone}", "",
+#: what the heatmap's marks mean, as the picture and the pages say it
+SIGNIFICANT_MARK = "bold with *: its 95% interval excludes 0"
+PICTURE_CAPTION = ("Δ against raw, in points, of each calibrator (rows; auto, which chooses a calibrator per task, "
+                   "first and set apart) on each task type and on the average of the types: red below 0, blue above "
+                   f"(a symmetric log scale); a cell {SIGNIFICANT_MARK}. The tables below give every number with its "
+                   "interval.")
+#: what a page says where its picture could not be drawn
+NO_PICTURE = "No picture: matplotlib is missing (pip install 'flow-plugin[plots]'); the tables below give every number."
+
+
+def headline_text(board: TaskTypesBoard) -> str:
+    """One sentence: auto's Δ on the average of the types and the best fixed calibrator's, with their intervals
+    (:func:`~flow_plugin.leaderboard.compare_types.types_headline`; "" for a board without calibrated rows)."""
+    found = types_headline(board)
+    parts = []
+    if found.auto is not None and found.auto.delta:
+        parts.append(f"{row_label(found.auto)} (it chooses per task) {delta_text(found.auto.delta.get(AVERAGE))}")
+    best = found.best_fixed.get(AVERAGE)
+    if best is not None and best.delta:
+        parts.append(f"the best fixed calibrator, {row_label(best)}, {delta_text(best.delta.get(AVERAGE))}")
+    return f"On the average of the types, Δ against raw: {'; '.join(parts)}." if parts else ""
+
+
+def render_task_types_markdown(board: TaskTypesBoard, stem: str | None = None, picture: bool = True) -> str:
+    """The board as Markdown: its picture (``<stem>.png``, unless ``picture`` is false), the Δ per type, then per
+    type the scores and Δ of its tasks, then the tasks."""
+    stem = stem or board.name
+    shown = [f"![Heatmap: Δ against raw per calibrator and task type, {board.backbone}]({stem}.png)", "",
+             PICTURE_CAPTION] if picture else [NO_PICTURE]
+    answer = headline_text(board)
+    lines = [f"# Task types: {board.backbone}", "", *shown, "", *([answer, ""] if answer else []),
              f"Does calibration help beyond STS? Every calibrator of {board.backbone}, fitted on each task's own "
              "unlabeled text (both sides, every split; no labels), scored by MTEB's own evaluators on offline "
              "labelled tasks of every type. Scores are MTEB's main scores × 100.", "", interval_notes(board), "",
@@ -217,23 +249,94 @@ def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _table(caption: str, head: list[str], body: list[list[str]]) -> str:
+#: a table cell of the page: (its class, its HTML)
+Cell = tuple[str, str]
+
+
+def _text_cell(text: str) -> Cell:
+    return "num", _e(text)
+
+
+def _score_cell(row: TypeRow, column: str) -> Cell:
+    """A score cell that may wrap before ± its spread over seeds (as :func:`score_text` writes it)."""
+    found = row.scores.get(column)
+    if found is None or found.n < 2:
+        return "num", f'<span class="v">{_e(score_text(row, column))}</span>'
+    spread = with_spread("", found.std).strip()
+    return "num", f'<span class="v">{_e(fmt(found.mean))}</span> <span class="sd">{_e(spread)}</span>'
+
+
+
+def delta_parts(found: TypeDelta | None) -> dict[str, Any] | None:
+    """A Δ in the parts a page may set on two lines (:func:`.text.delta_parts`: value, interval, significant).
+
+    >>> delta_parts(TypeDelta(delta=-1.5, ci95=(-2.0, -1.0), significant=True))
+    {'value': '-1.50', 'interval': '[-2.00, -1.00]*', 'significant': True}
+    """
+    if found is None:
+        return None
+    return {"value": fmt(found.delta, signed=True),
+            "interval": bracket_text(CellInterval(found.ci95, found.significant)), "significant": found.significant}
+
+
+def _delta_cell(found: TypeDelta | None) -> Cell:
+    """A Δ cell that may wrap between its value and its interval (so that a table fits the window): the value
+    coloured by its sign, bold when its interval excludes 0."""
+    if found is None:
+        return "num", _e(fmt(None))
+    sign = "pos" if found.delta > 0 else "neg" if found.delta < 0 else "zero"
+    value, interval = fmt(found.delta, signed=True), bracket_text(CellInterval(found.ci95, found.significant))
+    return (f"num {sign}" + (" sig" if found.significant else ""),
+            f'<span class="v">{_e(value)}</span> <span class="ci">{_e(interval)}</span>')
+
+
+def _table(caption: str, head: list[str], body: list[tuple[str, list[Cell]]], label: str | None = None) -> str:
+    """A table whose rows are (the row's name, its cells); its cells wrap rather than the table scrolling sideways."""
     cells = "".join(f'<th scope="col">{_e(h)}</th>' for h in head)
-    rows = "\n".join("<tr>" + f'<th scope="row">{_e(r[0])}</th>' + "".join(f'<td class="num">{_e(c)}</td>' for c in r[1:])
-                     + "</tr>" for r in body)
-    return (f'<div class="table-wrap">\n<table>\n<caption>{_e(caption)}</caption>\n<thead><tr>{cells}</tr></thead>\n'
-            f"<tbody>\n{rows}\n</tbody>\n</table>\n</div>\n")
+    rows = "\n".join(f'<tr><th scope="row">{_e(name)}</th>'
+                     + "".join(f'<td class="{kind}">{inner}</td>' for kind, inner in line) + "</tr>"
+                     for name, line in body)
+    labelled = f' aria-label="{_e(label)}"' if label else ""
+    return (f'<div class="table-wrap">\n<table class="wrap"{labelled}>\n<caption>{_e(caption)}</caption>\n'
+            f"<thead><tr>{cells}</tr></thead>\n<tbody>\n{rows}\n</tbody>\n</table>\n</div>\n")
 
 
-def render_task_types_html(board: TaskTypesBoard, stem: str | None = None) -> str:
-    """The board as one self-contained HTML page (the STS boards' style sheet, no script)."""
+def _picture(board: TaskTypesBoard, stem: str, picture: bool) -> str:
+    """The page's first element: the board's heatmap (``<stem>.png`` next to the page), or why there is none."""
+    if not picture:
+        return f'<p class="older" id="picture">{_e(NO_PICTURE)}</p>\n'
+    alt = (f"Heatmap of the Δ against raw of each calibrator of {board.backbone} on each task type and on the "
+           "average of the types, the value printed in each cell")
+    return (f'<figure class="picture" id="picture"><a href="{_e(stem)}.png"><img src="{_e(stem)}.png" '
+            f'alt="{_e(alt)}"></a>\n<figcaption>{_e(PICTURE_CAPTION)}</figcaption></figure>\n')
+
+
+def _type_tables(board: TaskTypesBoard) -> list[str]:
+    """Per task type: its heading, the scores of its tasks and their Δ against raw."""
+    parts = []
+    for kind, tasks in board.types.items():
+        cols = [*tasks, kind]
+        head = ["Calibrator", *(task_label(t, kind) for t in tasks), f"{type_label(kind)} avg"]
+        scores = [(row_label(row), [_score_cell(row, c) for c in cols]) for row in board.rows]
+        deltas = [(row_label(row), [_delta_cell(row.delta.get(c)) for c in cols])
+                  for row in board.rows if row.delta is not None]
+        parts += [f"<h2>{_e(type_label(kind))}</h2>\n", _table("Scores", head, scores),
+                  _table("Δ against raw (points) with 95% intervals", head, deltas)]
+    return parts
+
+
+def render_task_types_html(board: TaskTypesBoard, stem: str | None = None, picture: bool = True) -> str:
+    """The board as one HTML page (the STS boards' style sheet, no script): its picture first (``<stem>.png``, next
+    to the page; unless ``picture`` is false), auto's and the best fixed calibrator's Δ on average, the Δ per type,
+    how it is computed (folded away), then per type the scores and Δ of its tasks, and the tasks."""
     stem = stem or board.name
     css = resources.files("flow_plugin.leaderboard.render").joinpath("page", "leaderboard.css").read_text("utf-8")
     columns = [*board.types, AVERAGE]
     raw = next(row for row in board.rows if row.calibrator == "raw")
-    summary = [["raw (score)", *(score_text(raw, c) for c in columns)]]
-    summary += [[row_label(row), *(delta_text(row.delta.get(c)) for c in columns)]
+    summary = [("raw (score)", [_score_cell(raw, c) for c in columns])]
+    summary += [(row_label(row), [_delta_cell(row.delta.get(c)) for c in columns])
                 for row in board.rows if row.delta is not None]
+    answer = headline_text(board)
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
@@ -241,27 +344,42 @@ def render_task_types_html(board: TaskTypesBoard, stem: str | None = None) -> st
         f'<p class="meta"><a href="index.html">All leaderboards</a> · {len(board.rows)} rows, {len(board.tasks)} tasks; '
         f'updated {_e(board.updated)} by {_e(board.generated_by)} · <a href="{_e(stem)}.json">{_e(stem)}.json</a> · '
         f'<a href="{_e(stem)}.md">Markdown</a></p>\n<h1>Task types: {_e(board.backbone)}</h1>\n</header>\n<main>\n',
-        f"<p>Does calibration help beyond STS? Every calibrator of {_e(board.backbone)}, fitted on each task's own "
-        "unlabeled text (no labels), scored by MTEB's own evaluators. Scores are MTEB's main scores × 100.</p>\n",
-        f"<p>{_e(interval_notes(board))} {_e(SEEDS_NOTE)}</p>\n<p>{_e(run_text(board))}</p>\n",
+        _picture(board, stem, picture),
+        f'<p class="answer">{_e(answer)}</p>\n' if answer else "",
         "<h2>Δ against raw per task type</h2>\n",
         _table("Δ against raw (points) with 95% intervals; the first row is raw's score",
                ["Calibrator", *(type_label(c) if c != AVERAGE else "Average" for c in columns)], summary),
+        '<details class="explain">\n<summary>How this board is computed</summary>\n',
+        f"<p>Does calibration help beyond STS? Every calibrator of {_e(board.backbone)}, fitted on each task's own "
+        "unlabeled text (no labels), scored by MTEB's own evaluators. Scores are MTEB's main scores × 100.</p>\n",
+        f"<p>{_e(interval_notes(board))} {_e(SEEDS_NOTE)}</p>\n<p>{_e(run_text(board))}</p>\n</details>\n",
+        *_type_tables(board),
+        "<h2>Tasks</h2>\n",
+        _table("The labelled tasks", task_rows(board)[0],
+               [(line[0], [_text_cell(cell) for cell in line[1:]]) for line in task_rows(board)[1]]),
+        f'<p class="legend">* significant Δ (its 95% interval excludes 0); ± sample standard deviation over seeds. '
+        f"Intervals: {_e(board.interval_method.method)}; {board.interval_method.n_resamples:,} resamples.</p>\n",
+        "</main>\n</body>\n</html>\n",
     ]
-    for kind, tasks in board.types.items():
-        cols = [*tasks, kind]
-        head = ["Calibrator", *(task_label(t, kind) for t in tasks), f"{type_label(kind)} avg"]
-        parts += [f"<h2>{_e(type_label(kind))}</h2>\n",
-                  _table("Scores", head, [[row_label(row), *(score_text(row, c) for c in cols)] for row in board.rows]),
-                  _table("Δ against raw", head, [[row_label(row), *(delta_text(row.delta.get(c)) for c in cols)]
-                                                 for row in board.rows if row.delta is not None])]
-    parts += ["<h2>Tasks</h2>\n",
-              _table("The labelled tasks", *task_rows(board)),
-              f'<p class="legend">* significant Δ (its 95% interval excludes 0); ± sample standard deviation over seeds. '
-              f"Intervals: {_e(board.interval_method.method)}; {board.interval_method.n_resamples:,} resamples.</p>\n",
-              "</main>\n</body>\n</html>\n"]
     return "".join(parts)
 
 
-__all__ = ["INTERVAL_NOTE", "TYPE_LABELS", "across_backbones", "delta_text", "raw_side_by_side",
-           "render_task_types_html", "render_task_types_markdown", "row_label", "run_text", "score_text", "summary_table", "task_label", "type_label", "verdict"]
+def index_summary(board: TaskTypesBoard, stem: str, has_picture: bool) -> dict[str, Any]:
+    """What the index says about a task-types board (:func:`~flow_plugin.leaderboard.render.html.render_index`):
+    its size and, on the average of the types, the best fixed calibrator's and auto's Δ against raw."""
+    found = types_headline(board)
+    best, auto = found.best_fixed.get(AVERAGE), found.auto
+    verdict = {"backbone": board.backbone,
+               "best": row_label(best) if best is not None else None,
+               "best_delta": delta_parts(best.delta.get(AVERAGE)) if best is not None and best.delta else None,
+               "auto_delta": delta_parts(auto.delta.get(AVERAGE)) if auto is not None and auto.delta else None}
+    return {"stem": stem, "name": board.name, "kind": "task types", "backbones": [(board.backbone, None)],
+            "rows": len(board.rows), "runs": sum(len(row.seeds or [None]) for row in board.rows),
+            "tasks": len(board.tasks), "updated": board.updated, "has_chart": has_picture, "verdicts": [verdict],
+            "average": "the average of the task types"}
+
+
+__all__ = ["INTERVAL_NOTE", "NO_PICTURE", "PICTURE_CAPTION", "SIGNIFICANT_MARK", "TYPE_LABELS", "across_backbones",
+           "delta_parts", "delta_text", "headline_text", "index_summary", "raw_side_by_side", "render_task_types_html",
+           "render_task_types_markdown", "row_label", "run_text", "score_text", "summary_table", "task_label",
+           "type_label", "verdict"]

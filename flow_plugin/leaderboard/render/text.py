@@ -30,6 +30,12 @@ INTERVAL_NOTE = ("A Δ is shown with its 95% confidence interval [low, high] whe
                  "seeds for seeded rows (flow_plugin.evaluation.intervals). * marks a Δ whose interval excludes 0: "
                  "only those count as differences. A Δ without an interval is undecided.")
 SEEDS_NOTE = "Rows run with several seeds show the mean ± the sample standard deviation over the seeds."
+#: what the board's chart (``<stem>.png``) shows, as its page and its Markdown say it
+CHART_CAPTION = ("Δ against the raw backbone (Spearman × 100, protocol all) of every calibrated row, per task and on "
+                 "the average. Below: who wins, the table with every number and its interval, and a chart per task "
+                 "with the intervals.")
+#: what a page says where the chart could not be drawn
+NO_CHART = "No chart: matplotlib is missing (pip install 'flow-plugin[plots]'); the table below gives every number."
 
 
 def fmt(value: float | None, signed: bool = False) -> str:
@@ -64,8 +70,17 @@ def interval_text(text: str, found: CellInterval | None) -> str:
     """
     if found is None:
         return text
+    return f"{text} {bracket_text(found)}"
+
+
+def bracket_text(found: CellInterval) -> str:
+    """A 95% interval as the cells write it, with * when it excludes 0.
+
+    >>> bracket_text(CellInterval((-0.4, 0.2), False))
+    '[-0.40, +0.20]'
+    """
     low, high = found.ci95
-    return f"{text} [{fmt(low, signed=True)}, {fmt(high, signed=True)}]" + ("*" if found.significant else "")
+    return f"[{fmt(low, signed=True)}, {fmt(high, signed=True)}]" + ("*" if found.significant else "")
 
 
 def delta_text(found: DeltaCell | None, spread: bool = True) -> str:
@@ -81,6 +96,20 @@ def delta_text(found: DeltaCell | None, spread: bool = True) -> str:
         return fmt(None)
     value = stats_text(found.stats, signed=True) if spread else fmt(found.stats.mean, signed=True)
     return interval_text(value, found.interval) + found.note()
+
+
+def delta_parts(found: DeltaCell | None) -> dict[str, Any] | None:
+    """A Δ cell in the parts a page may set on two lines: the value (± its spread), its interval with the tasks an
+    average leaves out, and whether the interval excludes 0 (None for no cell).
+
+    >>> delta_parts(DeltaCell(Stats(0.5, None, 1), CellInterval((0.1, 0.9), True)))
+    {'value': '+0.50', 'interval': '[+0.10, +0.90]*', 'significant': True}
+    """
+    if found is None:
+        return None
+    interval = bracket_text(found.interval) if found.interval is not None else ""
+    return {"value": stats_text(found.stats, signed=True), "interval": (interval + found.note()).strip(),
+            "significant": found.interval is not None and found.interval.significant}
 
 
 def hardware_text(hardware: dict[str, Any]) -> str:

@@ -161,6 +161,19 @@
     parts.push("click for the provenance");
     return parts.join("; ");
   }
+  // a cell's text in parts the table may set on several lines (so that it fits the window): the value, ± its
+  // spread over seeds, then its interval and the tasks an average leaves out (which may wrap themselves)
+  function cellParts(text) {
+    var at = text.indexOf(" [");
+    if (at < 0) { at = text.indexOf(" (without"); }
+    var value = at < 0 ? text : text.slice(0, at);
+    var spread = value.indexOf(" ± ");
+    var parts = spread < 0 ? [el("span", { class: "v", text: value })]
+      : [el("span", { class: "v", text: value.slice(0, spread) }), document.createTextNode(" "),
+         el("span", { class: "sd", text: value.slice(spread + 1) })];
+    if (at >= 0) { parts.push(document.createTextNode(" "), el("span", { class: "ci", text: text.slice(at + 1) })); }
+    return parts;
+  }
   function buildBody(entries) {
     var tbody = document.getElementById("board-body");
     tbody.textContent = "";
@@ -191,9 +204,10 @@
         var td = el("td", { class: classes.join(" "), "data-col": c.key });
         if (cell) {
           td.setAttribute("data-value", String(cell.value));
-          var button = el("button", { type: "button", title: hoverText(entry, c.key), text: cell.text,
+          var button = el("button", { type: "button", title: hoverText(entry, c.key),
                                       "aria-label": entry.name + ", " + c.title + ": " + cell.text +
-                                                    (cell.significant ? " (significant)" : "") });
+                                                    (cell.significant ? " (significant)" : "") },
+                          cellParts(cell.text));
           button.addEventListener("click", function () {
             state.selected = { key: entry.key, column: c.key };
             showProvenance(entry, c.key);

@@ -97,6 +97,8 @@ class TaskEntry(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")
     type: TaskType
     description: str = Field(min_length=1)
+    #: the collection the task's text comes from; tasks built on one dataset share it ("" : the task's own name)
+    dataset: str = ""
     reference: str
     source: Source
     split: Optional[SplitRule] = None

@@ -401,9 +401,10 @@ def test_a_sentence_file_corpus_is_published_by_its_name(file_corpus_board: dict
     # on disk, MTEB named the experiment after the absolute path
     (result,) = (file_corpus_board["output"] / "results").glob("*/*/experiments/*/MockSTSTask.json")
     assert "corpus_headlines-sentences.txt" in result.parent.name and result.parent.name != row.experiment
-    assert row.experiment_kwargs == {"fit_corpus": "headlines-sentences.txt"}
-    assert row.experiment == "fit_corpus_headlines-sentences.txt"
-    assert row.id.endswith(" [fit_corpus_headlines-sentences.txt]")
+    precision = row.experiment_kwargs["precision"]  # what the backbone ran at (`auto` resolved)
+    assert row.experiment_kwargs == {"fit_corpus": "headlines-sentences.txt", "precision": precision}
+    assert row.experiment == f"fit_corpus_headlines-sentences.txt__precision_{precision}"
+    assert row.id.endswith(f" [fit_corpus_headlines-sentences.txt__precision_{precision}]")
     digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
     assert row.fit_corpus == f"file headlines-sentences.txt (sha256 {digest[:12]})"  # its content, from the fit record
     (fit,) = row.scores["MockSTSTask"].fits

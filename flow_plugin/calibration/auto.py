@@ -35,6 +35,8 @@ Examples
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -59,6 +61,35 @@ RULES: dict[str, tuple[str, str]] = {
 }
 #: the anisotropy (mean cosine between two embeddings) from which embeddings count as anisotropic
 DEFAULT_THRESHOLD = 0.27
+#: the split-half neighbour stability of whitening (:mod:`.signals`) a whitening-like choice needs; below it, auto
+#: steps down to a gentler calibrator (:data:`STEP_DOWN`)
+DEFAULT_STABILITY_FLOOR = 0.0
+#: the calibrators auto may choose, gentlest first
+CANDIDATES: tuple[str, ...] = ("raw", "center", "remove-mean-dir", "sn", "soft-whiten", "whiten")
+#: where a whitening-like choice steps down to when the text cannot pin whitening down
+STEP_DOWN: dict[str, str] = {"whiten": "soft-whiten", "soft-whiten": "remove-mean-dir"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What auto chooses for a task of a family, from the label-free signals of its fit embeddings: the table's
+    entry for the family and the embeddings' anisotropy, stepped down (:data:`STEP_DOWN`) while the choice is
+    whitening-like and whitening's split-half stability is below ``stability_floor``."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    stability_floor: float = DEFAULT_STABILITY_FLOOR
+    choices: Mapping[str, tuple[str, str]] = field(default_factory=lambda: dict(RULES))
+
+    def decide(self, family: str, signals: Mapping[str, float]) -> tuple[str, str]:
+        """(the calibrator, why in one clause) for a task of ``family`` whose signals are ``signals``."""
+        anisotropic = signals["anisotropy"] >= self.threshold
+        choice = self.choices[family][int(anisotropic)]
+        why = f"anisotropy {signals['anisotropy']:.3f} {'>=' if anisotropic else '<'} {self.threshold}"
+        stability = signals.get("whitening_stability", 1.0)
+        while choice in STEP_DOWN and stability < self.stability_floor:
+            choice = STEP_DOWN[choice]
+            why += f", whitening's split-half stability {stability:.2f} < {self.stability_floor}: gentler"
+        return choice, why
 #: fewest distinct sentences whose embeddings ``auto`` measures: with fewer it keeps the raw embeddings, and says so
 MIN_MEASURED_SENTENCES = 32
 
@@ -90,17 +121,20 @@ class AutoCalibrator(Calibrator, method="auto"):
 
     EFFECTIVE_ATTRIBUTES: ClassVar[tuple[str, ...]] = ("choice_", "anisotropy_", "family_", "reason_", "signals_")
 
-    def __init__(self, task_type: str | None = None, threshold: float = DEFAULT_THRESHOLD) -> None:
+    def __init__(self, task_type: str | None = None, threshold: float = DEFAULT_THRESHOLD,
+                 stability_floor: float = DEFAULT_STABILITY_FLOOR) -> None:
         self.task_type = task_type
         self.threshold = threshold
+        self.stability_floor = stability_floor
 
     def min_samples(self, n_features: int) -> int:
         return 2
 
     def _check_params(self, n_features: int) -> None:
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, numbers.Real) or not (
-                -1.0 <= self.threshold <= 1.0):
-            raise InputError(f"AutoCalibrator threshold must be a number in [-1, 1], got {self.threshold!r}")
+        for name in ("threshold", "stability_floor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not -1.0 <= value <= 1.0:
+                raise InputError(f"AutoCalibrator {name} must be a number in [-1, 1], got {value!r}")
         if self.task_type is not None and not isinstance(self.task_type, str):
             raise InputError(f"AutoCalibrator task_type must be an MTEB task type name or None, got {self.task_type!r}")
 
@@ -112,18 +146,17 @@ class AutoCalibrator(Calibrator, method="auto"):
                 f"{MIN_MEASURED_SENTENCES}): raw embeddings kept; fit on more text to let auto choose")
 
     def _fit(self, X: np.ndarray) -> None:
-        self.signals_ = measure(X).as_dict() if getattr(self, "measured_", True) else {}
-        self.anisotropy_ = round(anisotropy(X), 6)
         self.family_ = FAMILIES.get(self.task_type or "", "pairs")
-        anisotropic = self.anisotropy_ >= self.threshold
         if not getattr(self, "measured_", True):
-            self.choice_ = "raw"
+            self.anisotropy_, self.signals_, self.choice_ = round(anisotropy(X), 6), {}, "raw"
             self.reason_ = (f"auto kept raw: {X.shape[0]} sentences are too few to measure (at least "
                             f"{MIN_MEASURED_SENTENCES} distinct)")
         else:
-            self.choice_ = RULES[self.family_][int(anisotropic)]
-            self.reason_ = (f"auto chose {self.choice_}: {self.task_type or 'no task type'} ({self.family_}), "
-                            f"anisotropy {self.anisotropy_:.3f} {'>=' if anisotropic else '<'} {self.threshold}")
+            self.signals_ = measure(X).as_dict()
+            self.anisotropy_ = self.signals_["anisotropy"]
+            rule = Rule(self.threshold, self.stability_floor)
+            self.choice_, why = rule.decide(self.family_, self.signals_)
+            self.reason_ = f"auto chose {self.choice_}: {self.task_type or 'no task type'} ({self.family_}), {why}"
         self.calibrator_ = _make(self.choice_).fit(X)
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
@@ -148,8 +181,8 @@ class AutoCalibrator(Calibrator, method="auto"):
 
     def describe(self) -> dict[str, Any]:
         """The choice and the figure behind it, as the fit record keeps them."""
-        return {"choice": self.choice_, "family": self.family_, "anisotropy": self.anisotropy_,
-                "threshold": self.threshold, "task_type": self.task_type}
+        return {"choice": self.choice_, "family": self.family_, "signals": self.signals_,
+                "threshold": self.threshold, "stability_floor": self.stability_floor, "task_type": self.task_type}
 
 
 def _make(name: str) -> Calibrator:
@@ -159,4 +192,5 @@ def _make(name: str) -> Calibrator:
     return calibrator
 
 
-__all__ = ["DEFAULT_THRESHOLD", "FAMILIES", "MIN_MEASURED_SENTENCES", "RULES", "AutoCalibrator", "anisotropy"]
+__all__ = ["CANDIDATES", "DEFAULT_STABILITY_FLOOR", "DEFAULT_THRESHOLD", "FAMILIES", "MIN_MEASURED_SENTENCES", "RULES",
+           "STEP_DOWN", "AutoCalibrator", "Rule", "anisotropy"]

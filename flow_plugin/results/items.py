@@ -83,6 +83,18 @@ def items_path(result_path: str | os.PathLike[str]) -> Path:
     return sidecar_path(result_path, "items")
 
 
+#: two computations of one score agree to this (scores lie in [-1, 1]; a second implementation rounds otherwise)
+SAME_SCORE = 1e-9
+
+
+def holds_score(task_result: Any, split: str, hf_subset: str, main_score: str, value: float) -> bool:
+    """Whether an MTEB ``TaskResult`` holds ``value`` as ``main_score`` of ``split`` and ``hf_subset``."""
+    for entry in (getattr(task_result, "scores", None) or {}).get(split, []):
+        if str(entry.get("hf_subset")) == str(hf_subset) and main_score in entry:
+            return abs(float(entry[main_score]) - value) <= SAME_SCORE
+    return False
+
+
 def write_items(result_path: str | os.PathLike[str], *, task: str, task_type: str, split: str, hf_subset: str,
                 dataset_revision: str, main_score: str, main_score_value: float, arrays: dict[str, Any],
                 extra: dict[str, Any] | None = None) -> Path:

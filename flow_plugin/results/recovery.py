@@ -145,6 +145,8 @@ def set_aside_if_stale(path: Path, task: Any) -> Path | None:
     """Set the result at ``path`` aside as ``<Task>.json.stale-<time>`` when it was computed from other data than
     ``task`` reads now (the check MTEB's own skip lacks, :func:`~flow_plugin.integrations.mteb.compat.
     check_results_before_loading`), warning with the reason; returns the new path."""
+    if not hasattr(task, "data_revision"):  # MTEB's own tasks: MTEB's rule for their pinned revisions stands
+        return None
     reason = _other_data(path, task) if path.is_file() else None
     if reason is None:
         return None

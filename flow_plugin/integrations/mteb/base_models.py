@@ -298,7 +298,7 @@ def _from_mteb(base: str, look_up: Any) -> Any:
 def load_registry_name(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:
     """MTEB's loader of every registered ``flow_plugin/`` entry: MTEB passes the backbone's name and the
     calibrator among the keywords."""
-    return _load_for_mteb(model_name.removeprefix(MODEL_PREFIX), revision, **kwargs)
+    return load_calibrated(model_name.removeprefix(MODEL_PREFIX), revision, **kwargs)
 
 
 def calibrate(model: Any, calibrator: str = "flow", **settings: Any) -> Any:
@@ -312,16 +312,7 @@ def calibrate(model: Any, calibrator: str = "flow", **settings: Any) -> Any:
 
 def _load_spelled(base: str, name: str, revision: str | None = None, **kwargs: Any) -> Any:
     """MTEB's loader of a spelled name: MTEB passes the base's own name; the spelling says what to load."""
-    return _load_for_mteb(base, revision, **kwargs)
-
-
-def _load_for_mteb(base: str, revision: str | None, **kwargs: Any) -> Any:
-    """:func:`load_calibrated` as MTEB's loaders call it: a flow-plugin error left uncaught (``mteb run -m`` with a
-    missing folder or a bad keyword) ends the process in its one line."""
-    from flow_plugin.integrations.mteb.compat import one_line_if_uncaught
-
-    with one_line_if_uncaught():
-        return load_calibrated(base, revision, **kwargs)
+    return load_calibrated(base, revision, **kwargs)
 
 
 __all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "base_meta", "calibrate", "load_base", "load_calibrated",

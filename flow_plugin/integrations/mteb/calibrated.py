@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import warnings
+import weakref
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +34,8 @@ from flow_plugin.catalog.registry import spell_model
 from flow_plugin.catalog.task_type_effects import caution
 from flow_plugin.data.fit_corpus import FitSettings
 from flow_plugin.errors import InputError, InputTypeError
-from flow_plugin.integrations.mteb.compat import follow_fit_records
+from flow_plugin.results.fits import write_task_fits
+from flow_plugin.integrations.mteb.compat import live_task
 from flow_plugin.integrations.mteb.fits import TaskFits, base_output, count_inputs, texts_of
 from flow_plugin.integrations.mteb.meta import calibrated_meta
 
@@ -76,6 +79,7 @@ class CalibratedModel(AbsEncoder):
         if width:
             template.check_params(width)
         self.fits = TaskFits(base, template, self.name, FitSettings.from_keywords(fit_settings))
+        _LIVE_MODELS.add(self)
         self._cautioned: set[str] = set()
         if self.fits.settings.fit_corpus.kind == "per-call" and not self.is_raw:
             tell_user(f"{self.name}: fit_corpus='per-call' fits a new calibrator for every encode() call, so the two "
@@ -142,8 +146,6 @@ class CalibratedModel(AbsEncoder):
             base_output(output, count_inputs(inputs), self.base, task_metadata.name)
             return output
         self._caution(task_metadata)
-        if task_metadata.name not in self.fits.tasks:  # not our loop: `mteb run`, a user's mteb.evaluate
-            follow_fit_records(self, task_metadata)
         side = getattr(prompt_type, "value", prompt_type)
         texts = texts_of(inputs)
         fit = self.fits.fit_for(task_metadata, hf_subset, side, texts)
@@ -163,6 +165,23 @@ class CalibratedModel(AbsEncoder):
                 tell_user(message)
 
 
+#: the calibrated models of this process, for :func:`write_beside_result`
+_LIVE_MODELS: weakref.WeakSet[CalibratedModel] = weakref.WeakSet()
+
+
+def write_beside_result(path: Path, task_result: Any, meta: ModelMeta) -> None:
+    """What flow-plugin keeps beside a result MTEB just saved at ``path`` (registered by the start-up hook:
+    :func:`~flow_plugin.integrations.mteb.compat.after_each_save`): the per-item data the task captured, and the fit
+    records of the calibrated models of this run, on every route (our commands, ``mteb run``, ``mteb.evaluate``)."""
+    task = live_task(task_result.task_name)
+    if task is not None and hasattr(task, "write_beside"):
+        task.write_beside(path, task_result)
+    for model in list(_LIVE_MODELS):
+        mine = model.mteb_model_meta
+        if (mine.name, mine.revision, mine.experiment_name) == (meta.name, meta.revision, meta.experiment_name):
+            write_task_fits(path, model, task_result.task_name)
+
+
 def _check_base(base: Any) -> None:
     if isinstance(base, CalibratedModel):
         raise InputError(f"the model is already calibrated ({base.name}); calibrate its base instead: "
@@ -178,4 +197,4 @@ def tell_user(message: str) -> None:
     logger.warning("%s", message)
 
 
-__all__ = ["CalibratedModel", "tell_user"]
+__all__ = ["CalibratedModel", "tell_user", "write_beside_result"]

@@ -20,13 +20,15 @@ Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``
   killed run is set aside and recomputed, as ``flow-plugin eval`` does, instead of ending in a JSONDecodeError; and
   a result of one of our offline tasks computed from other data (another ``dataset_revision``) is set aside too:
   MTEB's ``only-missing`` reuses a complete result whatever data it came from, and offers no option to check it.
-- :func:`running_task`, :func:`result_destination`: the task object being evaluated, and the
-  ``ResultCache`` and ``ModelMeta`` of the run, read from the call stack (``AbsTask.evaluate``
-  runs with the task as ``self``; ``mteb.evaluate`` passes the cache and the meta down to the
-  function that evaluates one task). ``encode()`` receives only the task's metadata.
-- :func:`after_results_saved`: listens to ``save_to_cache`` of that ``ResultCache`` instance (the
-  instance's attribute, never the class), so that fit records are written when MTEB writes the
-  task's result: MTEB tells a model neither that a task starts nor that it ended.
+  The five wrappers of MTEB functions here (these three, :func:`after_each_save` and :func:`track_tasks_as_built`)
+  were checked on mteb 2.18.11 (the lowest supported) and 2.26.24; each has a test that fails without it
+  (tests/test_mteb_compat.py, tests/test_nothing_stale.py).
+- :func:`after_each_save`: wraps ``ResultCache.save_to_cache`` (public; MTEB writes every task result through it,
+  ``mteb run`` included) so that flow-plugin's records (fit records, per-item data) are written beside each result:
+  MTEB tells neither a model nor a task where a result goes, nor that a task ended.
+- :func:`track_tasks_as_built`: wraps ``AbsTask.__init__`` so that each task object registers itself by name: the
+  task being evaluated comes from what ``encode()`` is given (its metadata's name) and this registry
+  (:func:`live_task`), never from the call stack; MTEB hands a model no task object.
 - :func:`locked_result_cache`: a ``ResultCache`` whose ``save_to_cache`` (public) holds a lock, because it writes the
   task result and ``model_meta.json`` in place: a second process evaluating into the same folder (a study's
   workers) would otherwise read a half-written file.
@@ -60,9 +62,8 @@ import inspect
 import random
 import sys
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from flow_plugin.integrations.mteb.versions import require_supported
@@ -140,8 +141,7 @@ def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> No
     @functools.wraps(original)
     def from_hub(cls: type[ModelMeta], model: str, *args: Any, **kwargs: Any) -> ModelMeta:
         if isinstance(model, str) and model.startswith(prefix):
-            with one_line_if_uncaught():  # an unknown name (with close names), a folder without a model
-                return resolve(model)
+            return resolve(model)  # an unknown name is one error with close names, never a Hub lookup
         return original(cls, model, *args, **kwargs)
 
     from_hub._flow_plugin_prefix = prefix  # type: ignore[attr-defined]
@@ -150,8 +150,8 @@ def refuse_unknown_names(prefix: str, resolve: Callable[[str], ModelMeta]) -> No
 
 def hint_unknown_tasks(hint: Callable[[], str], module: Any = None) -> None:
     """MTEB's error for a task name it does not know (``mteb run -t``, ``mteb.get_tasks``) gains ``hint()`` (where a
-    user's own tasks come from) and becomes :class:`~flow_plugin.errors.UnknownTaskError`, still a ``KeyError``;
-    uncaught, it ends the process in one line. Idempotent."""
+    user's own tasks come from) and becomes :class:`~flow_plugin.errors.UnknownTaskError`, still a ``KeyError``.
+    Idempotent."""
     tasks_module = _module(TASKS_MODULE, module)
     original = tasks_module.get_task
     if getattr(original, "_flow_plugin_hint", False):
@@ -163,40 +163,10 @@ def hint_unknown_tasks(hint: Callable[[], str], module: Any = None) -> None:
             return original(task_name, *args, **kwargs)
         except KeyError as error:
             said = str(error.args[0] if error.args else task_name).removeprefix("KeyError: ")
-            uncaught_in_one_line(UnknownTaskError)
             raise UnknownTaskError(f"{said}{hint()}") from None
 
     get_task._flow_plugin_hint = True  # type: ignore[attr-defined]
     tasks_module.get_task = get_task  # mteb.get_tasks() looks it up here; mteb.get_task is bound after this module
-
-
-@contextlib.contextmanager
-def one_line_if_uncaught() -> Iterator[None]:
-    """A flow-plugin error raised in the block goes on up; left uncaught (under the ``mteb`` command), it ends the
-    process in its one line (:func:`uncaught_in_one_line`)."""
-    try:
-        yield
-    except FlowPluginError:
-        uncaught_in_one_line(FlowPluginError)
-        raise
-
-
-def uncaught_in_one_line(kind: type[BaseException]) -> None:
-    """An uncaught ``kind`` error ends the process with its one-line message (``flow-plugin: error:
-    ...``) instead of a traceback: what the ``mteb`` command shows for a misspelt name, or for a task whose data
-    cannot be scored. Every other error goes to the hook that was there before."""
-    previous = sys.excepthook
-    if getattr(previous, "_flow_plugin_one_line", None) is kind:
-        return
-
-    def excepthook(exc_type: type[BaseException], error: BaseException, traceback: Any) -> None:
-        if isinstance(error, kind):
-            print(f"flow-plugin: error: {error}", file=sys.stderr)
-        else:
-            previous(exc_type, error, traceback)
-
-    excepthook._flow_plugin_one_line = kind  # type: ignore[attr-defined]
-    sys.excepthook = excepthook
 
 
 # ----------------------------------------------------------------------------- damaged and stale results
@@ -244,47 +214,48 @@ def check_results_before_loading(prefix: str, check: Callable[[Path], Any],
     ResultCache.load_task_result = load_task_result  # type: ignore[method-assign]
 
 
-# ----------------------------------------------------------------------------- the running evaluation
-def _frames(start: FrameType | None) -> Iterator[FrameType]:
-    frame = start
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
-
-
-def running_task(task_metadata: Any) -> AbsTask | None:
-    """The task object being evaluated whose metadata is ``task_metadata`` (the innermost one; by
-    identity, else by name), or ``None`` outside an evaluation. It is the very instance MTEB
-    evaluates, with its data loaded and its own arguments (an offline task's data folder)."""
-    by_name = None
-    for frame in _frames(sys._getframe(1)):
-        candidate = frame.f_locals.get("self")
-        if not isinstance(candidate, AbsTask):
-            continue
-        metadata = getattr(candidate, "metadata", None)
-        if metadata is task_metadata:
-            return candidate
-        if by_name is None and getattr(metadata, "name", None) == getattr(task_metadata, "name", ""):
-            by_name = candidate
-    return by_name
-
-
-def result_destination() -> tuple[ResultCache, ModelMeta] | None:
-    """The ``ResultCache`` and ``ModelMeta`` of the running ``mteb.evaluate`` (the innermost frame of
-    an mteb module that holds the run's ``ModelMeta``), or ``None`` when it runs without a cache or
-    outside ``mteb.evaluate``."""
+# ----------------------------------------------------------------------------- after each save
+def after_each_save(write: Callable[[Path, Any, ModelMeta], Any]) -> None:
+    """After ``ResultCache.save_to_cache`` wrote a task result (MTEB writes every result through it, ``mteb run``
+    included), ``write(path, task_result, model_meta)`` writes flow-plugin's records beside it: MTEB tells neither a
+    model nor a task where a result goes (checked on mteb 2.18.11 and 2.26.24). Idempotent."""
     from mteb.cache import ResultCache
 
-    for frame in _frames(sys._getframe(1)):
-        if not str(frame.f_globals.get("__name__", "")).startswith("mteb."):
-            continue
-        values = list(frame.f_locals.values())
-        meta = next((value for value in values if isinstance(value, ModelMeta)), None)
-        if meta is None:
-            continue
-        cache = next((value for value in values if isinstance(value, ResultCache)), None)
-        return (cache, meta) if cache is not None else None
-    return None
+    current = inspect.getattr_static(ResultCache, "save_to_cache")
+    if getattr(current, "_flow_plugin_after_save", False):
+        return
+
+    @functools.wraps(current)
+    def save_to_cache(self: ResultCache, task_result: Any, model_name: Any, *args: Any, **kwargs: Any) -> Any:
+        saved = current(self, task_result, model_name, *args, **kwargs)
+        if isinstance(model_name, ModelMeta):
+            write(Path(self.get_task_result_path(task_result.task_name, model_name)), task_result, model_name)
+        return saved
+
+    save_to_cache._flow_plugin_after_save = True  # type: ignore[attr-defined]
+    ResultCache.save_to_cache = save_to_cache  # type: ignore[method-assign]
+
+
+def live_task(name: str) -> Any:
+    """The newest task object of ``name`` built in this process (or handed to our loop last), or None."""
+    return _LIVE_TASKS.get(name)
+
+
+def track_tasks_as_built() -> None:
+    """Every task object registers itself by name when it is built (wraps ``AbsTask.__init__``): ``encode()`` is
+    given a task's metadata only, and a fit reads the text of the task object being evaluated (a user's own task
+    class, MTEB's, ours with its own data folder). Idempotent."""
+    current = AbsTask.__dict__["__init__"]
+    if getattr(current, "_flow_plugin_tracks", False):
+        return
+
+    @functools.wraps(current)
+    def __init__(self: AbsTask, *args: Any, **kwargs: Any) -> None:
+        current(self, *args, **kwargs)
+        track_task(self)
+
+    __init__._flow_plugin_tracks = True  # type: ignore[attr-defined]
+    AbsTask.__init__ = __init__  # type: ignore[method-assign]
 
 
 @functools.cache
@@ -310,73 +281,6 @@ def locked_result_cache(folder: Path, lock: Callable[[], contextlib.AbstractCont
     each written in place) runs inside ``lock()``; readers of those files that take the same lock never see one
     half-written."""
     return _locked_cache_class()(folder, lock)
-
-
-class _SaveWithListeners:
-    """``save_to_cache`` of one ``ResultCache`` instance, then each listener (held weakly) with the
-    cache, the saved ``TaskResult`` and the model it was saved for."""
-
-    def __init__(self, save: Callable[..., Any]) -> None:
-        self.save = save
-        self.listeners: list[weakref.WeakMethod[Any]] = []
-
-    def __call__(self, task_result: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
-        saved = self.save(task_result, model, *args, **kwargs)
-        for reference in list(self.listeners):
-            listener = reference()
-            if listener is None:
-                self.listeners.remove(reference)
-            else:
-                listener(self.save.__self__, task_result, model)
-        return saved
-
-
-def after_results_saved(cache: ResultCache, listener: Callable[[ResultCache, Any, Any], None]) -> None:
-    """Call ``listener(cache, task_result, model_meta)`` (a bound method, held weakly) after each time
-    MTEB saves a task result into ``cache``. Idempotent per (cache, listener)."""
-    save = cache.__dict__.get("save_to_cache")
-    if not isinstance(save, _SaveWithListeners):
-        save = _SaveWithListeners(cache.save_to_cache)
-        cache.save_to_cache = save  # type: ignore[method-assign]
-    if all(reference() != listener for reference in save.listeners):
-        save.listeners.append(weakref.WeakMethod(listener))  # type: ignore[arg-type]
-
-
-# ----------------------------------------------------------------------------- fit records under `mteb run`
-def follow_fit_records(model: Any, task_metadata: Any) -> None:
-    """Inside an evaluation our loop does not run (``mteb run``, a user's ``mteb.evaluate`` with a result
-    folder): write the model's records of the task each time MTEB saves the task's result
-    (:func:`after_results_saved`)."""
-    destination = result_destination()
-    if destination is None:
-        return
-    cache = destination[0]
-    listener = _Writer.of(model)
-    listener.tasks.add(task_metadata.name)
-    after_results_saved(cache, listener.saved)
-
-
-class _Writer:
-    """Writes one model's fit records when MTEB saves one of the tasks it follows (held weakly by the cache,
-    strongly by the model)."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.tasks: set[str] = set()
-
-    @classmethod
-    def of(cls, model: Any) -> _Writer:
-        writer = model.__dict__.get("_fit_record_writer")
-        if writer is None:
-            writer = model.__dict__["_fit_record_writer"] = cls(model)
-        return writer
-
-    def saved(self, cache: Any, task_result: Any, meta: Any) -> None:
-        task = getattr(task_result, "task_name", None)
-        if task in self.tasks and meta == self.model.mteb_model_meta:
-            from flow_plugin.results.fits import write_task_fits
-
-            write_task_fits(cache.get_task_result_path(task, meta), self.model, task)
 
 
 # ----------------------------------------------------------------------------- feeding a base model
@@ -587,10 +491,3 @@ class FastLabelClassification:
         import numpy as np
 
         return super()._calculate_scores(np.asarray(y_test[:]), y_pred)  # type: ignore[misc]
-
-
-# A process that imports this module before MTEB loads MTEB from here; the start-up hook's registrations, which
-# need this module's names, waited for it (looked up, not imported: the hook imports this module)
-_hook = sys.modules.get("flow_plugin.integrations.mteb.hook")
-if _hook is not None:
-    _hook.run_deferred(__name__)

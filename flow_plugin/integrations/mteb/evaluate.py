@@ -202,7 +202,7 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
     """One model over ``tasks`` into ``output``: the folder made ready, MTEB's evaluation, the records."""
     import mteb
 
-    from flow_plugin.integrations.mteb.compat import fresh_evaluator_state, locked_result_cache
+    from flow_plugin.integrations.mteb.compat import fresh_evaluator_state, locked_result_cache, track_task
 
     meta = model.mteb_model_meta
     store = ResultStore(output)
@@ -212,6 +212,7 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
     for task in tasks:  # each model's evaluation draws as a fresh `mteb run` of the task would
         fresh_evaluator_state(task)
         model.fits.remember(task)  # its fit reads this task object's text
+        track_task(task)  # what MTEB saves for this task's name has this object's per-item data beside it
     try:
         result = mteb.evaluate(model, list(tasks), cache=locked_result_cache(output, store.writing),
                                overwrite_strategy="always" if overwrite else "only-missing",

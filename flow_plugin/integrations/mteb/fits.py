@@ -126,20 +126,22 @@ class TaskFits:
 
     def task_of(self, task_metadata: Any) -> Any:
         """The task object whose text a "target" fit reads (``task_metadata``: its metadata, or its name): the one
-        our loop prepared, the one MTEB is evaluating (``mteb run``, ``mteb.evaluate``), or MTEB's registry's."""
+        our loop prepared, the newest of our offline tasks of that name (``mteb run`` and ``mteb.evaluate`` of our
+        tasks: the very object, with its own data folder), or MTEB's registry's (loaded once here)."""
         name = getattr(task_metadata, "name", task_metadata)
-        task = self.tasks.get(name) or (None if isinstance(task_metadata, str) else compat.running_task(task_metadata))
+        task = self.tasks.get(name) or compat.live_task(name)
         if task is not None:
             return task
-        import mteb
+        import mteb  # (loaded by MTEB's own run already)
 
         try:
-            return mteb.get_task(name)
+            self.tasks[name] = mteb.get_task(name)
         except KeyError:
             raise TaskCorpusError(
-                f"fit_corpus='target' needs the text of task {name!r}, which is neither being evaluated nor in "
-                "MTEB's registry: call model.prepare(task) first, or calibrate with fit_corpus=<sentence file>"
+                f"fit_corpus='target' needs the text of task {name!r}, which is neither one of flow-plugin's tasks "
+                "nor in MTEB's registry: call model.prepare(task) first, or calibrate with fit_corpus=<sentence file>"
             ) from None
+        return self.tasks[name]
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, task_metadata: Any, subset: str, parts: list[CorpusPart], source: str,

@@ -17,7 +17,9 @@ modules finish executing, the finder's callbacks add:
   task file that is broken, or a task named like one of MTEB's, is left out with a warning;
 - a check of every result file of a ``flow_plugin/`` model before MTEB reads it: one cut short by a
   killed run is set aside and recomputed; and of every result on one of our offline tasks: one computed from other
-  data than the task reads now is set aside and recomputed (:func:`.compat.check_results_before_loading`).
+  data than the task reads now is set aside and recomputed (:func:`.compat.check_results_before_loading`);
+- after MTEB saves a result, flow-plugin's records beside it: the fit records of a calibrated model and the
+  per-item data of our tasks (:func:`.compat.after_each_save`).
 
 Before registering, the installed mteb and transformers are checked against the ranges
 flow-plugin declares (:mod:`.versions`): outside them, the hook registers nothing and says so in
@@ -44,7 +46,7 @@ TASKS_MODULE = "mteb.get_tasks"
 
 COMPAT_MODULE = "flow_plugin.integrations.mteb.compat"
 #: our modules the registrations import: while one of them executes (it imported MTEB), the registrations wait,
-#: and each runs :func:`run_deferred` as its last step
+#: and :func:`run_deferred` runs them once it is whole (the finder wraps these modules' loaders too)
 WAITED_FOR = (COMPAT_MODULE, "flow_plugin.integrations.mteb.sts_tasks", "flow_plugin.integrations.mteb.retrieval_tasks",
               "flow_plugin.integrations.mteb.labelled_tasks")
 
@@ -115,9 +117,13 @@ def register_tasks(module: object = None, requirements: list[str] | None = None)
     # (mteb.cache is whole by now, unlike when the models register): a damaged result of ours is recomputed
     from flow_plugin.catalog.registry import MODEL_PREFIX
     from flow_plugin.integrations.mteb.compat import check_results_before_loading
+    from flow_plugin.integrations.mteb.calibrated import write_beside_result
+    from flow_plugin.integrations.mteb.compat import after_each_save, track_tasks_as_built
     from flow_plugin.results.recovery import set_aside_if_stale, set_aside_if_truncated
 
     check_results_before_loading(MODEL_PREFIX, set_aside_if_truncated, set_aside_if_stale)
+    after_each_save(write_beside_result)  # fit records and per-item data beside each result
+    track_tasks_as_built()  # the task a fit reads: the object being evaluated
     _registered.add(TASKS_MODULE)
     return names
 
@@ -172,7 +178,7 @@ def _waiting(finished: str | None = None) -> bool:
 
 def run_deferred(finished: str | None = None) -> None:
     """Run the registrations deferred while our modules loaded MTEB, unless one other than ``finished`` (the
-    module that calls this as its last step) is still executing."""
+    module that just became whole) is still executing."""
     if _waiting(finished):
         return
     for name in [name for name in _CALLBACKS if name in _deferred]:
@@ -192,7 +198,9 @@ class _LoaderWithCallback:
 
     def exec_module(self, module: object) -> None:
         self._loader.exec_module(module)  # type: ignore[attr-defined]
-        if _waiting():  # one of our modules is importing MTEB: its names do not exist yet
+        if self._name in WAITED_FOR:  # one of our modules is whole: what waited for it can register now
+            run_deferred(self._name)
+        elif _waiting():  # one of our modules is importing MTEB: its names do not exist yet
             _deferred[self._name] = module
         else:
             _run_callback(self._name, module)
@@ -202,11 +210,12 @@ class _LoaderWithCallback:
 
 
 class _MtebRegistryFinder:
-    """A ``sys.meta_path`` finder that wraps the loader of MTEB's two registry modules and
+    """A ``sys.meta_path`` finder that wraps the loader of MTEB's two registry modules (registration after
+    each) and of the modules of ours they need (:data:`WAITED_FOR`: what waited for one runs after it), and
     ignores every other import."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> object:
-        if fullname not in _CALLBACKS:
+        if fullname not in _CALLBACKS and fullname not in WAITED_FOR:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):

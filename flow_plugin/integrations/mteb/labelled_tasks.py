@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,9 +72,10 @@ from flow_plugin.data.labelled import (
     stratified_split,
 )
 from flow_plugin.data.roots import data_root
+from flow_plugin.results.items import holds_score, write_items
 from flow_plugin.data.task_tables import (RankingData, cluster_items, label_codes, label_levels,
                                           labels_with_few_items, ranking_data)
-from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, RegistryError
+from flow_plugin.errors import DataFolderError, InputError, RegistryError
 from flow_plugin.integrations.mteb.compat import (FastLabelClassification, PredictionCapture, QueryScoreCapture,
                                                   RecordedClusterDraws, track_task)
 
@@ -102,22 +102,30 @@ class ItemCapture:
         raise NotImplementedError
 
     def keep_items(self, data_split: Any, hf_split: str, hf_subset: str, scores: dict[str, Any]) -> None:
-        """Write the captured per-item data next to the result MTEB is about to write (inside ``mteb.evaluate``
-        with a result folder); it is kept on the task as ``last_items`` either way."""
-        from flow_plugin.results.items import write_items
-        from flow_plugin.integrations.mteb.compat import result_destination
-
+        """Keep the captured per-item data (``last_items``), to write beside the result when MTEB saves it
+        (:meth:`write_beside`)."""
         arrays, extra = self.item_arrays(data_split, hf_split)
-        main = self.metadata.main_score  # type: ignore[attr-defined]
         self.last_items = (arrays, extra)
-        destination = result_destination()
-        if destination is None or main not in scores:
-            return
-        cache, meta = destination
-        write_items(cache.get_task_result_path(self.metadata.name, meta), task=self.metadata.name,  # type: ignore[attr-defined]
-                    task_type=str(self.metadata.type), split=hf_split, hf_subset=str(hf_subset),  # type: ignore[attr-defined]
-                    dataset_revision=self.metadata.revision, main_score=main,  # type: ignore[attr-defined]
-                    main_score_value=float(scores[main]), arrays=arrays, extra=extra)
+        main = self.metadata.main_score  # type: ignore[attr-defined]
+        if main in scores:
+            self.__dict__.setdefault("pending_items", {})[(hf_split, str(hf_subset))] = (float(scores[main]), arrays,
+                                                                                        extra)
+
+    def write_beside(self, result_path: Path, task_result: Any) -> None:
+        """Write the per-item data of each split MTEB just saved at ``result_path`` whose main score is the one it
+        was captured with (what another result captured is never written beside this one)."""
+        main = self.metadata.main_score  # type: ignore[attr-defined]
+        for (split, subset), (score, arrays, extra) in self.__dict__.pop("pending_items", {}).items():
+            if holds_score(task_result, split, subset, main, score):
+                write_items(result_path, task=self.metadata.name, task_type=str(self.metadata.type),  # type: ignore[attr-defined]
+                            split=split, hf_subset=subset, dataset_revision=self.metadata.revision,  # type: ignore[attr-defined]
+                            main_score=main, main_score_value=score, arrays=arrays, extra=extra)
+
+    def __copy__(self) -> Any:
+        """A copy (another evaluator seed's twin) shares the loaded data and starts with nothing captured."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update({key: value for key, value in self.__dict__.items() if key != "pending_items"})
+        return twin
 
 
 class RetrievalItems(QueryScoreCapture, ItemCapture):
@@ -178,14 +186,10 @@ class LabelledTask(PredictionCapture, ItemCapture):
 
     @contextlib.contextmanager
     def about_this_task(self) -> Iterator[None]:
-        """A data error raised in the block names the task and its file first (uncaught, as under ``mteb run``, it
-        ends the process in that one line)."""
-        from flow_plugin.integrations.mteb.compat import uncaught_in_one_line
-
+        """A data error raised in the block names the task and its file first."""
         try:
             yield
         except (DataFolderError, InputError) as error:
-            uncaught_in_one_line(FlowPluginError)
             raise type(error)(f"task {self.entry.name} ({self.entry.origin}): {error}") from None
 
     def check_files(self) -> None:
@@ -471,9 +475,3 @@ __all__ = [
     "task_class",
     "task_metadata",
 ]
-
-
-# The start-up hook's registrations, which need this module's names, wait while it loads MTEB (see compat's end)
-_hook = sys.modules.get("flow_plugin.integrations.mteb.hook")
-if _hook is not None:
-    _hook.run_deferred(__name__)

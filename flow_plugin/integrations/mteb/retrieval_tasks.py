@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +126,3 @@ class GlueQNLIRetrieval(RetrievalItems, AbsTaskRetrieval):
 
 #: the offline retrieval tasks the start-up hook registers
 RETRIEVAL_TASK_CLASSES: tuple[type[AbsTaskRetrieval], ...] = (GlueQNLIRetrieval,)
-
-
-# The start-up hook's registrations, which need this module's names, wait while it loads MTEB (see compat's end)
-_hook = sys.modules.get("flow_plugin.integrations.mteb.hook")
-if _hook is not None:
-    _hook.run_deferred(__name__)

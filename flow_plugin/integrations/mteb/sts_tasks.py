@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import weakref
 from pathlib import Path
 from typing import Any, ClassVar
@@ -38,7 +37,9 @@ from flow_plugin.data.roots import DATA_ENV, data_part
 from flow_plugin.data.senteval import SCORE_RANGE, available_splits, load_split, resolve_senteval_root
 from flow_plugin.data.tasks import OFFLINE_TASKS, OFFLINE_TASKS_BY_SENTEVAL_NAME
 from flow_plugin.protocols import protocol_text
-from flow_plugin.integrations.mteb.compat import PairScoredSTS, result_destination, track_task
+from flow_plugin.integrations.mteb.compat import PairScoredSTS, track_task
+from flow_plugin.results.items import holds_score
+from flow_plugin.results.pairs import write_pairs
 
 _SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}
 
@@ -177,17 +178,18 @@ class SentEvalSTSTask(PairScoredSTS):
 
     def _keep_pairs(self, gold: np.ndarray, cosine: np.ndarray, labels: list[str], main_score: float,
                     hf_subset: str) -> None:
-        """Write the per-pair cosines of the test split next to the result MTEB is about to write
-        (:mod:`.pair_scores`), when this runs inside ``mteb.evaluate`` with a result folder."""
-        from flow_plugin.results.pairs import write_pairs
+        """Keep the per-pair cosines of the test split, to write beside the result when MTEB saves it
+        (:meth:`write_beside`)."""
+        self.__dict__.setdefault("pending_pairs", {})[hf_subset] = (main_score, gold, cosine, labels)
 
-        destination = result_destination()
-        if destination is None:
-            return
-        cache, meta = destination
-        write_pairs(cache.get_task_result_path(self.metadata.name, meta), task=self.metadata.name, split="test",
-                    hf_subset=hf_subset, dataset_revision=self.metadata.revision, main_score=main_score,
-                    gold=gold, cosine=cosine, subsets=labels)
+    def write_beside(self, result_path: Path, task_result: Any) -> None:
+        """Write the per-pair cosines (:mod:`flow_plugin.results.pairs`) of each subset MTEB just saved at
+        ``result_path`` whose score is the one they were kept with."""
+        for hf_subset, (main_score, gold, cosine, labels) in self.__dict__.pop("pending_pairs", {}).items():
+            if holds_score(task_result, "test", hf_subset, self.metadata.main_score, main_score):
+                write_pairs(result_path, task=self.metadata.name, split="test", hf_subset=hf_subset,
+                            dataset_revision=self.metadata.revision, main_score=main_score, gold=gold,
+                            cosine=cosine, subsets=labels)
 
 
 def _metadata(name: str, senteval_task: str, description: str, reference: str, date: tuple[str, str],
@@ -271,9 +273,3 @@ def get_offline_task(name: str, data_dir: str | os.PathLike[str] | None = None) 
         if cls.metadata.name == name:
             return cls(data_dir=data_dir)
     raise KeyError(f"unknown offline task {name!r}; known: {', '.join(TASK_NAMES)}")
-
-
-# The start-up hook's registrations, which need this module's names, wait while it loads MTEB (see compat's end)
-_hook = sys.modules.get("flow_plugin.integrations.mteb.hook")
-if _hook is not None:
-    _hook.run_deferred(__name__)

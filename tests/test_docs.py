@@ -1,9 +1,11 @@
 """The documentation: the site builds under ``mkdocs build --strict`` (no broken link or anchor, no
 docstring the API reference cannot render), the leaderboard pages reach it, the quick start's Python
-example runs as pasted, and every editable install line also gives the wheel form."""
+example runs as pasted, every editable install line also gives the wheel form, every option of every
+``flow-plugin`` verb is documented, and every ``flow-plugin`` command the pages show names real options."""
 
 from __future__ import annotations
 
+import argparse
 import html
 import importlib.util
 import math
@@ -44,7 +46,10 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     for page in DOCS.glob("*.md"):
         built = site / "index.html" if page.stem == "index" else site / page.stem / "index.html"
         assert built.is_file(), f"{page.name} was not built"
-    assert "Set up and test" in (site / "index.html").read_text(encoding="utf-8")
+    front = html.unescape((site / "index.html").read_text(encoding="utf-8"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for heading in re.findall(r"^## (.+)$", readme, re.M):  # README's sections, each on the front page
+        assert heading in front, heading
     # the committed leaderboard pages are served as they are, with their index
     boards = ROOT / "leaderboards"
     for path in [*boards.glob("*.html"), *boards.glob("*.json")]:
@@ -104,3 +109,61 @@ def test_readme_is_a_front_page() -> None:
     assert len(readme.splitlines()) <= 200
     for target in re.findall(r"\]\((docs/[\w/.-]+?)(?:#[\w-]+)?\)", readme):
         assert (ROOT / target).is_file(), target
+
+
+def verb_options() -> dict[str, list[tuple[str, ...]]]:
+    """Each ``flow-plugin`` verb -> the option strings of each of its options, from the parser the command line
+    builds."""
+    from flow_plugin.cli.main import build_parser
+
+    verbs = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    return {verb: [tuple(action.option_strings) for action in parser._actions if action.option_strings]
+            for verb, parser in verbs.choices.items()}
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    """(page, command line) of every ``flow-plugin`` command the pages show: a line of a shell block (after a
+    ``$`` prompt, environment assignments or ``&&``), or an inline code span that starts with ``flow-plugin``."""
+    commands = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        blocks = [code.replace("\\\n", " ") for language, code in FENCE.findall(text) if language in ("bash", "")]
+        lines = [part for block in blocks for line in block.splitlines() for part in line.split("&&")]
+        lines = [re.sub(r"^\s*(\$\s+)?([A-Z_][A-Z0-9_]*=\S*\s+)*", "", line) for line in lines]
+        lines += re.findall(r"`(flow-plugin [^`]+)`", text)
+        commands += [(page.name, line.split("#")[0].strip()) for line in lines if line.startswith("flow-plugin ")]
+    return commands
+
+
+def test_every_command_line_option_is_documented() -> None:
+    """README and docs/ name every verb and every option of the command line (its long form, or its short form in a
+    command of that verb the pages show), so that shortening the pages cannot drop how to use one."""
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    shown = {}
+    for _, command in shown_commands():
+        shown.setdefault(command.split()[1], set()).update(command.split()[2:])
+    options = verb_options()
+    assert len(options) >= 8
+    missing = [f"flow-plugin {verb} {' / '.join(strings)}" for verb, actions in options.items() for strings in actions
+               if "--help" not in strings
+               and not any(re.search(rf"{re.escape(s)}(?![\w-])", text) for s in strings if s.startswith("--"))
+               and not any(s in shown.get(verb, ()) for s in strings)]
+    missing += [f"flow-plugin {verb}" for verb in options if f"flow-plugin {verb}" not in text]
+    assert not missing, f"undocumented: {missing}"
+
+
+def test_the_commands_the_pages_show_name_real_options() -> None:
+    options = {verb: {s for strings in actions for s in strings} for verb, actions in verb_options().items()}
+    commands = shown_commands()
+    assert len(commands) >= 20
+    wrong = []
+    for page, command in commands:
+        verb, *words = command.split()[1:]
+        if verb not in options:
+            wrong.append(f"{page}: {command} (no verb {verb!r})")
+            continue
+        for word in words:
+            option = word.split("=", 1)[0]
+            if re.fullmatch(r"--?[a-z][\w-]*", option) and option not in options[verb]:
+                wrong.append(f"{page}: {command} ({option} is no option of {verb})")
+    assert not wrong, "\n".join(wrong)

@@ -160,7 +160,7 @@ def quantize_linear_layers_int8(model: torch.nn.Module) -> int:
     where the CPU has them). Returns how many were replaced.
 
     This loses accuracy: on all-MiniLM-L6-v2's STS-B test embeddings about 0.7 Spearman points below float32
-    (docs/performance.md gives the measured figure), which is why it is never chosen by ``auto``.
+    (docs/evidence.md gives the measured figure), which is why it is never chosen by ``auto``.
     """
     import warnings
 

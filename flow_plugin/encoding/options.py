@@ -40,7 +40,7 @@ AUTO_PRECISION_ENV = "FLOW_PLUGIN_AUTO_PRECISION"
 #: model's linear products at least this many times as fast in bf16 as in float32. The rest of a forward pass
 #: does not speed up, so the gain end to end is smaller than the probe's, and a smaller one is not worth
 #: bf16's rounding (up to 0.02 STS points, docs/reproducibility.md); 1.2 is also well clear of the probe's
-#: spread between runs (a few percent on one thread, docs/performance.md).
+#: spread between runs (a few percent on one thread, docs/evidence.md).
 BF16_MIN_SPEEDUP = 1.2
 #: Sentences per forward pass when none is given. Length-sorted batches of short STS sentences keep this cheap.
 DEFAULT_BATCH_SIZE = 64

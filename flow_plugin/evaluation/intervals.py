@@ -55,7 +55,7 @@ from flow_plugin.errors import InputError
 from flow_plugin.protocols import PROTOCOLS
 
 #: resamples per interval: over 6 resampling seeds the bounds of the minilm-l6-layer0 board's average deltas moved
-#: with a standard deviation of 0.007-0.017 points (measured; docs/bench.md)
+#: with a standard deviation of 0.007-0.017 points (measured; docs/evidence.md)
 DEFAULT_RESAMPLES = 1000
 DEFAULT_CONFIDENCE = 0.95
 

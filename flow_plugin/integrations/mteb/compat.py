@@ -2,7 +2,7 @@
 
 Everything else of the adapter goes through MTEB's public API (``ModelMeta``, ``mteb.evaluate``,
 ``mteb.get_task(s)``, ``ResultCache``, ``TaskResult``, ``AbsEncoder``, and the task classes'
-``load_data``). What this module touches, and why (docs/mteb.md lists the same):
+``load_data``). What this module touches, and why (docs/mteb.md points here):
 
 - :func:`add_models`, :func:`registered_model`: MTEB's ``MODEL_REGISTRY`` dict
   (``mteb.models.model_implementations``), which ``mteb.get_model_meta``, ``mteb.get_model`` and

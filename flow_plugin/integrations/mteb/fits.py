@@ -13,7 +13,7 @@ The fit text is embedded by the base model exactly as MTEB will embed it: throug
 with the task's metadata and, for each part of the corpus, the ``prompt_type`` MTEB gives that side
 (queries, documents), so a model with query and document prompts is fitted on what it returns for the task.
 ``sides`` says what an asymmetric task (retrieval, reranking) is fitted on: ``"joint"``, one calibrator on the
-queries and the documents together (one space for both sides, the default: docs/calibrate.md gives the
+queries and the documents together (one space for both sides, the default: docs/evidence.md gives the
 measurement), or ``"per-side"``, one calibrator per side.
 
 Those embeddings are kept (:class:`EmbeddingMemo`, per task, subset and side) and serve MTEB's later calls for

@@ -56,7 +56,7 @@ def test_the_padded_plan_is_named_in_the_key_and_agrees_within_padding_noise(min
     # padding changes the arithmetic of the padded rows (issue 9 measured up to 5.5e-3 of the scale in bf16,
     # about 1e-6 in float32); the limits are 2-3x that, and the unpadded longest row is the same in float32
     np.testing.assert_allclose(got, want, rtol=0, atol=(1e-2 if precision == "bf16" else 3e-6) * scale)
-    with pytest.raises(InputError, match="unknown batch_plan 'sorted'; use one of length-exact, padded"):
+    with pytest.raises(InputError, match="unknown batch_plan .sorted.; use one of auto, length-exact, padded, packed"):
         Backbone(minilm_path, batch_plan="sorted")
 
 

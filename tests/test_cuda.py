@@ -33,6 +33,8 @@ ON_CUDA = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason="no CUDA de
 CASES = [pytest.param("cpu", "tiny", id="cpu-tiny"),
          pytest.param("cuda", "minilm-l6", id="cuda-minilm-l6", marks=ON_CUDA),
          pytest.param("cuda", "bert-base", id="cuda-bert-base", marks=ON_CUDA)]
+#: the same, the CPU's case marked slow (5-8 s on 2 busy cores: every calibrator, or two MTEB evaluations)
+SLOW_CASES = [pytest.param(*CASES[0].values, id=CASES[0].id, marks=pytest.mark.slow), *CASES[1:]]
 
 SENTENCES = ["A man is playing a guitar.", "A woman is slicing an onion.", "Two dogs run through a park.",
              "The stock market fell sharply today.", "A child reads a book under a tree.", "It is raining."]
@@ -126,7 +128,7 @@ def test_an_embedding_barely_depends_on_its_batch_mates_under_every_plan(device:
         np.testing.assert_allclose(together[7:], alone[::-1], rtol=0, atol=BATCH_MATES_TOLERANCE * scale, err_msg=plan)
 
 
-@pytest.mark.parametrize("device, backbone", CASES)
+@pytest.mark.parametrize("device, backbone", SLOW_CASES)
 def test_the_calibrators_fit_and_reload_on_the_device(device: str, backbone: str, stand_ins: Path,
                                                       senteval_dir: Path, tmp_path: Path) -> None:
     from flow_plugin.calibration import CALIBRATOR_METHODS, Calibrator, make_calibrator
@@ -157,7 +159,7 @@ def test_the_calibrators_fit_and_reload_on_the_device(device: str, backbone: str
     assert next(auto.flow_.parameters()).device.type == auto.fit_device_choice_.device
 
 
-@pytest.mark.parametrize("device, backbone", CASES)
+@pytest.mark.parametrize("device, backbone", SLOW_CASES)
 def test_the_mteb_wrapper_scores_an_offline_task_on_the_device_like_on_the_cpu(
         device: str, backbone: str, registry_with_stand_ins: Path, senteval_dir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:

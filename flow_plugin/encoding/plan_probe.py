@@ -45,6 +45,7 @@ import torch
 from flow_plugin._io import cached_measurement, user_cache_dir
 from flow_plugin.encoding.batching import BATCH_PLAN, BATCH_PLANS, REQUESTABLE_BATCH_PLANS
 from flow_plugin.encoding.cpu_kernels import TYPICAL_SENTENCE_TOKENS
+from flow_plugin.encoding.options import RESOLVED_PRECISIONS
 from flow_plugin.errors import InputError
 
 #: Raised when what the probe times or how it decides changes, so older cached results are not reused.
@@ -62,7 +63,7 @@ PLAN_MIN_SPEEDUP = 1.1
 #: embeddings by up to 5.5e-3 of that scale on an AMD EPYC (3.5e-3 with AMX, tests/test_batching.py), so 2e-2 leaves
 #: a margin of 3.6x; fp16 keeps 3 more mantissa bits (8x finer); float32: measured about 1e-6 (100x margin).
 #: A plan that is wrong (attention across sentences, shifted positions) is off by the embeddings' own size.
-AGREEMENT: dict[str, float] = {"bf16": 2e-2, "fp16": 5e-3, "float32": 1e-4}
+AGREEMENT: dict[str, float] = dict(zip(RESOLVED_PRECISIONS, (1e-4, 2e-2, 5e-3)))  # float32, bf16, fp16
 #: The environment variable that says what ``batch_plan="auto"`` means on this machine instead of the measurement.
 BATCH_PLAN_ENV = "FLOW_PLUGIN_BATCH_PLAN"
 

@@ -290,7 +290,8 @@ def _plan(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_gpu_benchmark(args: argparse.Namespace) -> dict[str, Any]:
-    """Build the stand-ins, run the jobs in fresh workers and the mteb run: the report."""
+    """Build the stand-ins, run the jobs in fresh workers and the mteb run: the report, written after each job (so
+    a run stopped at a loan's limit leaves what it measured)."""
     plan = _plan(args)
     if plan["device"] == "cuda":
         import torch
@@ -312,6 +313,7 @@ def run_gpu_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 report["encode"][stand_in_name(shape)] = runner("gpu-encode", common | {
                     "model": stand_in_name(shape), "sentences": plan["sentences"], "pairs": plan["pairs"],
                     "batch_sizes": plan["batch_sizes"], "repeats": plan["repeats"]}, env=env)
+                write_report(report | {"seconds": round(time.time() - started, 1)}, args.output_dir)
             print("[gpu] flow fit on the device and on the CPU", flush=True)
             report["flow"] = runner("gpu-flow", common | {"model": stand_in_name(plan["shapes"][0]),
                                                           "task": "STSBenchmark"}, env=env)
@@ -326,12 +328,14 @@ def run_gpu_benchmark(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def write_report(report: dict[str, Any], folder: Path) -> Path:
-    """The report as ``gpu-<date>-<device>.json`` and ``.md`` in ``folder``; the JSON's path."""
+    """The report as ``gpu-<date>-<device>-<machine>.json`` and ``.md`` in ``folder`` (made if absent); the JSON's
+    path."""
     from flow_plugin._io import atomic_write_json, atomic_write_text
 
     device = report["settings"]["device"]
     name = (report["machine"]["gpu"] if device == "cuda" else report["machine"]["cpu_model"]).split(",")[0]
     slug = "-".join(name.lower().replace("nvidia", "").split())[:40].strip("-")
+    folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"gpu-{time.strftime('%Y-%m-%d')}-{device}-{slug}{'-quick' if report['quick'] else ''}"
     atomic_write_json(stem.with_suffix(".json"), report)
     atomic_write_text(stem.with_suffix(".md"), f"# GPU benchmark ({report['command']})\n\n```\n"

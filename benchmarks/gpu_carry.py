@@ -43,11 +43,12 @@ WHEELS = ("mteb", "pydantic", "pydantic-core", "annotated-types", "typing-inspec
 POLARS = "polars==1.0.0"
 #: nflows is an sdist on PyPI: a wheel is built from it
 NFLOWS = "nflows==0.14"
-#: the GPU machine's Python and platforms (pip matches manylinux tags exactly)
-TARGET = ["--python-version", "3.12", "--implementation", "cp", "--only-binary=:all:",
-          *[arg for tag in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
-                            "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
-            for arg in ("--platform", tag)]]
+#: the GPU machine's Python (``--python-version``: another one to try the carry on a machine at hand)
+PYTHON = "3.12"
+#: its platforms (pip matches manylinux tags exactly)
+PLATFORMS = [arg for tag in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
+                             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64")
+             for arg in ("--platform", tag)]
 TOKENIZER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt")
 DATA_PARTS = ("STS", "SICK")
 
@@ -57,10 +58,11 @@ def pinned() -> list[str]:
     return [f"{name}=={metadata.version(name)}" for name in WHEELS]
 
 
-def download_wheels(folder: Path) -> None:
+def download_wheels(folder: Path, python: str = PYTHON) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip"]
-    subprocess.run([*pip, "download", "--no-deps", "-q", "-d", str(folder), *TARGET, *pinned(), POLARS], check=True)
+    target = ["--python-version", python, "--implementation", "cp", "--only-binary=:all:", *PLATFORMS]
+    subprocess.run([*pip, "download", "--no-deps", "-q", "-d", str(folder), *target, *pinned(), POLARS], check=True)
     subprocess.run([*pip, "wheel", "--no-deps", "-q", "-w", str(folder), NFLOWS], check=True)
 
 
@@ -99,8 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu_carry", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / ".gpu-carry", help="the folder (default .gpu-carry)")
     parser.add_argument("--data", type=Path, default=None, help="SentEval data folder (default: as benchmarks.perf)")
+    parser.add_argument("--python-version", default=PYTHON, help=f"the wheels' Python (default {PYTHON}, the GPU's)")
     args = parser.parse_args(argv)
-    download_wheels(args.out / "wheels")
+    download_wheels(args.out / "wheels", args.python_version)
     copy_tokenizer(args.out / "tokenizer")
     copy_data(data_root(args.data), args.out / "data")
     parts = {"repository (tracked)": tracked_mib(), **{f"{args.out.name}/{item.name}": size_mib(item)

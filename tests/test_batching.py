@@ -172,3 +172,19 @@ def test_a_gpu_s_plan_is_measured_once_and_then_read_from_the_cache(tmp_path: Pa
                               cache_folder=tmp_path)  # invalid (no exact plan): the exact plan, uncached
     assert (other.plan, other.source) == ("length-exact", "probe") and len(list(tmp_path.glob("*.json"))) == 1
     assert choose_batch_plan("padded", cuda, key, measure).source == "requested"
+
+
+def test_a_plan_probe_that_cannot_run_means_the_exact_plan_not_a_failed_encode(
+        tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The probe builds a random model of the config; where a library cannot (simulated: the builder raises), the
+    measurement is invalid, which means the exact plan, uncached, and a warning."""
+    backbone = Backbone(tiny_bert_dir, device="cpu", precision="float32", batch_size=4)
+
+    def cannot_build() -> Backbone:
+        raise RuntimeError("from_config under a device context is not supported")
+
+    monkeypatch.setattr(backbone, "_probe_twin", cannot_build)
+    measured = backbone._measure_plans()
+    assert not measured.is_valid() and measured.rejected == {
+        "probe": "RuntimeError: from_config under a device context is not supported"}
+    assert "the batch plan probe could not run" in caplog.text

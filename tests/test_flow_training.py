@@ -175,12 +175,12 @@ def test_a_flow_left_to_choose_fits_on_the_cpu_without_cuda_and_says_so() -> Non
 def test_the_fit_device_probe_times_both_devices_and_caches_its_choice(tmp_path) -> None:
     """The probe's schedule and cache, with the devices' fits recorded instead of run (a machine without a GPU
     cannot time one); its real fit, a copy of the flow on synthetic rows, runs on the CPU."""
-    from flow_plugin.calibration.flow.device_probe import PROBE_ROWS, choose_fit_device, measure_fit_seconds
+    from flow_plugin.calibration.flow.device_probe import choose_fit_device, measure_fit_seconds
 
-    fits: list[tuple[str, int]] = []
-    seconds = measure_fit_seconds(lambda device, rows, epochs: fits.append((device, rows)), repeats=2)
-    assert fits[:2] == [("cpu", PROBE_ROWS // 4), ("cuda", PROBE_ROWS // 4)]  # untimed, then interleaved
-    assert fits[2:] == [("cpu", PROBE_ROWS), ("cuda", PROBE_ROWS), ("cuda", PROBE_ROWS), ("cpu", PROBE_ROWS)]
+    fits: list[tuple[str, float]] = []
+    seconds = measure_fit_seconds(lambda device, rows, epochs: fits.append((device, epochs)), repeats=2)
+    assert fits[:2] == [("cpu", 0.25), ("cuda", 0.25)]  # untimed, then interleaved
+    assert fits[2:] == [("cpu", 1.0), ("cuda", 1.0), ("cuda", 1.0), ("cpu", 1.0)]
     assert set(seconds) == {"cpu", "cuda"}
     calls: list[int] = []
 

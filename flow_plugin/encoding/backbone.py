@@ -50,6 +50,7 @@ from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, check_batch_size
 from flow_plugin.encoding.packed import ATTENTION_NAME, packed_hidden_states, unsupported_reason, use_packed_attention
 from flow_plugin.encoding.plan_probe import (
     PlanChoice,
+    PlanMeasurement,
     check_batch_plan,
     choose_batch_plan,
     measure_plans,
@@ -416,30 +417,43 @@ class Backbone:
         else:  # (older transformers)
             model.config._attn_implementation = wanted
 
-    def _measure_plans(self) -> Any:
+    def _measure_plans(self) -> PlanMeasurement:
         """The plan probe's measurement (:func:`~flow_plugin.encoding.plan_probe.measure_plans`) on a randomly
-        initialised model of this config, prepared as :meth:`load` prepares the weights."""
-        import copy
-
-        from transformers import AutoModel
-
-        config = copy.deepcopy(self.config)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            model = AutoModel.from_config(config, dtype=torch.float32)
-        twin = Backbone(self.model_name_or_path, pooling=self.pooling, max_seq_length=self.max_seq_length,
-                        batch_size=self.batch_size, device=self.device, precision=self.precision,
-                        batch_plan=BATCH_PLAN, show_progress_bar=False)
-        twin._install(twin._prepared(model), 0)
+        initialised model of this config, prepared as :meth:`load` prepares the weights. A probe that cannot run
+        gives an invalid measurement (the exact plan, uncached) and a warning, never a failed encode."""
+        try:
+            twin = self._probe_twin()
+        except Exception as error:  # noqa: BLE001 -- a library that cannot build the random model: no probe
+            logger.warning("%s: the batch plan probe could not run (%s: %s); using %s", self.name,
+                           type(error).__name__, error, BATCH_PLAN)
+            return PlanMeasurement({}, {}, {"probe": f"{type(error).__name__}: {error}"[:200]})
+        config = twin.config
         candidates = (BATCH_PLAN, "padded") + (("packed",) if unsupported_reason(config) is None else ())
         lengths, flat_ids = probe_workload(self.max_seq_length, self.batch_size, int(config.vocab_size))
         try:
             return measure_plans(lambda plan, n, ids: twin.encode_token_ids(n, ids, plan=plan), candidates,
                                  lengths, flat_ids, self.precision)
         finally:
-            del twin, model
+            del twin
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
+
+    def _probe_twin(self) -> Backbone:
+        """A backbone like this one (device, precision, pooling, batch size) holding a randomly initialised model of
+        this config, initialised on the device."""
+        import copy
+
+        from transformers import AutoModel
+
+        config = copy.deepcopy(self.config)
+        with torch.random.fork_rng(devices=[]), torch.device(self.device):
+            torch.manual_seed(0)
+            model = AutoModel.from_config(config, dtype=torch.float32)
+        twin = Backbone(self.model_name_or_path, pooling=self.pooling, max_seq_length=self.max_seq_length,
+                        batch_size=self.batch_size, device=self.device, precision=self.precision,
+                        batch_plan=BATCH_PLAN, show_progress_bar=False)
+        twin._install(twin._prepared(model), 0)
+        return twin
 
     @property
     def model(self) -> torch.nn.Module:

@@ -7,7 +7,7 @@ docs/performance.md). A flow whose ``device`` is ``None``/``"auto"`` therefore f
 measured it faster, on a machine with a CUDA device; on a machine without one it fits on the CPU, unmeasured.
 
 - **What is timed.** The flow itself (its hyper-parameters, the embeddings' width) fitted for one epoch of
-  :data:`PROBE_ROWS` synthetic Gaussian rows on each device, after an untimed short fit (kernels chosen, the
+  :data:`PROBE_ROWS` synthetic Gaussian rows on each device, after an untimed quarter epoch (kernels chosen, the
   device started); the best of :data:`PROBE_REPEATS` fits counts.
 - **The rule.** The GPU only where it fitted at least :data:`GPU_MIN_SPEEDUP` times as fast as the CPU: a fit on
   the CPU is the one a machine without a GPU makes too.
@@ -89,10 +89,10 @@ def faster_device(seconds: dict[str, float]) -> str:
 
 def measure_fit_seconds(fit: Fitter, repeats: int = PROBE_REPEATS) -> dict[str, float]:
     """The best seconds of ``repeats`` one-epoch fits of :data:`PROBE_ROWS` rows on each device, after one
-    short untimed fit on each (``fit`` waits for the device before it returns)."""
+    untimed quarter-epoch fit on each (``fit`` waits for the device before it returns)."""
     seconds = {"cpu": math.inf, "cuda": math.inf}
     for device in seconds:
-        fit(device, PROBE_ROWS // 4, 1.0)
+        fit(device, PROBE_ROWS, 0.25)
     for repeat in range(repeats):
         for device in ("cpu", "cuda") if repeat % 2 == 0 else ("cuda", "cpu"):
             started = time.perf_counter()

@@ -7,13 +7,14 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,6 +25,9 @@ from filelock import FileLock, Timeout
 from platformdirs import user_cache_path
 
 from flow_plugin.errors import DataFolderError, FlowPluginError, OutputError
+
+logger = logging.getLogger(__name__)
+Measured = TypeVar("Measured")
 
 #: the remedy for each way an output can fail to be written
 _REMEDIES = {
@@ -233,6 +237,48 @@ def file_lock(path: str | os.PathLike[str], *, blocking: bool = True) -> Iterato
         yield
     finally:
         lock.release()
+
+
+def read_cached(path: Path, key: dict[str, Any], parse: Callable[[dict[str, Any]], Measured | None]
+                ) -> Measured | None:
+    """``parse`` of the measurement cached in ``path`` for ``key``; ``None`` when absent, unreadable, not JSON,
+    of another key, or refused by ``parse`` (which may also raise ``TypeError``, ``KeyError`` or ``ValueError``)."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(content, dict) or content.get("key") != key:
+            return None
+        return parse(content["measurement"])
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError):
+        return None
+
+
+def cached_measurement(path: Path, key: dict[str, Any], measure: Callable[[], Measured],
+                       parse: Callable[[dict[str, Any]], Measured | None],
+                       to_json: Callable[[Measured], dict[str, Any] | None],
+                       extra: Callable[[Measured], dict[str, Any]] = lambda value: {}) -> tuple[Measured, bool]:
+    """``(measurement, from_cache)``: what ``path`` holds for ``key`` (:func:`read_cached`), else a fresh
+    ``measure()``, written to ``path`` (atomically, under a file lock, so that two processes starting together
+    measure once) when ``to_json`` gives it a JSON form (``None``: not worth caching), with ``extra``'s fields
+    beside it. A file that is corrupt or of another key is replaced; a folder that cannot be written costs
+    the caching (a warning), not the measurement. Every probe that decides how this machine runs caches so."""
+    cached = read_cached(path, key, parse)
+    if cached is not None:
+        return cached, True
+    measurement = None
+    try:
+        with file_lock(path.with_suffix(".lock")):
+            cached = read_cached(path, key, parse)  # another process may have measured meanwhile
+            if cached is not None:
+                return cached, True
+            measurement = measure()
+            content = to_json(measurement)
+            if content is not None:
+                atomic_write_json(path, {"key": key, "measurement": content, **extra(measurement)})
+    except (FlowPluginError, OSError) as error:  # no lock or no write: the measurement stands, uncached
+        logger.warning("cannot cache a measurement in %s (%s)", path.parent, error)
+    if measurement is None:
+        measurement = measure()
+    return measurement, False
 
 
 def file_sha256(path: str | os.PathLike[str], what: str = "file") -> str:

@@ -129,12 +129,15 @@ def cuda_available() -> bool:
 
 
 def describe_machine(device: Any = None, precision: str | None = None,
-                     precision_choice: dict[str, Any] | None = None) -> dict[str, Any]:
+                     precision_choice: dict[str, Any] | None = None, *,
+                     batch_plan_choice: dict[str, Any] | None = None) -> dict[str, Any]:
     """Where a result is computed: CPU (model, cores, bf16 kernel family), torch and its
     threads, the device (GPU name, CUDA version) and the precision; with ``precision_choice``
     (a backbone's ``precision_choice.as_dict()``) also how that precision was chosen: asked for,
     set by the environment, the device's rule, or for ``auto`` on a CPU the bf16 probe's
-    measured speed ratio and whether it was measured now or read from the cache.
+    measured speed ratio and whether it was measured now or read from the cache; with
+    ``batch_plan_choice`` (a backbone's ``batch_plan_choice.as_dict()``) how its batch plan was chosen,
+    on a GPU with each plan's measured speed.
 
     >>> info = describe_machine("cpu", "float32")
     >>> info["device"], info["precision"], info["cpu_cores"] >= 1
@@ -155,6 +158,7 @@ def describe_machine(device: Any = None, precision: str | None = None,
         "device": str(device) if device is not None else None,
         "precision": precision,
         **({"precision_choice": dict(precision_choice)} if precision_choice is not None else {}),
+        **({"batch_plan_choice": dict(batch_plan_choice)} if batch_plan_choice is not None else {}),
         "platform": platform.platform(),
         "python": platform.python_version(),
     }

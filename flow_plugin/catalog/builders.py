@@ -53,11 +53,12 @@ def build_calibrator(registry_model: RegistryModel, *, device: str | None = None
 
 
 def calibrator_on_device(name: str, device: str | None = None, **params: Any) -> Calibrator:
-    """An unfitted calibrator ``name`` with ``params``; a flow runs on ``device`` (the encoder's) unless told
-    otherwise (the flow variants too)."""
+    """An unfitted calibrator ``name`` with ``params``; unless told otherwise, a flow (the flow variants too) of an
+    encoder on the CPU fits on the CPU, and one of an encoder on a GPU (or ``device`` ``None``/``"auto"``) fits
+    where a probe measured it faster, the CPU or the GPU (``FlowCalibrator(device="auto")``)."""
     known = name in CALIBRATOR_NAMES  # (an unknown name: make_calibrator's error, with close names)
     if known and calibrator_method(name) == "flow" and "device" not in params:
-        params["device"] = device
+        params["device"] = "cpu" if str(device).strip().lower().startswith("cpu") else "auto"
     return make_calibrator(name, **params)
 
 

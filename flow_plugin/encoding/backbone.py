@@ -4,8 +4,10 @@
 freezes it, and turns sentences into pooled float32 embeddings:
 
 - sentences are tokenized once and batched by the batch plan (:mod:`flow_plugin.encoding.batching`;
-  by default each batch holds sentences of one length, so nothing is padded); results come back
-  in input order;
+  ``auto``: on a CPU each batch holds sentences of one length, so nothing is padded, and on a GPU the plan a
+  short probe measured fastest there, :mod:`flow_plugin.encoding.plan_probe`); results come back in input order;
+- on a GPU, the pooled rows of a batch stay on the device until a few batches are done, so the host
+  prepares the next batch while the device computes;
 - on a CUDA device, a batch that runs out of memory is split in halves and retried (the
   length-exact plan makes the halves give the same embeddings); ``oom_halvings`` counts it;
 - on a CPU, batches run side by side, one per torch thread, each on a single thread
@@ -35,9 +37,9 @@ import torch
 from tqdm.auto import tqdm
 
 from flow_plugin._validation import check_sentences
-from flow_plugin._machine import bf16_kernel_family, resolve_device
+from flow_plugin._machine import bf16_kernel_family, describe_machine, resolve_device
 from flow_plugin.encoding import cpu_kernels
-from flow_plugin.encoding.batching import BATCH_PLAN, BATCH_PLANS, plan_batches
+from flow_plugin.encoding.batching import BATCH_PLAN, plan_batches
 from flow_plugin.encoding.device import (
     PrecisionChoice,
     auto_precision_from_environment,
@@ -45,6 +47,17 @@ from flow_plugin.encoding.device import (
     choose_precision,
 )
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, check_batch_size
+from flow_plugin.encoding.packed import ATTENTION_NAME, packed_hidden_states, unsupported_reason, use_packed_attention
+from flow_plugin.encoding.plan_probe import (
+    PlanChoice,
+    PlanMeasurement,
+    check_batch_plan,
+    choose_batch_plan,
+    measure_plans,
+    plan_key,
+    plan_without_probe,
+    probe_workload,
+)
 from flow_plugin.errors import InputError, WeightsUnavailableError
 from flow_plugin.encoding.pooling import Pooling, parse_pooling
 
@@ -66,6 +79,8 @@ PROGRESS_BAR_MIN_BATCHES = 8
 CPU_BATCH_THREADS = True
 #: Held while batches run side by side (the thread count they set is the process's).
 _ONE_THREAD_PER_BATCH = threading.Lock()
+#: On a GPU, the pooled rows of this many batches wait on the device before one copy brings them back.
+DEVICE_BATCHES_PER_COPY = 32
 
 
 def weights_unavailable(name: str, error: OSError, install_hint: str | None, source: str | None = None) -> WeightsUnavailableError:
@@ -139,8 +154,10 @@ class Backbone:
     show_progress_bar:
         ``None`` shows a bar for inputs longer than a few batches.
     batch_plan:
-        ``"length-exact"`` (default: no padding, an embedding never depends on its batch mates) or
-        ``"padded"`` (length-sorted batches padded to their longest; see :mod:`flow_plugin.encoding.batching`).
+        ``"auto"`` (default: ``length-exact`` on a CPU, the fastest plan a probe measured on a GPU, see
+        :attr:`batch_plan_choice`), ``"length-exact"`` (no padding, an embedding never depends on its batch
+        mates), ``"padded"`` (length-sorted batches padded to their longest) or ``"packed"`` (the padded plan's
+        batches run end to end, nothing padded); see :mod:`flow_plugin.encoding.batching`.
     trust_remote_code:
         Passed to ``from_pretrained`` for backbones that need custom code.
     expected_embedding_dim, source:
@@ -166,7 +183,7 @@ class Backbone:
         device: str | torch.device | None = None,
         precision: str = "auto",
         show_progress_bar: bool | None = None,
-        batch_plan: str = BATCH_PLAN,
+        batch_plan: str = "auto",
         trust_remote_code: bool = False,
         expected_embedding_dim: int | None = None,
         source: str | None = None,
@@ -174,9 +191,8 @@ class Backbone:
     ) -> None:
         if not isinstance(max_seq_length, int) or max_seq_length < 2:
             raise InputError(f"max_seq_length must be an int >= 2, got {max_seq_length!r}")
-        if batch_plan not in BATCH_PLANS:
-            raise InputError(f"unknown batch_plan {batch_plan!r}; use one of {', '.join(BATCH_PLANS)}")
-        self.batch_plan = batch_plan
+        #: the batch plan asked for; :attr:`batch_plan` is what it resolved to
+        self.requested_batch_plan = check_batch_plan(batch_plan)
         #: batches split in halves after a CUDA out-of-memory error, since this backbone was built
         self.oom_halvings = 0
         batch_size = check_batch_size(batch_size)
@@ -193,6 +209,9 @@ class Backbone:
         needs_probe = precision == "auto" and self.device.type == "cpu" and auto_precision_from_environment() is None
         self._precision_choice: PrecisionChoice | None = None if needs_probe else choose_precision(precision, self.device)
         self._precision_lock = threading.Lock()
+        # On a GPU, "auto" is measured for this model's shapes: decided on first use (reading the config, not the weights)
+        self._plan_choice: PlanChoice | None = plan_without_probe(batch_plan, self.device)
+        self._plan_lock = threading.Lock()
         self.show_progress_bar = show_progress_bar
         self.trust_remote_code = trust_remote_code
         self.expected_embedding_dim = expected_embedding_dim
@@ -201,6 +220,8 @@ class Backbone:
         self._config: Any = None
         self._tokenizer: Any = None
         self._model: torch.nn.Module | None = None
+        self._pad_token_id = 0
+        self._attention = "sdpa"  # the model's own attention implementation, once loaded
         self._load_lock = threading.Lock()
 
     # ------------------------------------------------------------------ identity
@@ -221,6 +242,34 @@ class Backbone:
                     logger.info("%s: precision %s", self.name, choice.describe())
                     self._precision_choice = choice
         return self._precision_choice
+
+    @property
+    def batch_plan_choice(self) -> PlanChoice:
+        """The resolved batch plan and why (:func:`flow_plugin.encoding.plan_probe.choose_batch_plan`). On a GPU,
+        ``auto`` is decided on first use by the plan probe (cached per device and model shape), with a randomly
+        initialised model of this config (the weights are not loaded) at this backbone's batch size."""
+        if self._plan_choice is None:
+            with self._plan_lock:
+                if self._plan_choice is None:
+                    layers = self.pooling.deepest_layer(int(self.config.num_hidden_layers) + 1)
+                    key = plan_key(self.device, self.config, layers=layers, pooling=self.pooling.name,
+                                   precision=self.precision, batch_size=self.batch_size,
+                                   max_seq_length=self.max_seq_length)
+                    choice = choose_batch_plan(self.requested_batch_plan, self.device, key, self._measure_plans)
+                    logger.info("%s: batch plan %s", self.name, choice.describe())
+                    self._plan_choice = choice
+        return self._plan_choice
+
+    @property
+    def batch_plan(self) -> str:
+        """The batch plan the backbone runs: ``length-exact``, ``padded`` or ``packed`` (``auto`` resolved)."""
+        return self.batch_plan_choice.plan
+
+    def hardware(self) -> dict[str, Any]:
+        """Where and how this backbone computes (:func:`flow_plugin._machine.describe_machine`), with how its
+        precision and batch plan were chosen: what a run record says of its encoder's machine."""
+        return describe_machine(self.device, self.precision, self.precision_choice.as_dict(),
+                                batch_plan_choice=self.batch_plan_choice.as_dict())
 
     @property
     def precision(self) -> str:
@@ -329,20 +378,82 @@ class Backbone:
             # float32 master weights whatever dtype the checkpoint was saved in (many are fp16 or bf16):
             # ``precision`` alone decides what the Linear layers compute in; LayerNorms stay float32
             model = self._from_pretrained(AutoModel, dtype=torch.float32)
-            model.eval()
-            for parameter in model.parameters():
-                parameter.requires_grad_(False)
-            model.to(self.device)
-            cpu_kernels.prepare_linear_layers(model, self.precision, self.device, batch_tokens=self.batch_size * cpu_kernels.TYPICAL_SENTENCE_TOKENS)
-            n_hidden_states = int(model.config.num_hidden_layers) + 1
-            self.pooling.validate_depth(n_hidden_states)
             self._check_width(model.config)
             self._check_length(tokenizer)
-            drop_unused_layers(model, self.pooling.deepest_layer(n_hidden_states))
-            self._config = model.config
+            self._install(self._prepared(model), tokenizer.pad_token_id)
             self._tokenizer = tokenizer
-            self._model = model
         return self
+
+    def _prepared(self, model: torch.nn.Module) -> torch.nn.Module:
+        """``model`` frozen, on the device, its linear layers prepared for the precision, and cut to the layers the
+        pooling reads (what :meth:`load` does to the weights, and the plan probe to its random model)."""
+        model.eval()
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        model.to(self.device)
+        cpu_kernels.prepare_linear_layers(model, self.precision, self.device,
+                                          batch_tokens=self.batch_size * cpu_kernels.TYPICAL_SENTENCE_TOKENS)
+        n_hidden_states = int(model.config.num_hidden_layers) + 1
+        self.pooling.validate_depth(n_hidden_states)
+        drop_unused_layers(model, self.pooling.deepest_layer(n_hidden_states))
+        return model
+
+    def _install(self, model: torch.nn.Module, pad_token_id: int | None) -> None:
+        self._attention = getattr(model.config, "_attn_implementation", None) or "sdpa"
+        self._pad_token_id = pad_token_id or 0
+        self._config = model.config
+        self._model = model
+
+    def _use_attention_of(self, plan: str) -> None:
+        """The model's attention for ``plan``: within each sentence of a packed sequence, else its own."""
+        model = self.model
+        wanted = ATTENTION_NAME if plan == "packed" else self._attention
+        if getattr(model.config, "_attn_implementation", None) == wanted:
+            return
+        if plan == "packed":
+            use_packed_attention(model)
+        elif hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation(wanted)
+        else:  # (older transformers)
+            model.config._attn_implementation = wanted
+
+    def _measure_plans(self) -> PlanMeasurement:
+        """The plan probe's measurement (:func:`~flow_plugin.encoding.plan_probe.measure_plans`) on a randomly
+        initialised model of this config, prepared as :meth:`load` prepares the weights. A probe that cannot run
+        gives an invalid measurement (the exact plan, uncached) and a warning, never a failed encode."""
+        try:
+            twin = self._probe_twin()
+        except Exception as error:  # noqa: BLE001 -- a library that cannot build the random model: no probe
+            logger.warning("%s: the batch plan probe could not run (%s: %s); using %s", self.name,
+                           type(error).__name__, error, BATCH_PLAN)
+            return PlanMeasurement({}, {}, {"probe": f"{type(error).__name__}: {error}"[:200]})
+        config = twin.config
+        candidates = (BATCH_PLAN, "padded") + (("packed",) if unsupported_reason(config) is None else ())
+        lengths, flat_ids = probe_workload(self.max_seq_length, self.batch_size, int(config.vocab_size))
+        try:
+            return measure_plans(lambda plan, n, ids: twin.encode_token_ids(n, ids, plan=plan), candidates,
+                                 lengths, flat_ids, self.precision)
+        finally:
+            del twin
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
+    def _probe_twin(self) -> Backbone:
+        """A backbone like this one (device, precision, pooling, batch size) holding a randomly initialised model of
+        this config, initialised on the device."""
+        import copy
+
+        from transformers import AutoModel
+
+        config = copy.deepcopy(self.config)
+        with torch.random.fork_rng(devices=[]), torch.device(self.device):
+            torch.manual_seed(0)
+            model = AutoModel.from_config(config, dtype=torch.float32)
+        twin = Backbone(self.model_name_or_path, pooling=self.pooling, max_seq_length=self.max_seq_length,
+                        batch_size=self.batch_size, device=self.device, precision=self.precision,
+                        batch_plan=BATCH_PLAN, show_progress_bar=False)
+        twin._install(twin._prepared(model), 0)
+        return twin
 
     @property
     def model(self) -> torch.nn.Module:
@@ -393,45 +504,7 @@ class Backbone:
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
         lengths, flat_ids = self._token_arrays(sentences)
-        batches = plan_batches(self.batch_plan, lengths, batch_size)
-        if show_progress_bar is None:
-            show_progress_bar = self.show_progress_bar
-        if show_progress_bar is None:
-            show_progress_bar = len(batches) > PROGRESS_BAR_MIN_BATCHES
-        output = np.empty((len(sentences), self.embedding_dim), dtype=np.float32)
-        # every id in one flat array, so a batch is gathered with one vectorised index
-        starts = np.zeros(len(sentences), dtype=np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        dtype = cpu_kernels.autocast_dtype(self.precision)
-
-        def encode_batch(batch_index: np.ndarray) -> None:
-            with torch.inference_mode(), torch.autocast(
-                device_type=self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
-            ):
-                self._encode_batch(batch_index, lengths, starts, flat_ids, output)
-
-        self.load()  # in this thread, before any batch
-        with tqdm(total=len(batches), desc=f"encode {Path(self.model_name_or_path).name}", unit="batch",
-                  disable=not show_progress_bar) as bar:
-            workers = self._batch_threads(len(batches))
-            if workers > 1:
-                with _ONE_THREAD_PER_BATCH:  # torch's thread count is the process's: one such encode at a time
-                    threads = torch.get_num_threads()
-                    torch.set_num_threads(1)
-                    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flow-plugin-encode")
-                    try:
-                        for _ in pool.map(encode_batch, batches):
-                            bar.update()
-                    except BaseException:  # Ctrl-C or a failed batch: the batches not started are dropped
-                        pool.shutdown(cancel_futures=True)
-                        raise
-                    finally:
-                        pool.shutdown()
-                        torch.set_num_threads(threads)
-            else:
-                for batch_index in batches:
-                    encode_batch(batch_index)
-                    bar.update()
+        output = self.encode_token_ids(lengths, flat_ids, batch_size=batch_size, show_progress_bar=show_progress_bar)
         if not np.isfinite(output).all():
             bad = np.flatnonzero(~np.isfinite(output).all(axis=1))
             raise InputError(
@@ -440,6 +513,43 @@ class Backbone:
             )
         return output
 
+    def encode_token_ids(self, lengths: np.ndarray, flat_ids: np.ndarray, *, batch_size: int | None = None,
+                         plan: str | None = None, show_progress_bar: bool | None = None) -> np.ndarray:
+        """Pooled embeddings of sentences given as token ids: each sentence's token count (``lengths``) and their
+        ids end to end (``flat_ids``, int64), batched by ``plan`` (default: :attr:`batch_plan`)."""
+        batch_size = self.batch_size if batch_size is None else batch_size
+        plan = plan or self.batch_plan
+        batches = plan_batches(plan, lengths, batch_size)
+        if show_progress_bar is None:
+            show_progress_bar = self.show_progress_bar
+        if show_progress_bar is None:
+            show_progress_bar = len(batches) > PROGRESS_BAR_MIN_BATCHES
+        output = np.empty((len(lengths), self.embedding_dim), dtype=np.float32)
+        # every id in one flat array, so a batch is gathered with one vectorised index
+        starts = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        dtype = cpu_kernels.autocast_dtype(self.precision)
+        pending: list[tuple[np.ndarray, torch.Tensor]] = []
+
+        def encode_batch(batch_index: np.ndarray) -> None:
+            with torch.inference_mode(), torch.autocast(
+                device_type=self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None
+            ):
+                self._encode_batch(batch_index, plan, (lengths, starts, flat_ids), output, pending)
+
+        self.load()  # in this thread, before any batch
+        self._use_attention_of(plan)
+        with tqdm(total=len(batches), desc=f"encode {Path(self.model_name_or_path).name}", unit="batch",
+                  disable=not show_progress_bar) as bar:
+            workers = self._batch_threads(len(batches))
+            if workers > 1:
+                _side_by_side(encode_batch, batches, workers, bar)
+            else:
+                for batch_index in batches:
+                    encode_batch(batch_index)
+                    bar.update()
+            _copy_back(pending, output)
+        return output
 
     def _batch_threads(self, n_batches: int) -> int:
         """How many batches run side by side: on a CPU with :data:`CPU_BATCH_THREADS`, torch's thread count
@@ -448,16 +558,17 @@ class Backbone:
             return 1
         return max(1, min(torch.get_num_threads(), n_batches))
 
-    def _encode_batch(self, batch_index: np.ndarray, lengths: np.ndarray, starts: np.ndarray, flat_ids: np.ndarray,
-                      output: np.ndarray) -> None:
-        """Pool one batch into ``output[batch_index]``; after a CUDA out-of-memory error, each half of it."""
+    def _encode_batch(self, batch_index: np.ndarray, plan: str, arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      output: np.ndarray, pending: list[tuple[np.ndarray, torch.Tensor]]) -> None:
+        """Pool one batch into ``output[batch_index]`` (on a GPU: into ``pending``, copied back every
+        :data:`DEVICE_BATCHES_PER_COPY` batches); after a CUDA out-of-memory error, each half of it."""
         try:
-            output[batch_index] = self._forward(batch_index, lengths, starts, flat_ids)
+            pooled = self._forward(batch_index, plan, *arrays)
         except torch.OutOfMemoryError:
             if len(batch_index) == 1:
                 raise InputError(
                     f"backbone {self.model_name_or_path} ran out of {self.device} memory on a single sentence of "
-                    f"{int(lengths[batch_index[0]])} tokens; use a smaller max_seq_length or another device"
+                    f"{int(arrays[0][batch_index[0]])} tokens; use a smaller max_seq_length or another device"
                 ) from None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -465,35 +576,70 @@ class Backbone:
             half = len(batch_index) // 2
             logger.warning("%s: out of %s memory on a batch of %d sentences; going on with batches of %d",
                            self.model_name_or_path, self.device, len(batch_index), half)
-            self._encode_batch(batch_index[:half], lengths, starts, flat_ids, output)
-            self._encode_batch(batch_index[half:], lengths, starts, flat_ids, output)
+            self._encode_batch(batch_index[:half], plan, arrays, output, pending)
+            self._encode_batch(batch_index[half:], plan, arrays, output, pending)
+            return
+        if self.device.type == "cpu":
+            output[batch_index] = pooled.numpy()
+            return
+        pending.append((batch_index, pooled))
+        if len(pending) >= DEVICE_BATCHES_PER_COPY:
+            _copy_back(pending, output)
 
-    def _forward(self, batch_index: np.ndarray, lengths: np.ndarray, starts: np.ndarray,
-                 flat_ids: np.ndarray) -> np.ndarray:
-        """The pooled embeddings of one batch (ids to the device once, pooled rows back once)."""
+    def _forward(self, batch_index: np.ndarray, plan: str, lengths: np.ndarray, starts: np.ndarray,
+                 flat_ids: np.ndarray) -> torch.Tensor:
+        """The pooled float32 embeddings of one batch, on the device (ids to the device once)."""
         batch_lengths = lengths[batch_index]
         width = int(batch_lengths.max())
         positions = np.arange(width, dtype=np.int64)
+        needs_all = self.pooling.needs_all_hidden_states
+        if plan == "packed":
+            offsets = np.cumsum(batch_lengths) - batch_lengths  # where each sentence starts in the packed sequence
+            ids = flat_ids[np.arange(int(batch_lengths.sum())) + np.repeat(starts[batch_index] - offsets, batch_lengths)]
+            hidden_states, attention_mask = packed_hidden_states(self.model, ids, batch_lengths, self.device,
+                                                                 all_hidden_states=needs_all)
+            return self.pooling(hidden_states, attention_mask).float()
         if int(batch_lengths.min()) == width:  # one length: no padding (the length-exact plan's every batch)
             ids = flat_ids[starts[batch_index, None] + positions]
             mask = None
         else:
             valid = positions < batch_lengths[:, None]
             gathered = flat_ids[starts[batch_index, None] + np.minimum(positions, batch_lengths[:, None] - 1)]
-            ids = np.where(valid, gathered, self.tokenizer.pad_token_id or 0)
+            ids = np.where(valid, gathered, self._pad_token_id)
             mask = torch.from_numpy(valid.astype(np.int64)).to(self.device, non_blocking=True)
         input_ids = torch.from_numpy(ids).to(self.device, non_blocking=True)
         attention_mask = torch.ones_like(input_ids) if mask is None else mask
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            output_hidden_states=self.pooling.needs_all_hidden_states,
-            return_dict=True,
-        )
-        hidden_states = outputs.hidden_states if self.pooling.needs_all_hidden_states else None
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=needs_all,
+                             return_dict=True)
+        hidden_states = outputs.hidden_states if needs_all else None
         if not hidden_states:  # last layer only, or no transformer layer kept (pooling [0])
             hidden_states = (outputs.last_hidden_state,)
-        return self.pooling(hidden_states, attention_mask).float().cpu().numpy()
+        return self.pooling(hidden_states, attention_mask).float()
+
+
+def _side_by_side(encode_batch: Any, batches: list[np.ndarray], workers: int, bar: Any) -> None:
+    """Run ``encode_batch`` over ``batches`` on ``workers`` threads of one torch thread each (a CPU's way)."""
+    with _ONE_THREAD_PER_BATCH:  # torch's thread count is the process's: one such encode at a time
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flow-plugin-encode")
+        try:
+            for _ in pool.map(encode_batch, batches):
+                bar.update()
+        except BaseException:  # Ctrl-C or a failed batch: the batches not started are dropped
+            pool.shutdown(cancel_futures=True)
+            raise
+        finally:
+            pool.shutdown()
+            torch.set_num_threads(threads)
+
+
+def _copy_back(pending: list[tuple[np.ndarray, torch.Tensor]], output: np.ndarray) -> None:
+    """Bring the pooled rows waiting on the device into ``output`` with one copy, and empty ``pending``."""
+    if pending:
+        rows = np.concatenate([batch_index for batch_index, _ in pending])
+        output[rows] = torch.cat([pooled for _, pooled in pending]).cpu().numpy()
+        pending.clear()
 
 
 def drop_unused_layers(model: torch.nn.Module, deepest: int) -> int:

@@ -15,9 +15,16 @@ The price is a few more, smaller batches: one partial batch per distinct length 
 Plan ``"padded"``: sentences sorted by length, ``batch_size`` at a time, each batch padded to its
 longest. Fewer, fuller batches, which may be faster on a GPU, where a small batch leaves most of the
 device idle; but an embedding then depends on its batch mates in its last bits (bf16: up to 3.5e-3 of
-its scale), so results are reproducible only for the same inputs and batch size. It is there to be
-measured against the exact plan on a GPU (``python -m benchmarks.perf --device cuda``); the backbone's
+its scale), so results are reproducible only for the same inputs and batch size. The backbone's
 cache key names the plan.
+
+Plan ``"packed"``: the batches of the padded plan, but nothing padded either: a batch's sentences are
+laid end to end as one sequence, each attending only to itself (:mod:`flow_plugin.encoding.packed`:
+variable-length attention on a GPU). Full batches without padding's work; its embeddings agree with the
+exact plan's within the precision's rounding (the attention kernel differs).
+
+Plan ``"auto"`` (the default): ``length-exact`` on a CPU, and on a GPU whichever plan a short probe measured
+fastest there (:mod:`flow_plugin.encoding.plan_probe`).
 
 Examples
 --------
@@ -30,8 +37,10 @@ from __future__ import annotations
 import numpy as np
 
 #: the plans; the name is part of every embedding cache key and result provenance
-BATCH_PLANS: tuple[str, ...] = ("length-exact", "padded")
-#: the default plan
+BATCH_PLANS: tuple[str, ...] = ("length-exact", "padded", "packed")
+#: what a backbone can be asked for: a plan, or ``auto`` (measured on a GPU, length-exact on a CPU)
+REQUESTABLE_BATCH_PLANS: tuple[str, ...] = ("auto", *BATCH_PLANS)
+#: the exact plan: ``auto``'s meaning on a CPU, and the plan every other is checked against
 BATCH_PLAN = "length-exact"
 
 
@@ -60,5 +69,5 @@ def padded_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
 
 
 def plan_batches(plan: str, lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
-    """The batches of ``plan`` (one of :data:`BATCH_PLANS`)."""
+    """The batches of ``plan`` (one of :data:`BATCH_PLANS`; ``packed`` takes the padded plan's batches)."""
     return length_exact_batches(lengths, batch_size) if plan == "length-exact" else padded_batches(lengths, batch_size)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import logging
 import math
 import os
 import time
@@ -46,13 +45,10 @@ from typing import Any
 
 import torch
 
-from flow_plugin._io import atomic_write_json, file_lock, user_cache_dir
+from flow_plugin._io import cached_measurement, read_cached, user_cache_dir
 from flow_plugin._machine import cpu_flags, cpu_model
 from flow_plugin.encoding.cpu_kernels import TYPICAL_SENTENCE_TOKENS, prepare_linear_layers
 from flow_plugin.encoding.options import BF16_MIN_SPEEDUP
-from flow_plugin.errors import FlowPluginError
-
-logger = logging.getLogger(__name__)
 
 #: Raised when what the probe times or how it decides changes, so older cached results are not reused.
 PROBE_VERSION = 1
@@ -273,17 +269,15 @@ def _cache_file(folder: Path, key: dict[str, Any]) -> Path:
     return folder / f"bf16-probe-{digest}.json"
 
 
+def _parse(content: dict[str, Any]) -> Bf16Measurement | None:
+    measurement = Bf16Measurement(**content)
+    return measurement if measurement.is_valid() else None
+
+
 def read_cached_measurement(path: Path, key: dict[str, Any]) -> Bf16Measurement | None:
     """The measurement in ``path`` when it is a valid one for ``key``; ``None`` otherwise (absent,
     unreadable, not JSON, another key, missing or invalid numbers)."""
-    try:
-        content = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(content, dict) or content.get("key") != key:
-            return None
-        measurement = Bf16Measurement(**content["measurement"])
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError):
-        return None
-    return measurement if measurement.is_valid() else None
+    return read_cached(path, key, _parse)
 
 
 def cached_bf16_measurement(shapes: ProbeShapes, *, folder: Path | None = None,
@@ -291,28 +285,12 @@ def cached_bf16_measurement(shapes: ProbeShapes, *, folder: Path | None = None,
                             ) -> tuple[Bf16Measurement, bool]:
     """``(measurement, from_cache)`` for ``shapes`` on this machine: the cached one when there is a
     valid one, else a fresh ``measure(shapes)``, cached if valid. A cache folder that cannot be
-    written costs the caching (a warning), not the decision."""
+    written costs the caching (a warning), not the decision (:func:`flow_plugin._io.cached_measurement`)."""
     folder = probe_cache_dir() if folder is None else Path(folder)
     key = probe_key(shapes)
-    path = _cache_file(folder, key)
-    cached = read_cached_measurement(path, key)
-    if cached is not None:
-        return cached, True
-    measurement = None
-    try:
-        with file_lock(path.with_suffix(".lock")):
-            cached = read_cached_measurement(path, key)  # another process may have measured meanwhile
-            if cached is not None:
-                return cached, True
-            measurement = measure(shapes)
-            if measurement.is_valid():
-                atomic_write_json(path, {"key": key, "measurement": measurement.as_dict(),
-                                         "precision": measurement.precision})
-    except (FlowPluginError, OSError) as error:  # no lock or no write: the decision stands, uncached
-        logger.warning("cannot cache the bf16 probe in %s (%s)", folder, error)
-    if measurement is None:
-        measurement = measure(shapes)
-    return measurement, False
+    return cached_measurement(_cache_file(folder, key), key, lambda: measure(shapes), _parse,
+                              lambda value: value.as_dict() if value.is_valid() else None,
+                              lambda value: {"precision": value.precision})
 
 
 __all__ = ["Bf16Measurement", "ProbeShapes", "bf16_or_float32", "cached_bf16_measurement", "linear_layer_timer",

@@ -47,7 +47,6 @@ from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES, calibr
 from flow_plugin.errors import DataFolderError, FlowPluginError, InputError, MissingExtraError, RegistryError
 from flow_plugin.catalog.registry import MODEL_PREFIX, RegistryModel, default_registry, parse_model_name
 from flow_plugin._io import atomic_write_json, make_output_folder
-from flow_plugin._machine import describe_machine
 
 logger = logging.getLogger(__name__)
 
@@ -496,7 +495,7 @@ def run_paper(
     report["timings_seconds"] = {key: round(value, 3) for key, value in timings.items()}
 
     backbone = state.encoder.backbone
-    report["machine"] = describe_machine(backbone.device, backbone.precision, backbone.precision_choice.as_dict())
+    report["machine"] = backbone.hardware()
     path = atomic_write_json(out / RESULT_FILE, report)
     report["result_file"] = str(path)
     return report

@@ -103,7 +103,9 @@ class FlowCalibrator(Calibrator, method="flow"):
         trainer of :mod:`._fast` (same arithmetic, about twice as fast). A warning says so
         when the flow's structure rules it out; ``False`` always trains through autograd.
     device:
-        ``None``/``"auto"``: CUDA when available, else CPU (the backbone's choice).
+        ``None``/``"auto"``: on a machine with a CUDA device, the CPU or the GPU, whichever a short probe measured
+        fitting a flow of this shape faster (cached per machine: :mod:`.device_probe`); the CPU elsewhere.
+        ``fit_device_choice_`` says which and why.
     show_progress_bar:
         ``None`` shows a bar for long fits.
 
@@ -265,6 +267,8 @@ class FlowCalibrator(Calibrator, method="flow"):
                     f"directions, too few for {self.n_levels} levels; fit on more sentences or use fewer levels"
                 )
             X = self._inputs(X)
+        self.fit_device_choice_ = self._choose_fit_device(self.n_flow_features_)
+        logger.info("flow fit device %s", self.fit_device_choice_.describe())
         self.member_seeds_ = member_seeds(self.seed, self.ensemble)
         results = [self._fit_member(X, seed) for seed in self.member_seeds_]
         self.flows_ = [flow for flow, _, _ in results]
@@ -287,7 +291,7 @@ class FlowCalibrator(Calibrator, method="flow"):
 
         from flow_plugin.calibration.flow.train import EarlyStopping, mean_log_likelihood, train_flow
 
-        device = resolve_device(self.device)
+        device = resolve_device(self.fit_device_choice_.device)
         data = torch.from_numpy(X).to(device)
         stopping = None
         if self.validation_fraction > 0:
@@ -299,6 +303,29 @@ class FlowCalibrator(Calibrator, method="flow"):
         result = train_flow(flow, data, self._settings(seed), fast_path=self.fast_path,
                             show_progress_bar=self.show_progress_bar, early_stopping=stopping)
         return flow, result, mean_log_likelihood(flow, data)
+
+    def _choose_fit_device(self, width: int) -> Any:
+        """Where this flow fits (:func:`.device_probe.choose_fit_device`): measured by fitting a copy of it on
+        synthetic rows of ``width`` on each device, where ``device`` is ``None``/``"auto"`` and CUDA is there."""
+        from flow_plugin.calibration.flow.device_probe import choose_fit_device, fit_device_key, measure_fit_seconds
+
+        params = self.get_params()
+        return choose_fit_device(self.device, lambda: fit_device_key(width, params), lambda: measure_fit_seconds(
+            lambda device, rows, epochs: self._probe_fit(device, width, rows, epochs)))
+
+    def _probe_fit(self, device: str, width: int, rows: int, epochs: float) -> None:
+        """Fit a copy of this flow (one member, no validation split) on ``rows`` synthetic Gaussian rows of
+        ``width`` on ``device``, and wait for the device."""
+        # torch loads when a flow is trained
+        import torch
+        from sklearn.base import clone
+
+        X = np.random.default_rng(0).normal(size=(rows, width)).astype(np.float32)
+        copy = clone(self).set_params(device=device, epochs=epochs, ensemble=1, validation_fraction=0.0,
+                                      whiten_first=False, show_progress_bar=False)
+        copy.fit(X)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
 
     def _log_det(self) -> float:
         """log|det| of the fixed whitening on the directions it keeps (0 without it): likelihoods in the

@@ -264,7 +264,7 @@ def _record(store: ResultStore, model: Any, computed: dict[str, Path], batch_siz
     settings: dict[str, Any] = {"batch_size": batch_size, "command": command}
     backbone = getattr(getattr(model.base, "encoder", None), "backbone", None)
     if backbone is not None:  # a registry backbone: its device, precision and kernels
-        hardware = describe_machine(backbone.device, backbone.precision, backbone.precision_choice.as_dict())
+        hardware = backbone.hardware()
         settings.update(encoder=backbone.key.as_dict(), oom_halvings=backbone.oom_halvings)
     else:  # a model MTEB loads: its own loader decides how it runs, and its torch module says where
         hardware = describe_machine(*_loaded_device_precision(model.base))

@@ -248,6 +248,7 @@ def test_the_flow_needs_trust_remote_code(exports) -> None:
         SentenceTransformer(str(exports["flow"].path), device="cpu")
 
 
+@pytest.mark.slow
 def test_a_saved_calibrator_exports_the_same_folder(exports, tmp_path: Path) -> None:
     saved = tmp_path / "whiten.npz"
     exports["whiten"].calibrator.save(saved)
@@ -358,6 +359,7 @@ def test_embedding_layer_pooling_keeps_no_transformer_layer(minilm_path: Path, t
 
 
 # ------------------------------------------------------------------ MTEB scores the export like the plugin
+@pytest.mark.slow
 def test_mteb_scores_an_exported_whitening_like_the_plugin(minilm_path: Path, fit_corpus: Path, senteval_dir: Path,
                                                             tmp_path: Path) -> None:
     import mteb
@@ -401,6 +403,7 @@ def own_folder(minilm_path: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["whiten", "flow"])
 def test_a_local_folder_exports_its_own_modules_and_prompts_then_the_calibrator(method: str, own_folder: Path,
                                                                               fit_corpus: Path, tmp_path: Path) -> None:

@@ -92,4 +92,4 @@ def render_readme(facts: dict[str, Any]) -> str:
         "## Fit", "", f"- base: {facts['base']}", *_calibrator(calibrator), f"- fitted on {facts['source']}", "",
         *(_benchmark(facts["benchmark"]) if facts.get("benchmark") else []),
         f"Written {written} by flow-plugin {__version__} with {versions}. How closely such a folder reproduces "
-        "flow-plugin's embeddings is measured by flow-plugin's tests and `python -m benchmarks.export_agreement`.", ""])
+        "flow-plugin's embeddings: flow-plugin's docs/export.md and benchmarks/export_agreement.py.", ""])

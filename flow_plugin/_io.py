@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -208,6 +209,44 @@ def plain_json_value(value: Any) -> Any:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=False, ensure_ascii=False,
                                               default=plain_json_value) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike[str], what: str = "output folder") -> Iterator[Path]:
+    """Yield an empty hidden sibling of the folder ``path`` (``.<name>.<random>.partial``, on the same file system)
+    that becomes ``path`` when the block ends without an error; on an error or Ctrl-C it is removed. A non-empty
+    folder at ``path`` (the caller decides whether it may be replaced) is renamed aside, the new one renamed into
+    place, then the old one deleted: a reader sees the old folder or the new one, never a mix. A process killed
+    outright leaves only the hidden sibling, never a half-written ``path``.
+
+    >>> with tempfile.TemporaryDirectory() as parent:
+    ...     with atomic_folder(Path(parent) / "model") as stage:
+    ...         _ = (stage / "a.txt").write_text("a")
+    ...         written_yet = (Path(parent) / "model").exists()
+    ...     written_yet, sorted(path.name for path in Path(parent).rglob("*"))
+    (False, ['a.txt', 'model'])
+    """
+    target = Path(os.path.abspath(path))  # "." has no name of its own; links are kept
+    stage = target.parent / f".{target.name}.{os.urandom(6).hex()}.partial"
+    with output_errors(target, what, within=target.parent):  # a full disk while writing or moving: one line
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stage.mkdir()  # the mode mkdir gives (mkdtemp's is private)
+        try:
+            yield stage
+            if not target.is_dir() or not any(target.iterdir()):
+                os.replace(stage, target)  # rename(2) replaces an empty folder
+                return
+            aside = stage.with_suffix(".replaced")
+            os.replace(target, aside)
+            try:
+                os.replace(stage, target)
+            except BaseException:
+                os.replace(aside, target)  # put the old folder back
+                raise
+            shutil.rmtree(aside, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
 
 
 @contextlib.contextmanager

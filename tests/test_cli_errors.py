@@ -261,3 +261,17 @@ def test_an_mteb_task_whose_data_the_hub_cannot_give_is_one_line(tmp_path: Path,
     last = err.strip().splitlines()[-1]
     assert last.startswith("flow-plugin eval: error: task STS12: its data could not be fetched from the Hugging "
                            "Face Hub (") and "run it where the Hub is reachable" in last, err
+
+
+def test_export_on_a_full_disk_is_one_line_and_leaves_no_folder(minilm_path: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder is built beside --out and renamed into place: a disk full at that rename is one line naming the
+    folder, and neither --out nor the hidden staging folder is left."""
+    out = tmp_path / "exports" / "model"
+    full_disk_at(monkeypatch, "model")
+    code, err = run_cli(["export", "flow_plugin/minilm-l6-layer0", "--out", str(out)], capsys)
+    assert code == 2 and "Traceback" not in err, err[-3000:]  # (above it: transformers' loading and writing bars)
+    assert err.strip().splitlines()[-1].startswith(f"flow-plugin export: error: cannot write the export folder {out}: "
+                                                   "no space left on device (ENOSPC); free some space there"), err
+    assert list(out.parent.iterdir()) == []

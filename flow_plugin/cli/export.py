@@ -58,5 +58,11 @@ def run(args: argparse.Namespace) -> int:
         benchmark=benchmark,
         fit_duplicates=args.fit_duplicates, **sampling, **given,
     )
-    print("\n".join(result.summary()))
+    print(f"wrote {result.path} ({result.size_bytes / 2**20:.1f} MiB): {result.model} for sentence-transformers")
+    print("\n".join(f"  {index}. {line}" for index, line in enumerate(result.modules)))
+    if result.fit is not None:
+        print(f"  fit: {result.fit.summary()}")
+    remote = ", trust_remote_code=True" if result.needs_flow_plugin else ""
+    print(f'  load with SentenceTransformer("{result.path}"{remote})'
+          + (" (needs flow-plugin installed)" if result.needs_flow_plugin else ""))
     return 0

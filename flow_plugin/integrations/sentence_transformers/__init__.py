@@ -1,16 +1,7 @@
-"""Export a calibrated registry model or local sentence-transformers folder as a sentence-transformers folder.
-
-- :mod:`.export`: :func:`export_model`, the one call (``flow-plugin export`` runs it);
-- :mod:`.bases`: what it is built on, a registry model or a local folder;
-- :mod:`.modules`: backbone, pooling and calibrator as sentence-transformers modules;
-- :mod:`.affine`: a linear calibrator as a centring and an affine projection (two ``Dense`` layers);
-- :mod:`.flow_module`: :class:`FlowCalibration`, the one custom module (the flow);
-- :mod:`.benchmark`: the benchmark scores a model card shows (the leaderboard builds them);
-- :mod:`.card`: the folder's model card;
-- :mod:`.folder`: the folder appears whole or not at all.
-
-The names below load on first use, so loading an exported flow (which imports
-:mod:`.flow_module`) does not import the exporter.
+"""Export a calibrated registry model or local sentence-transformers folder as a sentence-transformers folder
+(:mod:`.export`, :mod:`.modules`, :mod:`.flow_module`, :mod:`.card`). The names below load on first use, so
+loading an exported flow does not import the exporter, and the leaderboard (which builds :class:`BenchmarkScores`)
+does not import sentence-transformers.
 """
 
 from __future__ import annotations
@@ -21,7 +12,7 @@ from typing import Any
 _EXPORTS = {
     "export_model": "flow_plugin.integrations.sentence_transformers.export",
     "ExportResult": "flow_plugin.integrations.sentence_transformers.export",
-    "BenchmarkScores": "flow_plugin.integrations.sentence_transformers.benchmark",
+    "BenchmarkScores": "flow_plugin.integrations.sentence_transformers.card",
     "FlowCalibration": "flow_plugin.integrations.sentence_transformers.flow_module",
 }
 

@@ -1,73 +1,133 @@
-"""Export a model with a fitted calibrator as a sentence-transformers folder.
+"""Export a model with a fitted calibrator as a sentence-transformers folder: :func:`export_model`.
 
-:func:`export_model` fits the calibrator of a registry model (``flow_plugin/<backbone>-<method>``) or of a local
-sentence-transformers folder (``flow_plugin/./<folder>-<method>``; :mod:`.bases`) on a sentence file exactly as
-the MTEB model does with ``fit_corpus=<that file>`` (the same seeded sample of a large file, canonical order,
-duplicate policy and small-sample rule: :func:`flow_plugin.catalog.fitting.fit_calibrator`), or takes a saved
-calibrator file, and writes a folder that ``SentenceTransformer(folder)`` loads (modules: :mod:`.modules`). Before
-the folder is moved into place it is loaded back and its embeddings are compared with the base's calibrated by
-flow-plugin; the figures go into the model card (:mod:`.card`) and ``flow_plugin_export.json``.
-
-A registry backbone's fit runs in float32 by default (``precision=``), the precision the folder computes in.
+The base is a registry model (its backbone and pooling as standard modules, :mod:`.modules`) or a local
+sentence-transformers folder (its own modules, prompts and similarity, as saved). The calibrator is fitted on a
+sentence file as the MTEB model fits it with ``fit_corpus=<that file>``, or read from a saved calibrator file, and
+appended as module(s). The folder is built in a hidden sibling and renamed into place: it appears whole or not at
+all, with a ``README.md`` (:mod:`.card`). How closely it reproduces flow-plugin's embeddings is measured by
+``tests/test_export.py`` and ``python -m benchmarks.export_agreement``, not at export time.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import os
+import re
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from flow_plugin._io import file_sha256
+from flow_plugin._io import atomic_folder, file_sha256
+from flow_plugin._machine import resolve_device
 from flow_plugin.calibration import Calibrator, calibrator_class
+from flow_plugin.catalog.builders import build_calibrator, build_encoder, calibrator_on_device, resolve
 from flow_plugin.catalog.fitting import FitRecord, fit_on_sample
+from flow_plugin.catalog.registry import (ForeignBase, RegistryModel, is_folder, is_foreign_base, local_model_folder,
+                                          spelled_model)
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, FitSettings, read_sentence_file
-from flow_plugin.catalog.registry import RegistryModel
 from flow_plugin.data.sampling import DEFAULT_FIT_SEED, DEFAULT_MAX_FIT_SENTENCES, CorpusPart, sample_corpus
 from flow_plugin.encoding.options import EncoderOptions
-from flow_plugin.errors import CalibratorFileError, DataFolderError, InputError, MissingExtraError, did_you_mean
-from flow_plugin.integrations.sentence_transformers.bases import ExportBase, export_base
-from flow_plugin.integrations.sentence_transformers.benchmark import BenchmarkScores, check_benchmark
-from flow_plugin.integrations.sentence_transformers.card import SENSITIVE_CALIBRATOR, render_card
-from flow_plugin.integrations.sentence_transformers.folder import check_destination, staged_folder
-from flow_plugin import __version__
+from flow_plugin.errors import (CalibratorFileError, DataFolderError, InputError, LeaderboardError, MissingExtraError,
+                                OutputError, did_you_mean)
+from flow_plugin.integrations.sentence_transformers.card import BenchmarkScores, render_readme
+
+try:  # sentence-transformers 6 is the optional export extra (flow-plugin[export])
+    from sentence_transformers import SentenceTransformer
+
+    from flow_plugin.integrations.sentence_transformers.modules import calibration_modules, registry_modules
+except ImportError as missing:
+    if not (missing.name or "").startswith("sentence_transformers"):
+        raise
+    raise MissingExtraError("exporting needs sentence-transformers 6: pip install 'flow-plugin[export]'") from None
 
 logger = logging.getLogger(__name__)
 
-#: the provenance record written into every export folder (the model card is rendered from it)
-RECORD_FILE = "flow_plugin_export.json"
-RECORD_FORMAT = "flow-plugin-export"
-#: the oldest sentence-transformers that writes and reads the folder layout used here
-MIN_SENTENCE_TRANSFORMERS = "6.0"
-#: sentences of every agreement check (lengths from 3 to past 64 word pieces, so batches are padded and one
-#: sentence is truncated), before up to ``AGREEMENT_SENTENCES`` of the fit corpus
-_PROBE_SENTENCES = (
-    "A man is playing a guitar.",
-    "Dogs run.",
-    "A woman is slicing an onion on a wooden board in a small kitchen while the radio plays.",
-    "Two children are kicking a ball across a muddy field after school on a rainy afternoon in late November, "
-    "while their parents watch from under umbrellas and a dog chases the ball back and forth along the fence, "
-    "barking at every kick and at the passing cars on the road beyond the trees at the edge of the field.",
-)
-AGREEMENT_SENTENCES = 60
-#: The agreement check, in two parts, each relative to an embedding's largest component (float32):
-#: the folder's backbone and pooling against flow-plugin's pooled embeddings (measured on all-MiniLM-L6-v2: at
-#: most 1.1e-6, from padded batches; margin 90x: a wrong layer, pooling or truncation is off by far more) ...
-POOLED_TOLERANCE = 1e-4
-#: ... and the folder's calibration module against flow-plugin's calibrator on those same pooled embeddings
-#: (measured: 0 for the flow; for a linear map, a centring Dense then the projection Dense, at most 1.3e-6 on 1,000
-#: SICK sentences, all-MiniLM-L6-v2, where one folded Dense x W + b was up to 9.8e-6 here and 3.4e-5 on a small fit
-#: corpus; it grows with the map's condition, so the margin stays wide: a wrong map is off by ~1).
-CALIBRATION_TOLERANCE = 1e-2
-#: Beyond this end-to-end difference (:data:`.card.SENSITIVE_CALIBRATOR`), the calibrator itself magnifies the ~1e-6
-#: padding difference of the pooled embeddings while both parts above agree: a warning, and a note in the card. Seen
-#: with a flow fitted on fewer sentences than dimensions (flow-white, 220 sentences for 384: 3.3 of the scale).
+#: the encoder options a folder's model takes (it runs in the dtype and with the sequence length it was saved with)
+FOLDER_OPTIONS = ("device", "batch_size", "show_progress_bar")
+#: the file every sentence-transformers model folder has; only such a folder may be overwritten
+MODEL_MARKER = "modules.json"
+
+
+class RegistryBase:
+    """A registry model: flow-plugin's encoder embeds the fit corpus; its backbone is written as standard modules."""
+
+    def __init__(self, registry_model: RegistryModel) -> None:
+        spec = registry_model.backbone
+        self.registry_model, self.name, self.calibrator = registry_model, registry_model.name, registry_model.calibrator
+        self.revision, self.label, self.embedding_dim = registry_model.revision, spec.name, spec.embedding_dim
+        self.settings: dict[str, Any] = {}  # SentenceTransformer keywords the folder keeps (the registry has none)
+        self.card = {"hub_id": spec.hub_id, "license": spec.license, "base": f"`{spec.hub_id}`" + (
+            f" at revision `{spec.revision}`" if spec.revision else "") + f" with {spec.pooling!r} pooling (registry "
+            f"model `{self.name}`, configuration revision `{self.revision}`)"}
+
+    def template(self, device: str | None = None, **params: Any) -> Calibrator:
+        return build_calibrator(self.registry_model, device=device, **params)
+
+    def encoder(self, options: EncoderOptions) -> tuple[Any, str, str]:
+        """(the encoder of the fit, the device and the precision it runs in)."""
+        encoder = build_encoder(self.registry_model, options)
+        return encoder, str(encoder.backbone.device), options.precision
+
+    def modules(self) -> tuple[list[Any], list[str]]:
+        return registry_modules(self.registry_model.backbone)
+
+
+class FolderBase:
+    """A local sentence-transformers folder, loaded as it was saved: its own modules, prompts and similarity."""
+
+    def __init__(self, folder: Path, calibrator: str, device: str | None = None) -> None:
+        self.name = ForeignBase(f"./{folder.name}").model_name(calibrator)  # no path of this machine
+        self.calibrator, self.revision, self.label = calibrator, None, folder.name
+        try:
+            self.model = SentenceTransformer(str(folder), device=str(resolve_device(device)), local_files_only=True)
+        except (OSError, ValueError, KeyError, RuntimeError) as error:
+            reason = re.split(r"(?<=[.;:])\s", str(error).strip())[0] or type(error).__name__  # its first sentence
+            raise InputError(f"{self.name}: sentence-transformers cannot load {folder} ({reason}); give a folder that "
+                             "SentenceTransformer(folder) loads") from None
+        self.embedding_dim, default = int(self.model.get_embedding_dimension()), self.model.default_prompt_name
+        self.settings = {"prompts": dict(self.model.prompts), "default_prompt_name": default,
+                         "similarity_fn_name": self.model.similarity_fn_name}
+        prompts = ", ".join(f"`{name}` = {text!r}" for name, text in self.model.prompts.items()) or "none"
+        self.card = {"hub_id": None, "license": None, "base": f"the local sentence-transformers folder `{folder.name}` "
+                     f"(its own modules, prompts and similarity; prompts: {prompts}); the fit corpus was embedded "
+                     + (f"with the default prompt `{default}`" if default else "without a prompt")}
+
+    def template(self, device: str | None = None, **params: Any) -> Calibrator:
+        return calibrator_on_device(self.calibrator, device, **params)
+
+    def encoder(self, options: EncoderOptions) -> tuple[FolderBase, str, str]:
+        """(itself, encoding with ``options``' batch size and progress bar, the device and the precision it runs in)."""
+        self.options = {"show_progress_bar": options.show_progress_bar}
+        self.options.update({"batch_size": options.batch_size} if options.batch_size is not None else {})
+        return self, str(self.model.device), "the folder's own dtype"
+
+    def encode(self, sentences: list[str]) -> np.ndarray:
+        """The model's own ``encode`` (with its default prompt), as float32 rows."""
+        return np.asarray(self.model.encode(sentences, convert_to_numpy=True, **self.options), dtype=np.float32)
+
+    def modules(self) -> tuple[list[Any], list[str]]:
+        return list(self.model), [f"{type(module).__name__}: {self.label}'s own" for module in self.model]
+
+
+def export_base(model: str | RegistryModel, encoder_options: dict[str, Any]) -> RegistryBase | FolderBase:
+    """The base a model spelling names. A model MTEB loads by name is a one-line error saying how to export it."""
+    if isinstance(model, RegistryModel):
+        return RegistryBase(model)
+    base, calibrator = spelled_model(model)
+    if not is_foreign_base(base):
+        return RegistryBase(resolve(model))  # (an unknown name: the registry's error, with close names)
+    if not is_folder(base):
+        raise InputError(f"{model}: export takes a registry model or a local sentence-transformers folder, not a "
+                         f"model MTEB loads by name; save it first (SentenceTransformer({base!r}).save('my-model')) "
+                         f"and export {ForeignBase('./my-model').model_name(calibrator)}")
+    others = sorted(set(encoder_options) - set(FOLDER_OPTIONS))
+    if others:
+        raise InputError(f"{model}: {', '.join(others)} {'applies' if len(others) == 1 else 'apply'} to registry "
+                         "backbones only; a folder's model runs in the dtype and with the sequence length it was saved "
+                         f"with (options: {', '.join(FOLDER_OPTIONS)})")
+    return FolderBase(local_model_folder(base), calibrator, encoder_options.get("device"))
 
 
 @dataclass(frozen=True)
@@ -76,154 +136,15 @@ class ExportResult:
 
     path: Path
     model: str
-    #: the provenance record (also ``<path>/flow_plugin_export.json``)
-    record: dict[str, Any]
-    #: the calibrator in the folder (fitted here, or read from the calibrator file)
-    calibrator: Calibrator
-    #: the fit, when the calibrator was fitted here
-    fit: FitRecord | None
+    calibrator: Calibrator  # fitted here, or read from the calibrator file
+    fit: FitRecord | None  # when the calibrator was fitted here
+    modules: list[str]  # one line per module of the folder, in order
     size_bytes: int
 
     @property
     def needs_flow_plugin(self) -> bool:
-        return bool(self.record["needs_flow_plugin"])
-
-    def summary(self) -> list[str]:
-        """A few lines for a command line."""
-        lines = [f"wrote {self.path} ({self.size_bytes / 2**20:.1f} MiB): {self.model} for sentence-transformers"]
-        lines += [f"  {index}. {line}" for index, line in enumerate(self.record["modules"])]
-        if self.fit is not None:
-            lines.append(f"  fit: {self.fit.summary()}")
-        agreement = self.record.get("agreement")
-        if agreement:
-            lines.append(f"  checked on {agreement['sentences']} sentences against flow-plugin (float32): embeddings within "
-                         f"{agreement['max_rel_diff']:.1e} of their scale, cosine similarities within "
-                         f"{agreement['max_cosine_diff']:.1e}")
-        load = f'SentenceTransformer("{self.path}"' + (", trust_remote_code=True)" if self.needs_flow_plugin else ")")
-        lines.append(f"  load with {load}" + (" (needs flow-plugin installed)" if self.needs_flow_plugin else ""))
-        return lines
-
-
-def _check_sentence_transformers() -> str:
-    try:  # sentence-transformers is the optional export extra
-        import sentence_transformers
-    except ImportError:
-        raise MissingExtraError("exporting needs sentence-transformers: pip install 'flow-plugin[export]'") from None
-    version = sentence_transformers.__version__
-    if tuple(int(part) for part in version.split(".")[:1]) < (int(MIN_SENTENCE_TRANSFORMERS.split(".")[0]),):
-        raise MissingExtraError(f"exporting needs sentence-transformers >= {MIN_SENTENCE_TRANSFORMERS}, found {version}: "
-                                "pip install 'flow-plugin[export]'")
-    return version
-
-
-def _read_fit_corpus(path: Path) -> list[str]:
-    try:
-        return read_sentence_file(path)
-    except DataFolderError as error:
-        raise DataFolderError(f"{error}; --fit-corpus (fit_corpus=) takes a UTF-8 text file with one sentence per line") \
-            from None
-
-
-def _load_calibrator(path: Path, base: ExportBase) -> Calibrator:
-    """The calibrator file, checked against the model's method and width (``Calibrator.load``)."""
-    method_class = calibrator_class(base.calibrator)
-    if method_class is None:
-        raise CalibratorFileError(f"{base.name}: no calibrator is named {base.calibrator!r}")
-    try:
-        return method_class.load(path, n_features=base.embedding_dim)
-    except CalibratorFileError as error:
-        raise CalibratorFileError(
-            f"{error}; --calibrator (calibrator_path=) must hold a {method_class.method} calibrator fitted on "
-            f"{base.label}'s {base.embedding_dim}-dimensional embeddings for {base.name}"
-        ) from None
-
-
-def _encoder_options(encoder_options: dict[str, Any], model: str) -> EncoderOptions:
-    unknown = sorted(set(encoder_options) - set(EncoderOptions.names()))
-    if unknown:
-        accepted = list(EncoderOptions.names())
-        hints = [f"{key!r}{did_you_mean(key, accepted)}" for key in unknown]
-        raise InputError(f"export of {model}: unknown argument(s) {', '.join(hints)}; encoder options: {', '.join(accepted)}")
-    # float32 by default: the precision the exported folder computes in
-    return EncoderOptions(**{"precision": "float32", **encoder_options})
-
-
-def embedding_differences(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float]:
-    """(largest absolute difference, largest difference of a row / that row's largest component)."""
-    difference = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
-    scale = np.maximum(np.abs(ours.astype(np.float64)).max(axis=1), np.finfo(np.float32).tiny)
-    return float(difference.max()), float((difference.max(axis=1) / scale).max())
-
-
-def cosine_difference(ours: np.ndarray, theirs: np.ndarray) -> float:
-    """The largest difference between the cosine similarities of two rows, over all pairs of rows."""
-    def cosines(matrix: np.ndarray) -> np.ndarray:
-        unit = matrix.astype(np.float64) / np.maximum(np.linalg.norm(matrix.astype(np.float64), axis=1, keepdims=True),
-                                                      np.finfo(np.float64).tiny)
-        return unit @ unit.T
-
-    return float(np.abs(cosines(ours) - cosines(theirs)).max())
-
-
-def _agreement(folder: Path, base: ExportBase, calibrator: Calibrator, options: EncoderOptions,
-               corpus: list[str] | None, needs_flow_plugin: bool, calibration_modules: int) -> dict[str, Any]:
-    """Load the written folder with sentence-transformers and compare it with flow-plugin (float32
-    backbone, the calibrator) on a few sentences: the pooled embeddings, the calibration modules (the
-    last ``calibration_modules``) on the same inputs, and the embeddings a user gets. A part off by
-    more than its tolerance is an error (nothing is written)."""
-    # sentence-transformers (the optional export extra) loads when a folder is read back
-    from sentence_transformers import SentenceTransformer
-
-    probes = list(dict.fromkeys([*_PROBE_SENTENCES, *(corpus or [])[: AGREEMENT_SENTENCES * 2]]))
-    probes = probes[: len(_PROBE_SENTENCES) + AGREEMENT_SENTENCES]
-    reference_encoder, device = base.reference(options)
-    pooled = reference_encoder.encode(probes)
-    ours = calibrator.transform(pooled)
-    model = SentenceTransformer(str(folder), device=device, trust_remote_code=needs_flow_plugin, local_files_only=True)
-    theirs = model.encode(probes, convert_to_numpy=True, show_progress_bar=False)
-    backbone_and_pooling = SentenceTransformer(modules=list(model)[:-calibration_modules], device=device,
-                                               **base.settings)
-    theirs_pooled = backbone_and_pooling.encode(probes, convert_to_numpy=True, show_progress_bar=False)
-    if theirs.shape != ours.shape or theirs_pooled.shape != pooled.shape:
-        raise InputError(f"the exported folder gives embeddings of shape {theirs.shape} ({theirs_pooled.shape} pooled), "
-                         f"flow-plugin {ours.shape} ({pooled.shape}); nothing was written: please report this")
-    pooled_difference = embedding_differences(pooled, theirs_pooled)[1]
-    calibration_difference = embedding_differences(calibrator.transform(theirs_pooled), theirs)[1]
-    for part, difference, tolerance in (("backbone and pooling", pooled_difference, POOLED_TOLERANCE),
-                                        ("calibration", calibration_difference, CALIBRATION_TOLERANCE)):
-        if difference > tolerance:
-            raise InputError(f"the exported folder's {part} differs from flow-plugin's by {difference:.1e} of the "
-                             f"embeddings' scale (more than {tolerance:.0e}); nothing was written: please report this")
-    largest, relative = embedding_differences(ours, theirs)
-    return {"sentences": len(probes), "max_abs_diff": largest, "max_rel_diff": relative,
-            "max_cosine_diff": cosine_difference(ours, theirs), "pooled_rel_diff": pooled_difference,
-            "calibration_rel_diff": calibration_difference, "precision": "float32",
-            "reference_precision": base.fit_precision(options.replace(precision="float32")),
-            "device": device}
-
-
-def _declare_flow_plugin(folder: Path, requirements: dict[str, Any]) -> None:
-    """Say in the folder that its flow module needs flow-plugin: ``requirements`` in
-    ``config_sentence_transformers.json`` (sentence-transformers checks them before it loads any
-    module, naming what to install) and a ``requires`` note on the module's ``modules.json`` entry
-    (sentence-transformers reads only the keys it knows)."""
-    settings_path = folder / "config_sentence_transformers.json"
-    settings = json.loads(settings_path.read_text(encoding="utf-8"))
-    settings["requirements"] = requirements
-    settings_path.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    modules_path = folder / "modules.json"
-    modules = json.loads(modules_path.read_text(encoding="utf-8"))
-    specifier = requirements["flow-plugin"]["specifier"]
-    for module in modules:
-        if module["type"].startswith("flow_plugin."):
-            module["requires"] = (f"flow-plugin{specifier} (pip install flow-plugin), and "
-                                  "SentenceTransformer(folder, trust_remote_code=True)")
-    modules_path.write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
-
-
-def _versions(st_version: str) -> dict[str, str]:
-    return {"flow-plugin": __version__, "sentence-transformers": st_version, "transformers": version("transformers"),
-            "torch": version("torch")}
+        """Whether the folder holds the flow, flow-plugin's one custom module (else only standard modules)."""
+        return self.calibrator.method == "flow"
 
 
 def export_model(
@@ -238,156 +159,116 @@ def export_model(
     max_fit_sentences: int = DEFAULT_MAX_FIT_SENTENCES,
     fit_seed: int = DEFAULT_FIT_SEED,
     calibrator_params: dict[str, Any] | None = None,
-    check_agreement: bool = True,
     **encoder_options: Any,
 ) -> ExportResult:
-    """Write ``model`` (a registry model name such as ``flow_plugin/minilm-l6-whiten``, or a local
-    sentence-transformers folder spelled ``flow_plugin/./my-model-whiten`` or with an absolute path) with its
-    calibrator fitted on ``fit_corpus`` (a text file, one sentence per line) or read from ``calibrator_path``
-    (``Calibrator.save``'s file) as a sentence-transformers folder ``out_dir``.
-
-    ``fit_duplicates``, ``max_fit_sentences``, ``fit_seed`` and ``calibrator_params`` are the MTEB loader arguments
-    of the same names; ``benchmark`` (a leaderboard row, :func:`flow_plugin.leaderboard.benchmark_scores`) puts its
-    scores in the model card. ``out_dir`` must not exist, or be empty, or (``overwrite``) hold a model folder, which
-    is then replaced. ``check_agreement`` loads the folder back before moving it into place, measures how far its
-    float32 embeddings are from flow-plugin's (into the model card), and fails if its pooling or its calibration
-    module is off (``POOLED_TOLERANCE``, ``CALIBRATION_TOLERANCE``). The encoder options (``device``, ``precision``
-    (default float32), ``batch_size``, ``cache_dir``, ``show_progress_bar``) say how a registry backbone runs for the
-    fit; a folder's model takes ``device``, ``batch_size`` and ``show_progress_bar`` only.
-    """
-    st_version = _check_sentence_transformers()
+    """Write ``model`` (``flow_plugin/minilm-l6-whiten``, or a local folder ``flow_plugin/./my-model-whiten`` or
+    with an absolute path) with its calibrator fitted on ``fit_corpus`` (one sentence per line) or read from
+    ``calibrator_path`` (``Calibrator.save``'s file) as a sentence-transformers folder ``out_dir``, which must not
+    exist, or be empty, or (``overwrite``) hold a model folder. ``fit_duplicates``, ``max_fit_sentences``,
+    ``fit_seed`` and ``calibrator_params`` are the MTEB loader's; ``benchmark`` (a leaderboard row,
+    :func:`flow_plugin.leaderboard.benchmark_scores`) goes into the README. The encoder options (``device``,
+    ``precision``: float32 by default, as the folder computes; ``batch_size``, ``cache_dir``, ``show_progress_bar``)
+    say how a registry backbone runs for the fit; a folder's model takes ``device``, ``batch_size`` and
+    ``show_progress_bar`` only."""
     options = _encoder_options(encoder_options, model.name if isinstance(model, RegistryModel) else model)
     base = export_base(model, encoder_options)
-    # the corpus is a file read below; the other settings are checked as a calibrated model checks them
     fitting = FitSettings.make(max_fit_sentences=max_fit_sentences, fit_seed=fit_seed, fit_duplicates=fit_duplicates)
     if fit_corpus is not None and calibrator_path is not None:
         raise InputError(f"export of {base.name}: give a fit corpus (--fit-corpus) or a saved calibrator (--calibrator), "
                          "not both")
-    if benchmark is not None:
-        check_benchmark(benchmark, base.name, base.revision)
-    out = Path(out_dir).expanduser()
-    check_destination(out, overwrite=overwrite)  # before any work: the same check runs again before the move
-    corpus_path = Path(fit_corpus).expanduser() if fit_corpus is not None else None
-    corpus = _read_fit_corpus(corpus_path) if corpus_path is not None else None
-    source = _export_calibrator(base, options, corpus_path, corpus,
-                                Path(calibrator_path).expanduser() if calibrator_path is not None else None, fitting,
-                                calibrator_params or {})
-    calibrator = source.calibrator
-    # sentence-transformers (the optional export extra) loads when a folder is built
-    from flow_plugin.integrations.sentence_transformers.modules import build_pipeline
-
-    base_modules = base.base_modules()
-    pipeline = build_pipeline(base_modules, calibrator)
-    record = _export_record(base, source, pipeline, base_modules.facts, options, benchmark, _versions(st_version))
-    _write_folder(out, overwrite, record, pipeline, base, source, options, corpus,
-                  check_agreement=check_agreement)
+    if benchmark is not None and (benchmark.model, benchmark.revision) != (base.name, base.revision):
+        raise LeaderboardError(f"leaderboard row {benchmark.row!r} is of {benchmark.model} at revision "
+                               f"{benchmark.revision}, not of {base.name} at {base.revision}; pass that model's row "
+                               "(flow_plugin.leaderboard.benchmark_scores(board, model))")
+    out = Path(os.path.abspath(Path(out_dir).expanduser()))  # "." has no name of its own; links are kept
+    _check_destination(out, overwrite=overwrite)  # before any work; again before the move
+    facts: dict[str, Any] = {**base.card, "benchmark": benchmark}
+    calibrator, fit = _calibrator(base, options, fit_corpus, calibrator_path, fitting, calibrator_params or {}, facts)
+    base_modules, base_lines = base.modules()
+    own_modules, own_lines = calibration_modules(calibrator)
+    facts.update(model=base.name, calibrator=calibrator, modules=[*base_lines, *own_lines])
+    with atomic_folder(out, "export folder") as stage:
+        SentenceTransformer(modules=[*base_modules, *own_modules], device="cpu", **base.settings).save(
+            str(stage), create_model_card=False)
+        (stage / "README.md").write_text(render_readme(facts), encoding="utf-8")
+        _check_destination(out, overwrite=overwrite)  # again: another process may have written there meanwhile
     size = sum(path.stat().st_size for path in out.rglob("*") if path.is_file())
-    return ExportResult(path=out, model=base.name, record=record, calibrator=calibrator, fit=source.fit,
+    return ExportResult(path=out, model=base.name, calibrator=calibrator, fit=fit, modules=facts["modules"],
                         size_bytes=size)
 
 
-@dataclass
-class _CalibratorSource:
-    """The calibrator an export writes, and where it came from (the record's ``calibrator``/``fit_corpus``)."""
+def _encoder_options(encoder_options: dict[str, Any], model: str) -> EncoderOptions:
+    unknown = sorted(set(encoder_options) - set(EncoderOptions.names()))
+    if unknown:
+        accepted = list(EncoderOptions.names())
+        hints = [f"{key!r}{did_you_mean(key, accepted)}" for key in unknown]
+        raise InputError(f"export of {model}: unknown argument(s) {', '.join(hints)}; encoder options: {', '.join(accepted)}")
+    return EncoderOptions(**{"precision": "float32", **encoder_options})  # float32: what the folder computes in
 
-    calibrator: Any
-    fit: FitRecord | None = None
-    from_file: dict[str, Any] | None = None
-    corpus: dict[str, Any] | None = None
 
-
-def _export_calibrator(base: ExportBase, options: EncoderOptions, corpus_path: Path | None,
-                       corpus: list[str] | None, calibrator_path: Path | None, fitting: FitSettings,
-                       calibrator_params: dict[str, Any]) -> _CalibratorSource:
-    """The fitted calibrator of an export: none needed (raw), read from a saved file, or fitted on the corpus."""
+def _calibrator(base: RegistryBase | FolderBase, options: EncoderOptions, fit_corpus: Any, calibrator_path: Any,
+                fitting: FitSettings, params: dict[str, Any], facts: dict[str, Any]) -> tuple[Calibrator, FitRecord | None]:
+    """The fitted calibrator of an export: none needed (raw), read from a saved file, or fitted on the corpus; where
+    it came from goes into ``facts`` (``source``)."""
     if base.calibrator == "raw":
+        if fit_corpus is not None or calibrator_path is not None:
+            logger.warning("%s: raw embeddings need no fit; the %s is not used", base.name,
+                           "fit corpus" if fit_corpus is not None else "calibrator file")
         calibrator = base.template()
         calibrator.n_features_in_, calibrator.n_samples_fit_ = base.embedding_dim, 0  # no fit
-        if corpus_path is not None or calibrator_path is not None:
-            logger.warning("%s: raw embeddings need no fit; the %s is not used", base.name,
-                           "fit corpus" if corpus_path is not None else "calibrator file")
-        return _CalibratorSource(calibrator)
+        facts["source"] = "nothing: raw embeddings need no fit"
+        return calibrator, None
     if calibrator_path is not None:
-        return _CalibratorSource(_load_calibrator(calibrator_path, base), from_file={
-            "name": calibrator_path.name, "sha256": file_sha256(calibrator_path, "calibrator file")})
-    if corpus_path is None or corpus is None:
+        path = Path(calibrator_path).expanduser()
+        facts["source"] = f"the calibrator file `{path.name}` (sha256 `{file_sha256(path, 'calibrator file')}`)"
+        return _load_calibrator(path, base), None
+    if fit_corpus is None:
         raise InputError(f"{base.name} needs its {base.calibrator} calibrator: pass a fit corpus "
                          "(--fit-corpus FILE, one sentence per line) or a saved calibrator (--calibrator PATH)")
-    encoder, device = base.encoder(options)
-    template = base.template(device, **calibrator_params)
-    part = CorpusPart(corpus_path.name, lambda: iter([corpus]))
-    sample = sample_corpus([part], cap=fitting.max_fit_sentences, seed=fitting.fit_seed)
-    source = f"file {corpus_path.name}"
-    calibrator, fit = fit_on_sample(encoder, template, sample, model=base.name, source=source,
-                                    context={"fit_corpus": source}, duplicates=fitting.fit_duplicates,
-                                    what=f"{base.calibrator} on {corpus_path.name}",
+    path = Path(fit_corpus).expanduser()
+    try:
+        corpus = read_sentence_file(path)
+    except DataFolderError as error:
+        raise DataFolderError(f"{error}; --fit-corpus (fit_corpus=) takes a UTF-8 text file with one sentence per line") \
+            from None
+    encoder, device, precision = base.encoder(options)
+    sample = sample_corpus([CorpusPart(path.name, lambda: iter([corpus]))], cap=fitting.max_fit_sentences,
+                           seed=fitting.fit_seed)
+    calibrator, fit = fit_on_sample(encoder, base.template(device, **params), sample, model=base.name,
+                                    source=f"file {path.name}", context={"fit_corpus": f"file {path.name}"},
+                                    duplicates=fitting.fit_duplicates, what=f"{base.calibrator} on {path.name}",
                                     remedy="fit on more sentences")
-    return _CalibratorSource(calibrator, fit=fit, corpus={
-        "file": corpus_path.name, "sha256": file_sha256(corpus_path, "fit corpus file"), "sentences": len(corpus),
-        "unique_sentences": len(set(corpus)), "fit_sentences": len(sample.sentences),
-        "sampling": sample.describe(), "duplicates": fitting.fit_duplicates,
-        "max_fit_sentences": fitting.max_fit_sentences, "fit_seed": fitting.fit_seed,
-    })
+    facts["source"] = (f"the file `{path.name}`: {len(corpus)} sentences ({len(set(corpus))} distinct), sha256 "
+                       f"`{file_sha256(path, 'fit corpus file')}`; the fit saw {sample.describe()} (duplicates: "
+                       f"{fitting.fit_duplicates}) in canonical order, embedded in {precision}")
+    return calibrator, fit
 
 
-def _export_record(base: ExportBase, source: _CalibratorSource, pipeline: Any, facts: dict[str, Any],
-                   options: EncoderOptions, benchmark: BenchmarkScores | None, versions: dict[str, str]) -> dict[str, Any]:
-    """The folder's ``flow_plugin_export.json`` record (its ``agreement`` is filled in once the folder is written)."""
-    calibrator, fit = source.calibrator, source.fit
-    needs_flow_plugin = calibrator.method == "flow"
-    return {
-        "format": RECORD_FORMAT,
-        "format_version": 1,
-        "model": base.name,
-        "revision": base.revision,
-        "backbone": base.record(facts),
-        "calibrator": {
-            "method": calibrator.method, "class": type(calibrator).__name__, "params": calibrator.result_params(),
-            "effective_params": calibrator.effective_params(),
-            "n_features_in": int(calibrator.n_features_in_), "n_features_out": int(calibrator.n_features_out_),
-            "n_samples_fit": int(calibrator.n_samples_fit_), "adapted": getattr(calibrator, "adapted_", None),
-            "fit_log_likelihood": getattr(calibrator, "fit_log_likelihood_", None),
-            "fit_bits_per_dim": getattr(calibrator, "fit_bits_per_dim_", None),
-            "from_file": source.from_file,
-        },
-        "fit_corpus": source.corpus,
-        "fit": None if fit is None else {key: value for key, value in fit.as_dict().items() if key not in ("served", "calls")},
-        "fit_precision": base.fit_precision(options) if fit is not None else None,
-        "modules": pipeline.descriptions,
-        "needs_flow_plugin": needs_flow_plugin,
-        "requirements": ({"flow-plugin": {"specifier": f">={versions['flow-plugin']}",
-                                          "reason": "the flow is flow-plugin's FlowCalibration module"}}
-                         if needs_flow_plugin else {}),
-        "agreement": None,
-        "benchmark": benchmark.as_dict() if benchmark is not None else None,
-        "versions": versions,
-        "created": datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
+def _load_calibrator(path: Path, base: RegistryBase | FolderBase) -> Calibrator:
+    """The calibrator file, checked against the model's method and width (``Calibrator.load``)."""
+    method_class = calibrator_class(base.calibrator)  # a model name's calibrator is a known one
+    try:
+        return method_class.load(path, n_features=base.embedding_dim)
+    except CalibratorFileError as error:
+        raise CalibratorFileError(
+            f"{error}; --calibrator (calibrator_path=) must hold a {method_class.method} calibrator fitted on "
+            f"{base.label}'s {base.embedding_dim}-dimensional embeddings for {base.name}") from None
 
 
-def _write_folder(out: Path, overwrite: bool, record: dict[str, Any], pipeline: Any, base: ExportBase,
-                  source: _CalibratorSource, options: EncoderOptions, corpus: list[str] | None, *,
-                  check_agreement: bool) -> None:
-    """Write the folder in a staging place, check it loads back and agrees (``check_agreement``), then move it to
-    ``out``; the record's ``agreement`` is filled in on the way."""
-    # sentence-transformers (the optional export extra) loads when a folder is written
-    from sentence_transformers import SentenceTransformer
-
-    calibrator = source.calibrator
-    with staged_folder(out, overwrite=overwrite) as stage:
-        SentenceTransformer(modules=pipeline.modules, device="cpu", **base.settings).save(str(stage),
-                                                                                       create_model_card=False)
-        if record["needs_flow_plugin"]:
-            _declare_flow_plugin(stage, record["requirements"])
-        if check_agreement:
-            record["agreement"] = _agreement(stage, base, calibrator, options, corpus,
-                                             record["needs_flow_plugin"], pipeline.calibration_modules)
-            if record["agreement"]["max_rel_diff"] > SENSITIVE_CALIBRATOR:
-                logger.warning(
-                    "%s: the fitted %s magnifies tiny differences of its input: the folder's embeddings are %.1e of "
-                    "their scale from flow-plugin's although its pooling agrees to %.1e; a fit on more sentences "
-                    "(%d now, %d dimensions) is steadier", base.name, calibrator.method,
-                    record["agreement"]["max_rel_diff"], record["agreement"]["pooled_rel_diff"],
-                    calibrator.n_samples_fit_, calibrator.n_features_in_)
-        (stage / RECORD_FILE).write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        (stage / "README.md").write_text(render_card(record), encoding="utf-8")
+def _check_destination(out: Path, *, overwrite: bool) -> None:
+    """Refuse a destination that is a file, under an unwritable folder, or a non-empty folder (unless ``overwrite``
+    and it holds a model: a mistyped ``--out`` never deletes a folder of something else)."""
+    if out.is_file():
+        raise InputError(f"--out {out} is a file; give a folder path that does not exist yet")
+    existing = next(folder for folder in out.parents if folder.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        problem = "is a file, not a folder" if not existing.is_dir() else "is not writable"
+        raise OutputError(f"cannot write the export folder {out}: {existing} {problem}; choose another folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise InputError(f"--out {out} exists and is not empty; pass --overwrite (overwrite=True) to replace it, "
+                         "or choose another folder")
+    if not (out / MODEL_MARKER).is_file():
+        raise InputError(f"--out {out} is not empty and holds no sentence-transformers model ({MODEL_MARKER}); "
+                         "--overwrite replaces only a model folder: choose another folder")

@@ -1,5 +1,5 @@
 """A leaderboard row as an exported model's card shows it: the export (a layer below the leaderboard) takes a
-:class:`~flow_plugin.integrations.sentence_transformers.benchmark.BenchmarkScores`, which this module builds
+:class:`~flow_plugin.integrations.sentence_transformers.card.BenchmarkScores`, which this module builds
 from the row of the exported model (``flow-plugin export --leaderboard``).
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from flow_plugin.catalog.registry import RegistryModel, is_foreign_base, parse_model_name, spelled_model
 from flow_plugin.errors import LeaderboardError
-from flow_plugin.integrations.sentence_transformers.benchmark import BenchmarkScores
+from flow_plugin.integrations.sentence_transformers.card import BenchmarkScores
 from flow_plugin.leaderboard.models import Leaderboard, Row
 
 

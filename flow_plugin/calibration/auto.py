@@ -43,6 +43,7 @@ import numpy as np
 
 from flow_plugin.calibration import gentle, linear  # noqa: F401 (their classes enter CALIBRATOR_CLASSES)
 from flow_plugin.calibration.base import Calibrator, calibrator_by_name
+from flow_plugin.calibration.names import AUTO_CANDIDATES, AUTO_STEP_DOWN
 from flow_plugin.calibration.signals import anisotropy, measure
 from flow_plugin.errors import InputError
 
@@ -64,10 +65,7 @@ DEFAULT_THRESHOLD = 0.27
 #: the split-half neighbour stability of whitening (:mod:`.signals`) a whitening-like choice needs; below it, auto
 #: steps down to a gentler calibrator (:data:`STEP_DOWN`)
 DEFAULT_STABILITY_FLOOR = 0.0
-#: the calibrators auto may choose, gentlest first
-CANDIDATES: tuple[str, ...] = ("raw", "center", "remove-mean-dir", "sn", "soft-whiten", "whiten")
-#: where a whitening-like choice steps down to when the text cannot pin whitening down
-STEP_DOWN: dict[str, str] = {"whiten": "soft-whiten", "soft-whiten": "remove-mean-dir"}
+CANDIDATES, STEP_DOWN = AUTO_CANDIDATES, AUTO_STEP_DOWN
 
 
 @dataclass(frozen=True)

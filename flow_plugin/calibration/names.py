@@ -36,6 +36,10 @@ _AUTO_LABELS: dict[str, str] = {"auto": "auto"}
 CALIBRATOR_LABELS: dict[str, str] = {**_COMPARISON_LABELS, **_GENTLE_LABELS, **_AUTO_LABELS}
 #: the calibrators that choose another per task (the others are *fixed*: one map for every task)
 AUTO_CALIBRATORS: tuple[str, ...] = tuple(_AUTO_LABELS)
+#: the calibrators ``auto`` may choose, gentlest first (``calibration/auto.py``)
+AUTO_CANDIDATES: tuple[str, ...] = ("raw", "center", "remove-mean-dir", "sn", "soft-whiten", "whiten")
+#: where ``auto`` steps a whitening-like choice down to when the text cannot pin whitening down
+AUTO_STEP_DOWN: dict[str, str] = {"whiten": "soft-whiten", "soft-whiten": "remove-mean-dir"}
 #: the six methods of the paper's comparison: what bench, the paper's evaluations and sweeps run by default
 CALIBRATOR_METHODS: tuple[str, ...] = tuple(_COMPARISON_LABELS)
 

@@ -41,7 +41,9 @@ LOSS_WEIGHT = 3.0
 WORST_DELTA = -0.5
 #: the share of a significant gain (the best candidate's) auto must keep
 KEPT_GAIN = 0.5
-FLOORS = tuple(round(0.05 * step, 2) for step in range(0, 19))
+#: the thresholds and floors the fit tries: a coarse grid (a finer one splits a backbone's own tasks by noise)
+THRESHOLDS = (*(round(0.05 * step, 2) for step in range(1, 13)), 1.01)
+FLOORS = (0.0, 0.6, 0.7, 0.8, 0.9)
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,8 @@ def _gentleness(choice: str) -> int:
 
 def fit_rule(cells: list[Cell]) -> Rule:
     """The rule with the best total utility on ``cells`` (ties: the larger threshold, floor and gentler table)."""
-    anisotropies = sorted({cell.signals["anisotropy"] for cell in cells})
-    thresholds = [1.01] + [round((a + b) / 2, 4) for a, b in zip(anisotropies, anisotropies[1:])]
     best: tuple[float, Any] | None = None
-    for threshold in thresholds:
+    for threshold in THRESHOLDS:
         for floor in FLOORS:
             choices, total = {}, 0.0
             for family in ("ranking", "pairs", "labels"):

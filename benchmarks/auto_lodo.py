@@ -17,7 +17,8 @@ Two steps::
         --boards leaderboards/task-types-*.json -o benchmarks/results/auto-lodo.md
 
 The objective counts a loss three times as much as a gain of the same size (:data:`LOSS_WEIGHT`); of rules that
-score alike the gentler wins. A left-out task's Δ is the board's Δ of the calibrator the rule chose there, with the
+score alike the most cautious wins: the highest threshold (fewer tasks count as anisotropic), the highest floor (the
+safeguard steps down wherever the tuning data does not say otherwise), then the gentler table. A left-out task's Δ is the board's Δ of the calibrator the rule chose there, with the
 board's 95% interval (paired bootstrap over the test items and evaluator seeds); a type's mean over its tasks takes
 the tasks' intervals as independent normal ones.
 """
@@ -97,7 +98,7 @@ def _gentleness(choice: str) -> int:
 
 
 def fit_rule(cells: list[Cell]) -> Rule:
-    """The rule with the best total utility on ``cells`` (ties: the larger threshold, floor and gentler table)."""
+    """The rule with the best total utility on ``cells`` (ties: the higher threshold and floor, the gentler table)."""
     best: tuple[float, Any] | None = None
     for threshold in THRESHOLDS:
         for floor in FLOORS:
@@ -200,6 +201,13 @@ def report(cells: list[Cell], scored: list[LeftOut], final: Rule) -> str:
     lines += ["", f"## Targets: {len(scored) - len(missed)} of {len(scored)} left-out tasks meet them", ""]
     lines += [f"- {item.cell.backbone}, {item.cell.task} ({item.cell.dataset} left out): auto chose {item.choice}: "
               f"{'; '.join(problems)}" for item, problems in missed]
+    unguarded = Rule(final.threshold, 0.0, final.choices)
+    stepped = [(cell, chosen(cell, unguarded), chosen(cell, final)) for cell in cells
+               if chosen(cell, unguarded) != chosen(cell, final)]
+    lines += ["", f"## Where the safeguard changed the fitted rule's choice: {len(stepped)} of {len(cells)} tasks", ""]
+    lines += [f"- {cell.backbone}, {cell.task}: {before} → {after} (whitening's split-half stability "
+              f"{cell.signals.get('whitening_stability', 1.0):.2f}; Δ {_delta(cell, before):+.2f} → "
+              f"{_delta(cell, after):+.2f})" for cell, before, after in stepped]
     lines += ["", "## The rule each fold fitted", "", "| left out | threshold | floor | ranking | pairs | labels |",
               "|---|---:|---:|---|---|---|"]
     for dataset in sorted({item.cell.dataset for item in scored}):

@@ -105,24 +105,3 @@ def test_the_safeguard_steps_a_whitening_like_choice_down_and_says_why() -> None
     choice, why = rule.decide("ranking", {"anisotropy": 0.5, "whitening_stability": 0.5})
     assert choice == "remove-mean-dir" and "split-half stability 0.50 < 0.8" in why
 
-
-REPO = Path(__file__).resolve().parents[1]
-#: the signals of every published board's tasks, as ``python -m benchmarks.auto_lodo signals`` measured them
-SIGNALS = REPO / "benchmarks" / "results" / "auto-signals.json"
-
-
-def test_autos_rule_is_the_one_fitted_on_the_published_boards() -> None:
-    """auto's threshold, floor and table are what ``benchmarks/auto_lodo.py`` fits on every dataset of the published
-    task-types boards and the signals of their tasks (its leave-one-dataset-out report, docs/gentle.md, judges that
-    fit). A rebuilt board that changes the fit fails here until auto.py follows."""
-    import json
-
-    from benchmarks.auto_lodo import fit_rule, read_cells
-    from flow_plugin.calibration.auto import DEFAULT_STABILITY_FLOOR, DEFAULT_THRESHOLD
-
-    cells = read_cells(sorted((REPO / "leaderboards").glob("task-types-*.json")),
-                       json.loads(SIGNALS.read_text(encoding="utf-8")))
-    assert {cell.backbone for cell in cells} >= {"minilm-l6", "mpnet-base", "minilm-l6-layer0", "minilm-l6-layer1"}
-    rule = fit_rule(cells)
-    assert (rule.threshold, rule.stability_floor) == (DEFAULT_THRESHOLD, DEFAULT_STABILITY_FLOOR)
-    assert dict(rule.choices) == RULES

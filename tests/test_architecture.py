@@ -124,6 +124,53 @@ def test_the_mteb_adapter_keeps_its_shape() -> None:
     assert long_functions == [] and frame_walks == [] and hooks == []
 
 
+# ---------------------------------------------------------------- imports at module top
+#: the most imports inside functions the package may hold (each with its reason); lower it as they go
+MAX_INNER_IMPORTS = 135
+#: imported at every Python start-up (a .pth file): standard library only at its top, its inner imports
+#: justified once in its own comment
+STARTUP_MODULE = "flow_plugin/integrations/mteb/hook.py"
+
+
+def inner_imports(source: str) -> list[tuple[int, bool]]:
+    """(line, has a reason) of every import statement inside a function: the reason is a comment on one of the
+    statement's lines, or on the nearest line above that is neither blank nor another of these imports."""
+    lines = source.splitlines()
+    found = {id(node): node for function in ast.walk(ast.parse(source))
+             if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for node in ast.walk(function) if isinstance(node, (ast.Import, ast.ImportFrom))}
+    import_lines = {line for node in found.values() for line in range(node.lineno, node.end_lineno + 1)}
+    result = []
+    for node in sorted(found.values(), key=lambda node: node.lineno):
+        reason = any("#" in lines[line - 1] for line in range(node.lineno, node.end_lineno + 1))
+        above = node.lineno - 1
+        while not reason and above >= 1 and (not lines[above - 1].strip() or above in import_lines):
+            reason = "#" in lines[above - 1]
+            above -= 1
+        result.append((node.lineno, reason or (above >= 1 and "#" in lines[above - 1])))
+    return result
+
+
+def test_imports_sit_at_module_top_unless_a_reason_keeps_them_in_a_function() -> None:
+    """An import inside a function is a heavy or optional package (torch, MTEB, transformers, matplotlib, Ray,
+    scikit-learn's seconds), or a module that pulls one in, kept out of a light module, and says why in a comment;
+    the package holds at most MAX_INNER_IMPORTS of them."""
+    counted, unexplained = 0, []
+    for path in sorted((REPO / "flow_plugin").rglob("*.py")):
+        name = path.relative_to(REPO).as_posix()
+        found = inner_imports(path.read_text(encoding="utf-8"))
+        counted += len(found)
+        if name != STARTUP_MODULE:
+            unexplained += [f"{name}:{line}" for line, reason in found if not reason]
+    assert unexplained == []
+    assert counted <= MAX_INNER_IMPORTS
+    # the check sees a reason above a run of imports, on the line, and its absence
+    source = ("def f():\n    # heavy: loads torch\n    import torch\n\n    from x import y\n    return y\n\n\n"
+              "def g():\n    import json  # one line\n    import os\n    return json, os\n\n\n"
+              "def h():\n    x = 1\n    import re\n    return re, x\n")
+    assert inner_imports(source) == [(3, True), (5, True), (10, True), (11, True), (17, False)]
+
+
 def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 

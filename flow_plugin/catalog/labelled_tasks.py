@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -204,8 +205,6 @@ def _source_roles(source: Any) -> set[str]:
     if hasattr(source, "columns"):
         return set(source.columns)
     if hasattr(source, "pattern"):
-        import re
-
         return set(re.compile(source.pattern).groupindex)
     if source.format == "lines-per-label":
         return {"text", "label"}

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from flow_plugin.calibration.names import STUDY_CALIBRATORS
+from flow_plugin.integrations.senteval_transfer import CLASSIFIERS, SENTEVAL_PATH_ENV, TRANSFER_TASKS
 
 
 def _stderr(message: str) -> None:
@@ -18,8 +19,6 @@ def _stderr(message: str) -> None:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    from flow_plugin.integrations.senteval_transfer import CLASSIFIERS, SENTEVAL_PATH_ENV, TRANSFER_TASKS
-
     parser.add_argument("-b", "--backbone", required=True,
                         help="the base model: a registry backbone (minilm-l6), a local sentence-transformers folder "
                              "(./my-model) or a model MTEB loads by name (org/name)")
@@ -40,7 +39,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flow_plugin.studies.senteval_transfer import run_transfer
+    from flow_plugin.studies.senteval_transfer import run_transfer  # numpy loads when SentEval runs, not to parse
 
     report = run_transfer(args.backbone, args.data, calibrators=args.calibrators, tasks=args.tasks, seeds=args.seeds,
                           classifier=args.classifier, senteval_path=args.senteval_path, output=args.output,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.cli._options import add_encoder_arguments, encoder_options
+from flow_plugin.studies.task_types import DEFAULT_EVALUATOR_SEEDS, STUDY_MAX_FIT_SENTENCES, build_board, run_task_types
 
 
 def _stderr(message: str) -> None:
@@ -19,8 +20,6 @@ def _stderr(message: str) -> None:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    from flow_plugin.studies.task_types import DEFAULT_EVALUATOR_SEEDS, STUDY_MAX_FIT_SENTENCES
-
     parser.add_argument("-b", "--backbone", required=True,
                         help="registry backbone (minilm-l6), MTEB model name (intfloat/e5-small-v2) or local "
                              "sentence-transformers folder (/path/to/model)")
@@ -57,8 +56,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flow_plugin.studies.task_types import build_board, run_task_types
-
     if args.board_only:
         if args.board is None:
             _stderr("flow-plugin task-types: --board-only needs --board JSON (where to write the board)")

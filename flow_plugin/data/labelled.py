@@ -58,7 +58,9 @@ Examples
 
 from __future__ import annotations
 
+import codecs
 import csv
+import hashlib
 import io
 import json
 import math
@@ -118,8 +120,6 @@ class _Source(BaseModel):
     @field_validator("encoding")
     @classmethod
     def _known_encoding(cls, value: str) -> str:
-        import codecs
-
         try:
             codecs.lookup(value)
         except LookupError:
@@ -542,7 +542,7 @@ def stratified_split(labels: Sequence[Any], *, test_fraction: float, seed: int) 
     ...
     flow_plugin.errors.DataFolderError: the split rule needs at least 2 items of every label (one for train, one for test); label 1 has fewer: add items, or leave it out (map it to "drop" in the source's label_map)
     """
-    from sklearn.model_selection import train_test_split
+    from sklearn.model_selection import train_test_split  # heavy: scikit-learn takes seconds to import
 
     if not 0 < test_fraction < 1:
         raise InputError(f"test_fraction must be between 0 and 1, got {test_fraction}")
@@ -624,8 +624,6 @@ def select_rows(columns: Mapping[str, list[Any]], indices: Sequence[int]) -> dic
 def files_fingerprint(files: Sequence[os.PathLike[str] | str], settings: Any) -> str:
     """``sha256:<hex>`` of the files' names and bytes (in the order read) and of ``settings`` (JSON):
     a task's data revision, which changes when a file or the way it is read changes."""
-    import hashlib
-
     digest = hashlib.sha256()
     for path in files:
         path = Path(path)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
 
 from flow_plugin.data.labelled import DOCUMENT_LABEL
 from flow_plugin.errors import DataFolderError
@@ -202,8 +203,6 @@ def first_stage(queries: dict[str, str], own: dict[str, list[str]], documents: d
     """Each query's candidate document ids (query text -> ids): its own rows' documents, then the documents a
     TF-IDF model (scikit-learn, fitted on the documents; cosine) ranks highest, ties by document order, up to
     ``candidates``; a document with the query's own id (the same text, :func:`text_ids`) is never one."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
     texts, ids = list(documents), list(documents.values())
     query_texts = list(queries)
     vectorizer = TfidfVectorizer().fit(texts)

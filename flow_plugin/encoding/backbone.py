@@ -23,6 +23,7 @@ freezes it, and turns sentences into pooled float32 embeddings:
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import os
@@ -58,6 +59,7 @@ from flow_plugin.encoding.plan_probe import (
     plan_without_probe,
     probe_workload,
 )
+from flow_plugin.encoding.precision_probe import ProbeShapes
 from flow_plugin.errors import InputError, WeightsUnavailableError
 from flow_plugin.encoding.pooling import Pooling, parse_pooling
 
@@ -234,8 +236,6 @@ class Backbone:
         if self._precision_choice is None:
             with self._precision_lock:
                 if self._precision_choice is None:
-                    from flow_plugin.encoding.precision_probe import ProbeShapes
-
                     width = self.expected_embedding_dim or int(self.config.hidden_size)
                     shapes = ProbeShapes.for_width(width, self.batch_size)
                     choice = choose_precision(self.requested_precision, self.device, shapes=shapes)
@@ -330,7 +330,7 @@ class Backbone:
     def config(self) -> Any:
         """The model's ``PretrainedConfig`` (loaded on first access; no weights)."""
         if self._config is None:
-            from transformers import AutoConfig
+            from transformers import AutoConfig  # heavy: transformers
 
             config = self._from_pretrained(AutoConfig)
             self._check_width(config)
@@ -371,7 +371,7 @@ class Backbone:
         with self._load_lock:
             if self._model is not None:
                 return self
-            from transformers import AutoModel, AutoTokenizer
+            from transformers import AutoModel, AutoTokenizer  # heavy: transformers
 
             logger.info("loading backbone %s (revision %s) on %s", self.model_name_or_path, self.revision, self.device)
             tokenizer = self._from_pretrained(AutoTokenizer)
@@ -441,9 +441,7 @@ class Backbone:
     def _probe_twin(self) -> Backbone:
         """A backbone like this one (device, precision, pooling, batch size) holding a randomly initialised model of
         this config, initialised on the device."""
-        import copy
-
-        from transformers import AutoModel
+        from transformers import AutoModel  # heavy: transformers
 
         config = copy.deepcopy(self.config)
         with torch.random.fork_rng(devices=[]), torch.device(self.device):

@@ -14,9 +14,11 @@ and what the CPU precision probe (:mod:`flow_plugin.encoding.precision_probe`) t
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import torch
+from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
 from flow_plugin.encoding.options import RESOLVED_PRECISIONS
 
@@ -162,10 +164,6 @@ def quantize_linear_layers_int8(model: torch.nn.Module) -> int:
     This loses accuracy: on all-MiniLM-L6-v2's STS-B test embeddings about 0.7 Spearman points below float32
     (docs/evidence.md gives the measured figure), which is why it is never chosen by ``auto``.
     """
-    import warnings
-
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     count = sum(1 for module in model.modules() if type(module) is torch.nn.Linear)
     with warnings.catch_warnings():  # torch announces that these quantization APIs move to torchao (torch 2.13)
         warnings.filterwarnings("ignore", category=UserWarning, message=".*deprecated.*")

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from threadpoolctl import threadpool_limits
 
+from flow_plugin.encoding import precision_probe
 from flow_plugin.encoding.options import AUTO_PRECISION_ENV, PRECISIONS, RESOLVED_PRECISIONS
 from flow_plugin.errors import InputError
 
@@ -129,7 +131,6 @@ def choose_precision(precision: str, device: torch.device, *, shapes: Any = None
         return PrecisionChoice(precision, precision_for_capability(torch.cuda.get_device_capability(device)), "device")
     if device.type != "cpu":
         return PrecisionChoice(precision, "float32", "device")
-    from flow_plugin.encoding import precision_probe
 
     shapes = shapes or precision_probe.ProbeShapes(*DEFAULT_PROBE_SHAPES)
     measurement, from_cache = precision_probe.cached_bf16_measurement(
@@ -154,8 +155,6 @@ def process_threads() -> int:
 def limit_process_threads(threads: int) -> None:
     """This process's torch and BLAS (NumPy, SciPy, scikit-learn) use ``threads`` threads from now on: what each
     worker of a pool that fills the cores together runs with."""
-    from threadpoolctl import threadpool_limits
-
     torch.set_num_threads(threads)
     _LIMITS.append(threadpool_limits(limits=threads))  # kept for the life of the process
 

@@ -61,7 +61,7 @@ def unsupported_reason(config: Any) -> str | None:
 
 def use_packed_attention(model: torch.nn.Module) -> None:
     """Make ``model`` attend within the sentences :func:`packed_hidden_states` names (registered once)."""
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface  # heavy: transformers
 
     if not _REGISTERED:
         AttentionInterface.register(ATTENTION_NAME, _attention)

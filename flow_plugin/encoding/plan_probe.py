@@ -249,7 +249,7 @@ def plan_key(device: torch.device, config: Any, *, layers: int, pooling: str, pr
     """Everything a measurement depends on: the device (its name and compute capability on CUDA), torch's,
     CUDA's and transformers' versions, the model's shape (type, width, heads, feed-forward width, and the
     ``layers`` the pooling runs), the pooling, precision, batch size, sequence limit and the probe's version."""
-    import transformers
+    import transformers  # heavy: loads with a model
 
     described: dict[str, Any] = {"type": device.type}
     if device.type == "cuda":

@@ -19,6 +19,8 @@ import time
 import warnings
 from collections.abc import Iterator
 
+from threadpoolctl import threadpool_limits
+
 from flow_plugin.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ PROBE_REPEATS = 2
 
 def _probe_fit() -> float:
     """Seconds of one seeded logistic-regression fit of a typical evaluator's shape (2,000 × 384, 6 classes)."""
+    # numpy and scikit-learn load when the probe runs (the command line imports this module)
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
@@ -47,8 +50,6 @@ def _probe_fit() -> float:
 def blas_threads() -> int | None:
     """The BLAS thread count the evaluators run with: 1 when one thread fits faster than the libraries' default
     here, else ``None`` (the default); measured once per process unless ``$FLOW_PLUGIN_BLAS_THREADS`` says."""
-    from threadpoolctl import threadpool_limits
-
     value = os.environ.get(BLAS_THREADS_ENV, "").strip()
     if value:
         if value == "default":
@@ -70,8 +71,6 @@ def blas_threads() -> int | None:
 @contextlib.contextmanager
 def evaluator_threads() -> Iterator[int | None]:
     """While the block runs, NumPy/SciPy's BLAS use :func:`blas_threads` threads (torch's are left alone)."""
-    from threadpoolctl import threadpool_limits
-
     chosen = blas_threads()
     if chosen is None:
         yield None

@@ -54,8 +54,10 @@ import numpy as np
 
 from flow_plugin.errors import InputError, InputTypeError, NotFittedError
 from flow_plugin._machine import cuda_available
+from flow_plugin.catalog.fitting import fit_calibrator
 from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, ForeignBase, RegistryModel, get_backbone,
                                           is_foreign_base, model_name_suffixes, spelled_model)
+from flow_plugin.data.tasks import OFFLINE_TASKS_BY_SENTEVAL_NAME
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.calibration import Calibrator
 
@@ -116,9 +118,7 @@ def task_metadata(task: str | None) -> Any:
     """The MTEB ``TaskMetadata`` a base model is told it embeds for SentEval's ``task``: named as the offline MTEB
     task of the same data (``SentEvalSTS12``, ``SentEvalSICKR``), else ``SentEval<task>``, of the MTEB type it is
     (:data:`TASK_TYPES`), so a model that picks its prompt by task name or type picks it as it would in MTEB."""
-    from mteb.abstasks.task_metadata import TaskMetadata
-
-    from flow_plugin.data.tasks import OFFLINE_TASKS_BY_SENTEVAL_NAME
+    from mteb.abstasks.task_metadata import TaskMetadata  # heavy: MTEB, for a base outside the registry
 
     name = task or ""
     task_type = next((kind for kind, tasks in TASK_TYPES.items() if task in tasks), "Classification")
@@ -151,7 +151,7 @@ class BaseModelEncoder:
     def load(cls, base: str, encoder_options: Mapping[str, Any]) -> BaseModelEncoder:
         """The base a spelling names (:func:`~flow_plugin.integrations.mteb.base_models.load_base`; the options
         other than ``device``, ``batch_size`` and ``show_progress_bar`` apply to registry backbones only)."""
-        from flow_plugin.integrations.mteb.base_models import load_base
+        from flow_plugin.integrations.mteb.base_models import load_base  # heavy: loads MTEB
 
         options = {key: value for key, value in encoder_options.items() if key not in ("batch_size",
                                                                                       "show_progress_bar")}
@@ -171,6 +171,7 @@ class BaseModelEncoder:
         self.task = task
 
     def encode(self, sentences: list[str], show_progress_bar: bool | None = None) -> np.ndarray:
+        # MTEB loads with a base outside the registry
         from flow_plugin.integrations.mteb.compat import text_loader
         from flow_plugin.integrations.mteb.fits import base_output
 
@@ -231,7 +232,7 @@ def _calibrator_template(calibrator: Any, calibrator_params: dict[str, Any] | No
                          device_name: str) -> tuple[Any, str]:
     """The unfitted calibrator an adapter clones for every task, and its method name: a copy of a ``Calibrator``
     object, or one built by method name (with the backbone's preset when the backbone is a registry one)."""
-    from flow_plugin.catalog.builders import build_calibrator, calibrator_on_device
+    from flow_plugin.catalog.builders import build_calibrator, calibrator_on_device  # heavy: loads torch
 
     if isinstance(calibrator, Calibrator):
         if calibrator_params:
@@ -342,9 +343,6 @@ class SentEvalAdapter:
     # ------------------------------------------------------------------ SentEval callbacks
     def prepare(self, params: Any, samples: Any) -> None:
         """Fit a fresh calibrator on ``samples``: every sentence of the task, as token lists."""
-        # scikit-learn loads when a calibrator is fitted
-        from flow_plugin.catalog.fitting import fit_calibrator
-
         task = _current_task(params)
         check_task_runs_here(params, task)
         if isinstance(self.encoder, BaseModelEncoder):

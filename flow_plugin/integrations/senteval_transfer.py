@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -40,7 +41,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from flow_plugin._machine import cuda_available
 from flow_plugin.errors import InputError, MissingExtraError
+from flow_plugin.evaluation.blas_threads import evaluator_threads
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +95,6 @@ def senteval_available(path: str | os.PathLike[str] | None = None) -> str | None
 
 def resolve_classifier(classifier: str) -> str:
     """``"auto"`` -> ``"pytorch"`` with CUDA, else ``"sklearn"``; ``"pytorch"`` without CUDA is an error."""
-    from flow_plugin._machine import cuda_available
-
     if classifier not in (*CLASSIFIERS, "auto"):
         raise InputError(f"classifier must be one of auto, {', '.join(CLASSIFIERS)}; got {classifier!r}")
     if classifier == "auto":
@@ -106,8 +107,6 @@ def resolve_classifier(classifier: str) -> str:
 
 def senteval_commit(senteval: Any) -> str | None:
     """The git commit of the SentEval checkout in use, when it is a git work tree (else None)."""
-    import subprocess
-
     folder = Path(senteval.__file__).resolve().parents[1]
     try:
         done = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -120,7 +119,7 @@ def senteval_commit(senteval: Any) -> str | None:
 def senteval_params(task_path: str | os.PathLike[str], classifier: str, adapter: Any) -> dict[str, Any]:
     """SentEval's ``params`` for one run: the task folder, the classifier's settings (:data:`CLASSIFIERS`,
     after :func:`resolve_classifier`), SentEval's seed and batch size, and the adapter."""
-    from flow_plugin.integrations.senteval import PARAMS_KEY
+    from flow_plugin.integrations.senteval import PARAMS_KEY  # numpy: not to parse
 
     settings = CLASSIFIERS[resolve_classifier(classifier)]
     return {"task_path": os.fspath(task_path), "seed": SENTEVAL_SEED, "batch_size": 128,
@@ -134,8 +133,7 @@ def evaluate_transfer(adapter: Any, task_path: str | os.PathLike[str], tasks: Se
     """SentEval's results (task -> its dict: ``acc``, ``devacc``, ``ndev``, ``ntest``; MRPC's ``f1``) for one
     adapter; ``on_task(task, result, seconds)`` is called after each task. SentEval's scikit-learn fits run on
     the BLAS threads :func:`flow_plugin.evaluation.blas_threads.blas_threads` measures as the faster."""
-    from flow_plugin.data.senteval import resolve_senteval_root
-    from flow_plugin.evaluation.blas_threads import evaluator_threads
+    from flow_plugin.data.senteval import resolve_senteval_root  # numpy: not to parse
 
     unknown = [task for task in tasks if task not in TRANSFER_TASKS]
     if unknown:

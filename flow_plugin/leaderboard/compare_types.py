@@ -33,6 +33,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from scipy import sparse
+from tqdm.auto import tqdm
+
 from flow_plugin.calibration.names import AUTO_CALIBRATORS, CALIBRATOR_NAMES
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.leaderboard.models import (
@@ -47,11 +51,9 @@ from flow_plugin.leaderboard.models import (
     TypeRow,
     round_points,
 )
+from flow_plugin.results.items import ItemScores, retrieval_measure
 
 if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
-
-    from flow_plugin.results.items import ItemScores
     from flow_plugin.leaderboard.ingest.task_items import TaskResult
 
 #: MTEB's task types in the board's column order
@@ -81,8 +83,6 @@ def n_items(items: ItemScores) -> int:
 
 def _aligned(items: ItemScores) -> dict[str, np.ndarray]:
     """The arrays of a task in a fixed item order (retrieval and reranking: sorted by query id)."""
-    import numpy as np  # numpy loads when a board is computed, not to render one
-
     arrays = dict(items.arrays)
     if items.task_type in ("Retrieval", "Reranking"):
         order = np.argsort(arrays["query_ids"].astype(str), kind="stable")
@@ -93,10 +93,6 @@ def _aligned(items: ItemScores) -> dict[str, np.ndarray]:
 def resampled_scores(items: ItemScores, weights: np.ndarray) -> np.ndarray:
     """The task's main score (0-1) under each row of ``weights`` ((resamples, items): how often each test item
     was drawn); a row of ones gives MTEB's own score."""
-    import numpy as np
-
-    from flow_plugin.results.items import retrieval_measure
-
     arrays, kind, name = _aligned(items), items.task_type, str(items.meta["main_score"])
     weights = np.asarray(weights, dtype=np.float64)
     if kind == "Classification":
@@ -126,8 +122,6 @@ def resampled_scores(items: ItemScores, weights: np.ndarray) -> np.ndarray:
 
 def _average_precision(scores: np.ndarray, gold: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Average precision (scikit-learn's: tied scores are one threshold) of each weighted resample."""
-    import numpy as np
-
     order = np.argsort(-scores, kind="mergesort")
     ordered = scores[order]
     ends = np.r_[np.flatnonzero(np.diff(ordered) != 0), ordered.size - 1]  # last item of each tie block
@@ -144,9 +138,6 @@ def _v_measure(gold: np.ndarray, assigned: np.ndarray, drawn: np.ndarray, by_ite
     """scikit-learn's V-measure (beta 1) of each resample of one clustering experiment: the experiment's test
     items ``drawn`` (rows of ``by_item``, (items, resamples): how often each resample drew each item), with their
     ``gold`` and ``assigned`` labels."""
-    import numpy as np
-    from scipy import sparse  # scipy loads with the bootstrap, like numpy
-
     _, classes = np.unique(gold, return_inverse=True)
     _, clusters = np.unique(assigned, return_inverse=True)
     c = clusters.max() + 1
@@ -169,8 +160,6 @@ def _v_measure(gold: np.ndarray, assigned: np.ndarray, drawn: np.ndarray, by_ite
 def _entropy(counts: np.ndarray) -> np.ndarray:
     """Each column's entropy in nats, from its counts: log N - sum(n log n) / N; exactly 0 where at most one cell
     is drawn."""
-    import numpy as np
-
     total = counts.sum(axis=0)
     spread = counts.max(axis=0) < total
     n = np.where(spread, total, 1.0)
@@ -180,8 +169,6 @@ def _entropy(counts: np.ndarray) -> np.ndarray:
 
 def _same_items(task: str, first: ItemScores, other: ItemScores) -> None:
     """Refuse to pair two rows' items of a task unless they are the same test items."""
-    import numpy as np
-
     a, b = _aligned(first), _aligned(other)
     keys = {"Retrieval": ("query_ids",), "Reranking": ("query_ids",), "Clustering": ("gold",)}.get(
         first.task_type, ("gold",))
@@ -209,8 +196,6 @@ def compare_task_types(results: Sequence[TaskResult], *, name: str, backbone: st
     """The task-types board of one backbone's ``results``: raw and each calibrator (its seeds as one row) on the
     tasks every row has, grouped by type, with each Δ against raw and its paired bootstrap interval over the
     test items, the calibrator's seeds and the evaluator's seeds."""
-    import numpy as np
-
     by_row = _by_row(results, backbone)
     order = {method: index for index, method in enumerate(CALIBRATOR_NAMES)}
     calibrators = sorted(by_row, key=lambda cal: (order.get(cal, len(order)), cal))
@@ -328,9 +313,6 @@ def _resampled(by_row: _ByRow, calibrators: list[str], tasks: list[str], evaluat
     """row -> fit seed -> task -> (resamples,) scores, 0-1: each resample draws the test items (the same for every
     row and evaluator seed of a task) and the evaluator seeds (with replacement, the same for every row, so the
     rows stay paired), and averages the drawn seeds' resampled scores."""
-    import numpy as np
-    from tqdm.auto import tqdm
-
     out: dict[str, dict[Any, dict[str, Any]]] = {cal: {s: {} for s in by_row[cal]} for cal in calibrators}
     for task in tqdm(tasks, desc="board: bootstrap", unit="task", file=sys.stderr, disable=None):
         reference = first[task].items
@@ -356,8 +338,6 @@ def _resampled(by_row: _ByRow, calibrators: list[str], tasks: list[str], evaluat
 def _deltas(boot: dict[str, Any], points: dict[str, float], alpha: float) -> dict[str, TypeDelta]:
     """Each column's Δ with its interval: the resampled deltas re-centred on the delta (V-measure and AP are
     biased on resamples with repeated items, the more so the worse the row clusters)."""
-    import numpy as np
-
     delta = {}
     for column, value in points.items():
         centred = boot[column] - (boot[column].mean() - value)
@@ -380,8 +360,6 @@ def _columns(per_seed: list[dict[str, float]], types: dict[str, list[str]]) -> l
 
 def _columns_boot(values: dict[str, np.ndarray], types: dict[str, list[str]]) -> dict[str, np.ndarray]:
     """:func:`_columns` of resampled values: the same means, per resample."""
-    import numpy as np
-
     out = dict(values)
     for kind, members in types.items():
         out[kind] = np.mean([values[task] for task in members], axis=0)

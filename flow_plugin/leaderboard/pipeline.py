@@ -9,6 +9,7 @@ and re-rendered by :func:`render_task_types_board`; both redraw the folder's sum
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -172,9 +173,7 @@ def render_task_types_board(json_path: str | os.PathLike[str], *,
                             summary: bool = True) -> tuple[Path, Path, Path | None, Path]:
     """Re-render a task-types board's Markdown, heatmap and HTML (and the folder's index and, unless ``summary`` is
     false, its summary picture) from its JSON alone."""
-    import json
-
-    from flow_plugin.leaderboard.compare_types import board_problems
+    from flow_plugin.leaderboard.compare_types import board_problems  # numpy and scipy load with it
 
     json_file = Path(json_path)
     try:

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from flow_plugin._io import read_json
+from flow_plugin._validation_errors import describe_validation_error
+from flow_plugin.catalog.registry import MODEL_PREFIX, spell_model, spelled_model
 from flow_plugin.errors import DataFolderError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,7 +42,7 @@ def model_folder(output_folder: Path, model: str) -> Path:
     >>> model_folder(Path("out"), "flow_plugin/minilm-l6").as_posix()
     'out/results/flow_plugin__minilm-l6'
     """
-    from mteb.models import ModelMeta
+    from mteb.models import ModelMeta  # heavy: MTEB
 
     return output_folder / RESULTS_FOLDER / ModelMeta.model_construct(name=model).model_name_as_path()
 
@@ -54,7 +58,7 @@ def result_path(output_folder: str | os.PathLike[str], meta: ModelMeta, task_nam
     >>> model, revision == meta.revision, revision.startswith("8b3219a92973c328a8e22fadcfa821b5dc75636a-"), experiment, name
     ('flow_plugin__minilm-l6', True, True, ['experiments', 'calibrator_sn'], 'SentEvalSTS13.json')
     """
-    from mteb.cache import ResultCache
+    from mteb.cache import ResultCache  # heavy: MTEB
 
     cache = ResultCache(tempfile.gettempdir())
     # the revision is given, never looked up among the folders of the temporary cache
@@ -67,8 +71,6 @@ def result_files(output_folder: Path, model: str, task: str) -> dict[Path, tuple
     """Every ``<task>.json`` of a model (any revision; a model name, or the spelling of a calibrated one, whose
     results sit in its base's folder under ``experiments/``) -> (mtime_ns, size). A base model's name finds
     every experiment in its folder."""
-    from flow_plugin.catalog.registry import MODEL_PREFIX, spelled_model
-
     base, calibrator = spelled_model(model)
     registry_like = model.startswith(MODEL_PREFIX) and "/" not in base and not base.startswith(("/", ".", "~"))
     folder_name = model if calibrator == "raw" else (MODEL_PREFIX + base if registry_like else base)
@@ -109,7 +111,7 @@ def open_result_cache(folder: str | os.PathLike[str]) -> ResultCache:
         )
     else:
         cache_path = folder  # no results here: the caller reports that, naming <folder>/results
-    from mteb.cache import ResultCache
+    from mteb.cache import ResultCache  # heavy: MTEB
 
     return ResultCache(cache_path)
 
@@ -175,9 +177,7 @@ def result_identity(path: Path) -> ResultIdentity:
     kwargs = data.get("experiment_kwargs") or {}
     if not isinstance(kwargs, dict):
         raise DataFolderError(f"{meta_path}: 'experiment_kwargs' must be an object or null, got {kwargs!r}")
-    from mteb.models import ModelMeta
-
-    from flow_plugin.catalog.registry import spell_model
+    from mteb.models import ModelMeta  # heavy: MTEB
 
     meta = ModelMeta.model_construct(**data)
     kwargs = dict(kwargs)
@@ -195,7 +195,7 @@ def result_identity(path: Path) -> ResultIdentity:
 def experiment_name(model: str, experiment_kwargs: dict[str, Any]) -> str | None:
     """MTEB's experiment name (its folder under ``experiments/``) of a model run with these experiment kwargs; None
     for none."""
-    from mteb.models import ModelMeta
+    from mteb.models import ModelMeta  # heavy: MTEB
 
     return ModelMeta.model_construct(name=model, experiment_kwargs=experiment_kwargs or None).experiment_name
 
@@ -203,8 +203,7 @@ def experiment_name(model: str, experiment_kwargs: dict[str, Any]) -> str | None
 def load_task_result(path: Path) -> TaskResult:
     """mteb's ``TaskResult`` of one result file (the current format, as mteb >= 1.11 writes
     it). Errors are :class:`DataFolderError` naming the file and what is wrong with it."""
-    from mteb.results import TaskResult
-    from pydantic import ValidationError
+    from mteb.results import TaskResult  # heavy: MTEB
 
     try:
         return TaskResult.from_disk(path, load_historic_data=False)
@@ -220,7 +219,6 @@ def load_task_result(path: Path) -> TaskResult:
             if not str(problems[0].get("input", "")).strip():
                 raise DataFolderError(f"{path}: MTEB task result is empty (an interrupted write?)") from None
             raise DataFolderError(f"{path}: MTEB task result is not valid JSON: {problems[0]['msg']}") from None
-        from flow_plugin._validation_errors import describe_validation_error
 
         phrases = describe_validation_error(cause, lambda location: list(TaskResult.model_fields))
         raise DataFolderError(f"{path}: malformed MTEB task result: {'; '.join(phrases)}") from None

@@ -119,7 +119,7 @@ def main_score_of(items: ItemScores) -> float:
             raise DataFolderError(f"{items.meta['task']}: recomputing {name} from items is not supported")
         return float(np.mean(arrays["predictions"] == arrays["gold"][None, :]))
     if kind == "PairClassification":
-        from sklearn.metrics import average_precision_score
+        from sklearn.metrics import average_precision_score  # heavy: scikit-learn takes seconds to import
 
         if name != "max_ap":
             raise DataFolderError(f"{items.meta['task']}: recomputing {name} from items is not supported")
@@ -131,7 +131,7 @@ def main_score_of(items: ItemScores) -> float:
             best.append(average_precision_score(gold, values if larger_is_closer else -values))
         return float(max(best))
     if kind == "Clustering":
-        from sklearn.metrics import adjusted_mutual_info_score, v_measure_score
+        from sklearn.metrics import adjusted_mutual_info_score, v_measure_score  # heavy: scikit-learn
 
         metric = {"v_measure": v_measure_score, "ami": adjusted_mutual_info_score}.get(name)
         if metric is None:

@@ -74,7 +74,7 @@ def repair_model_meta(output_folder: Path, meta: Any, tasks: Sequence[Any]) -> l
     killed (or the disk was full) while MTEB wrote it in place (MTEB writes it after each task result, and does not
     rewrite it for results it reuses): an empty or damaged file would hide the finished results.
     Returns the files rewritten."""
-    from mteb.cache import ResultCache
+    from mteb.cache import ResultCache  # heavy: MTEB
 
     cache = ResultCache(output_folder)
     folders = {cache.get_task_result_path(task.metadata.name, meta).parent for task in tasks}
@@ -106,7 +106,7 @@ def _set_aside_each(output_folder: Path, meta: Any, tasks: Sequence[Any], label:
                     why: Callable[[Path, Any], str | None]) -> list[str]:
     """Rename each existing result of ``meta``'s model run on ``tasks`` for which ``why(path, task)`` gives a
     reason to ``<Task>.json.<label>-<time>``, warning with that reason; returns one line per file."""
-    from mteb.cache import ResultCache
+    from mteb.cache import ResultCache  # heavy: MTEB
 
     cache = ResultCache(output_folder)
     notes = []

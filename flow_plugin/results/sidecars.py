@@ -58,7 +58,7 @@ def write_array_sidecar(path: str | os.PathLike[str], meta: dict[str, Any], arra
                         compress: bool = False) -> Path:
     """Write ``arrays`` and ``meta`` (JSON, keys sorted; it holds ``format`` and ``format_version``) as one
     ``.npz`` archive, atomically; returns the path."""
-    import numpy as np
+    import numpy as np  # not with the CLI, which imports this module
 
     buffer = io.BytesIO()
     save = np.savez_compressed if compress else np.savez
@@ -71,7 +71,7 @@ def read_array_sidecar(path: str | os.PathLike[str], file_format: str, version: 
     """``make(meta, arrays)`` of a sidecar written by :func:`write_array_sidecar`, checked to be ``file_format``
     ``version``; a file that is not, or that ``make`` cannot use (a missing key or array), is a one-line error
     naming the file (a ``what``: "per-item file") and the remedy."""
-    import numpy as np
+    import numpy as np  # not with the CLI, which imports this module
 
     try:
         with np.load(path, allow_pickle=False) as data:

@@ -51,7 +51,8 @@ from flow_plugin._io import make_output_folder
 from flow_plugin._machine import resolve_device
 from flow_plugin.results import ResultStore
 from flow_plugin.data.tasks import OFFLINE_TASKS
-from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, ForeignBase, get_base, is_folder
+from flow_plugin.catalog.registry import (MODEL_NAME_SUFFIXES, ForeignBase, get_base, is_folder, registry_models,
+                                          spelled_model)
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.integrations.mteb.evaluate import evaluate_models
 from flow_plugin.integrations.mteb.task_resolver import offline_data_root
@@ -221,7 +222,6 @@ def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions,
                progress: Callable[[str], None]) -> None:
     # torch and scikit-learn load when a bench runs, not to parse its command line
     from flow_plugin.catalog.builders import build_encoder, resolve
-    from flow_plugin.catalog.registry import registry_models, spelled_model
 
     output = report.output_folder
     registry = report.models[0] in registry_models()

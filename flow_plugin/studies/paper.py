@@ -41,6 +41,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from flow_plugin.data.fit_corpus import TARGET
+from flow_plugin.data.roots import DATA_ENV, data_root
 from flow_plugin.protocols import AGGREGATES, PROTOCOLS
 from flow_plugin.data.tasks import TASK_LABELS
 from flow_plugin.calibration import CALIBRATOR_METHODS, CALIBRATOR_NAMES, calibrator_class
@@ -107,7 +108,6 @@ def resolve_data(data: Path | None, glue: Path | None) -> tuple[Path, Path | Non
     """(SentEval root, GLUE folder or None, why QNLI has no data); ``data`` None: the data root
     (``$FLOW_PLUGIN_SHARED_DATA``)."""
     # numpy loads when the evaluations run, not to parse their command line
-    from flow_plugin.data.roots import DATA_ENV, data_root
     from flow_plugin.data.senteval import resolve_senteval_root
 
     data = data if data is not None else data_root(beside_checkout=False)

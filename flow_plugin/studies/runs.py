@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.catalog.registry import ForeignBase, get_base
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET
 from flow_plugin.encoding.options import DEFAULT_PRECISION
 from flow_plugin.calibration import make_calibrator
@@ -125,11 +126,9 @@ def loadable_base(name: str) -> Any:
     """:func:`~flow_plugin.catalog.registry.get_base` of ``name``, once a base outside the registry is known to
     load (a local folder holding a saved model; a name MTEB's registry or the Hugging Face Hub knows), so that a
     study of a mistyped base ends in one line before it runs, not in one failure per result."""
-    from flow_plugin.catalog.registry import ForeignBase, get_base
-
     spec = get_base(name)
     if isinstance(spec, ForeignBase):
-        from flow_plugin.integrations.mteb.base_models import base_meta
+        from flow_plugin.integrations.mteb.base_models import base_meta  # heavy: loads MTEB
 
         base_meta(spec.name)
     return spec

@@ -21,8 +21,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin._io import atomic_write_json
 from flow_plugin.calibration.names import STUDY_CALIBRATORS
+from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, ForeignBase
 from flow_plugin.errors import RegistryError
+from flow_plugin.integrations.mteb.task_resolver import offline_data_root
+from flow_plugin.integrations.senteval import BaseModelEncoder, SentEvalAdapter
+from flow_plugin.integrations.senteval_transfer import (TRANSFER_TASKS, evaluate_transfer, import_senteval,
+                                                        resolve_classifier, senteval_commit, senteval_params)
+from flow_plugin.studies.runs import expand_runs, loadable_base
 
 logger = logging.getLogger(__name__)
 
@@ -81,20 +88,6 @@ def run_transfer(
     default: the data root, ``$FLOW_PLUGIN_SHARED_DATA``). Task by task, every calibrator reads one pass of the
     backbone over the task's sentences. With ``output``, the report is written there as JSON (atomically) after
     every task, so an interrupted run keeps what finished."""
-    from flow_plugin._io import atomic_write_json
-    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, ForeignBase
-    from flow_plugin.integrations.senteval import BaseModelEncoder, SentEvalAdapter
-    from flow_plugin.integrations.senteval_transfer import (
-        TRANSFER_TASKS,
-        evaluate_transfer,
-        import_senteval,
-        resolve_classifier,
-        senteval_commit,
-        senteval_params,
-    )
-    from flow_plugin.integrations.mteb.task_resolver import offline_data_root
-    from flow_plugin.studies.runs import expand_runs, loadable_base
-
     started = time.perf_counter()
     base = loadable_base(backbone)
     unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]

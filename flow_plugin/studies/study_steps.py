@@ -28,8 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
+from flow_plugin.data.roots import data_root as configured
+from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, RegistryError
-from flow_plugin.integrations.mteb.evaluate import MTEB_SEED
+from flow_plugin.evaluation.blas_threads import evaluator_threads
+from flow_plugin.integrations.mteb.evaluate import MTEB_SEED, evaluate_models
+from flow_plugin.results.fits import fits_path, read_fits
 
 logger = logging.getLogger(__name__)
 
@@ -99,9 +104,7 @@ def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str]
     user's task is loaded (what cannot be scored is refused)."""
     import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
 
-    from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
     from flow_plugin.integrations.mteb.labelled_tasks import task_class
-
     entries = labelled_tasks()
     chosen = list(dict.fromkeys(names)) if names else list(entries)
     unknown = [name for name in chosen if name not in entries]
@@ -120,8 +123,6 @@ def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str]
 
 def _study_data_root(data: str | os.PathLike[str] | None) -> Path:
     """The study's data root: ``data``, else the configured one; a missing one is a one-line error."""
-    from flow_plugin.data.roots import data_root as configured
-
     root = configured(data)
     remedy = "give the shared data folder (holding senteval/, glue/ and mteb/) with --data, or set FLOW_PLUGIN_SHARED_DATA"
     if root is None:
@@ -133,10 +134,6 @@ def _study_data_root(data: str | os.PathLike[str] | None) -> Path:
 
 def run_step(job: StepJob) -> list[StudyStep]:
     """Evaluate one job: its main result, then each further evaluator seed (same model, same fit)."""
-    from flow_plugin.encoding.options import EncoderOptions
-    from flow_plugin.evaluation.blas_threads import evaluator_threads
-    from flow_plugin.integrations.mteb.evaluate import evaluate_models
-
     begin, cpu_begin = time.perf_counter(), time.process_time()
     task = load_task(job.task, job.data)
     metadata = task.metadata
@@ -162,8 +159,6 @@ def run_step(job: StepJob) -> list[StudyStep]:
 
 def _fit_summary(result_path: Path | None) -> dict[str, Any] | None:
     """What the study keeps of the fit record next to a result (None for raw)."""
-    from flow_plugin.results.fits import fits_path, read_fits
-
     if result_path is None or not fits_path(result_path).is_file():
         return None
     records = read_fits(fits_path(result_path)).get("fits", [])
@@ -179,7 +174,7 @@ def _fit_summary(result_path: Path | None) -> dict[str, Any] | None:
 def _init_worker(threads: int, parent: int) -> None:
     """A worker of the pool: it ends with its parent (:func:`end_with_parent`), and runs ``threads`` torch and BLAS
     threads (the workers together fill the cores)."""
-    from flow_plugin.encoding.device import limit_process_threads
+    from flow_plugin.encoding.device import limit_process_threads  # heavy: loads torch
 
     end_with_parent(parent)
     limit_process_threads(threads)

@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -35,9 +36,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from flow_plugin._io import atomic_write_json, make_output_folder
+from flow_plugin._machine import StageTimes, resolve_device
 from flow_plugin.calibration.names import STUDY_CALIBRATORS
+from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, BackboneSpec, RegistryModel, get_base
+from flow_plugin.data.sampling import DEFAULT_MAX_FIT_SENTENCES, check_cap
+from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, OutputError, RegistryError, WeightsUnavailableError
-from flow_plugin.studies.study_steps import MTEB_SEED, StepJob, StudyStep, job_order, run_steps, study_tasks
+from flow_plugin.leaderboard.pipeline import update_task_types_board
+from flow_plugin.studies.bench import bench_cache_dir
+from flow_plugin.studies.runs import check_count, expand_runs, loadable_base
+from flow_plugin.studies.study_steps import (MTEB_SEED, StepJob, StudyStep, job_order, load_task, process_pool,
+                                             run_step, run_steps, study_tasks)
 
 logger = logging.getLogger(__name__)
 
@@ -153,14 +165,6 @@ def run_task_types(
     :func:`flow_plugin.studies.senteval_transfer.run_transfer`, at least ``task_path``), SentEval's transfer tasks
     run too, written to ``senteval-transfer.json``.
     """
-    from flow_plugin._io import make_output_folder
-    from flow_plugin._machine import resolve_device
-    from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES
-    from flow_plugin.data.sampling import check_cap
-    from flow_plugin.encoding.options import EncoderOptions
-    from flow_plugin.studies.bench import bench_cache_dir
-    from flow_plugin.studies.runs import check_count, expand_runs, loadable_base
-
     started, cpu_started = time.perf_counter(), time.process_time()
     spec = loadable_base(backbone)
     unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
@@ -189,7 +193,7 @@ def run_task_types(
     except KeyboardInterrupt:
         report.interrupted = True
     if senteval is not None and not report.interrupted:
-        from flow_plugin.studies.senteval_transfer import run_transfer
+        from flow_plugin.studies.senteval_transfer import run_transfer  # numpy: not to parse
 
         arguments = {"calibrators": calibrators, "seeds": seeds, "output": output / "senteval-transfer.json",
                      "progress": progress, **senteval}
@@ -219,8 +223,6 @@ class _Plan:
     evaluator_seeds: tuple[int, ...]
 
     def job(self, run: Any, task: Any) -> StepJob:
-        from flow_plugin.data.sampling import DEFAULT_MAX_FIT_SENTENCES
-
         kwargs = dict(run.kwargs)
         if run.model != self.spec.model_name("raw") and self.max_fit_sentences != DEFAULT_MAX_FIT_SENTENCES:
             kwargs["max_fit_sentences"] = self.max_fit_sentences
@@ -245,8 +247,6 @@ class _Plan:
     @property
     def first(self) -> list[StepJob]:
         """The jobs this process runs before the workers start: a registry backbone's raw runs."""
-        from flow_plugin.catalog.registry import BackboneSpec
-
         raw = self.spec.model_name("raw")
         return [job for job in self.jobs if job.model == raw] if isinstance(self.spec, BackboneSpec) else []
 
@@ -255,8 +255,6 @@ def _run_plan(plan: _Plan, report: StudyReport, workers: int, progress: Callable
               clocks: tuple[float, float]) -> None:
     """The raw runs and the cache warm-up here, then every other job in the workers; each step lands in the
     report and the study file as it finishes."""
-    from tqdm.auto import tqdm
-
     first = plan.first
     rest = [job for job in plan.jobs if job not in first]
     bar = tqdm(total=len(plan.jobs), desc=f"task types ({plan.spec.name})", unit="result", disable=not bar_shown)
@@ -290,8 +288,7 @@ def _run_first_apart(plan: _Plan, first: list[StepJob], report: StudyReport, lan
     """The raw runs and the warm-up in one spawned process with this process's torch threads (as many as it would
     use itself): the backbone, the tasks' data and their embeddings leave with that process, so the workers start
     beside a small parent instead of one still holding all of it."""
-    from flow_plugin.encoding.device import process_threads
-    from flow_plugin.studies.study_steps import process_pool, run_step
+    from flow_plugin.encoding.device import process_threads  # heavy: loads torch
 
     with process_pool(1, threads=process_threads()) as pool:
         for future in [pool.submit(run_step, job) for job in first]:  # one process: they run in this order
@@ -305,11 +302,9 @@ def warm_fit_samples(backbone: str, tasks: Sequence[str], data: str | None, opti
     """Encode the fit sample of every task (the one every calibrator draws: same cap, same seed) of the registry
     ``backbone`` into the study's embedding cache (``options``' cache folder) with this process's threads, so
     the workers read their fits' embeddings instead of loading the model; the wall and CPU seconds it took."""
-    from flow_plugin._machine import StageTimes
-    from flow_plugin.catalog.registry import RegistryModel, get_base
+    # torch and MTEB load when the fits are warmed, not to parse the command line
     from flow_plugin.encoding.cache import clear_shared_encoders
     from flow_plugin.integrations.mteb.base_models import registry_model
-    from flow_plugin.studies.study_steps import load_task
 
     spec, times = get_base(backbone), StageTimes()
     with times.measure("encode"):
@@ -328,8 +323,6 @@ def _cost(job: StepJob) -> float:
 
 
 def _save(report: StudyReport, started: float, cpu_started: float) -> None:
-    from flow_plugin._io import atomic_write_json
-
     report.wall_seconds = time.perf_counter() - started
     report.cpu_seconds = time.process_time() - cpu_started + report.worker_cpu_seconds
     atomic_write_json(report.output_folder / STUDY_FILE, report.as_dict())
@@ -342,8 +335,6 @@ def build_board(output_folder: str | os.PathLike[str], backbone: str, board: str
     study's output folder, written to ``board`` (``leaderboards/task-types-<backbone>.json``) with its Markdown and
     HTML; ``calibrators``: the rows (default: every calibrator with results); ``study``: the study's ``wall_seconds`` and ``cpu_seconds`` (default: its ``task-types-study.json``'s
     total over every run in that folder)."""
-    from flow_plugin.leaderboard.pipeline import update_task_types_board
-
     if study is None:
         recorded = _read_study_file(Path(output_folder) / STUDY_FILE)
         if recorded is not None:
@@ -366,8 +357,6 @@ def _run_entry(runs: Sequence[str], wall_seconds: float, cpu_seconds: float, sta
 def _read_study_file(path: Path) -> dict[str, Any] | None:
     """A study file's content (None where there is none); one that cannot be read as one is a one-line error
     naming it."""
-    import json
-
     if not path.is_file():
         return None
     try:

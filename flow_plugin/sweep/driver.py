@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from flow_plugin.data.roots import DATA_ENV
 from flow_plugin.errors import SweepError
 from flow_plugin.leaderboard.pipeline import LeaderboardUpdate, update_leaderboard
 from flow_plugin.sweep import cluster
@@ -174,7 +175,6 @@ def _run_jobs(sweep: Sweep, settings: Settings, todo: list[Job], total: int, don
               progress: Callable[[str], None], warn: Callable[[str], None]) -> RunReport:
     # MTEB and torch load when a sweep runs, not to plan one or start the CLI
     from flow_plugin.encoding.cache import CACHE_DIR_ENV
-    from flow_plugin.data.roots import DATA_ENV
 
     extra = {CACHE_DIR_ENV: str(settings.cache_dir), "TOKENIZERS_PARALLELISM": "false"}
     if settings.data is not None:

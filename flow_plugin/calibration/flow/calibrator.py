@@ -15,10 +15,12 @@ from typing import Any
 from typing import TYPE_CHECKING
 
 import numpy as np
+from sklearn.base import clone
 
 from flow_plugin._machine import resolve_device
 from flow_plugin._validation import check_embeddings
 from flow_plugin.calibration.base import Calibrator, half_of_span
+from flow_plugin.calibration.flow.device_probe import choose_fit_device, fit_device_key, measure_fit_seconds
 from flow_plugin.calibration.linear import Whitening
 from flow_plugin.errors import InputError
 
@@ -307,8 +309,6 @@ class FlowCalibrator(Calibrator, method="flow"):
     def _choose_fit_device(self, width: int) -> Any:
         """Where this flow fits (:func:`.device_probe.choose_fit_device`): measured by fitting a copy of it on
         synthetic rows of ``width`` on each device, where ``device`` is ``None``/``"auto"`` and CUDA is there."""
-        from flow_plugin.calibration.flow.device_probe import choose_fit_device, fit_device_key, measure_fit_seconds
-
         params = self.get_params()
         return choose_fit_device(self.device, lambda: fit_device_key(width, params), lambda: measure_fit_seconds(
             lambda device, rows, epochs: self._probe_fit(device, width, rows, epochs)))
@@ -318,7 +318,6 @@ class FlowCalibrator(Calibrator, method="flow"):
         ``width`` on ``device``, and wait for the device."""
         # torch loads when a flow is trained
         import torch
-        from sklearn.base import clone
 
         X = np.random.default_rng(0).normal(size=(rows, width)).astype(np.float32)
         copy = clone(self).set_params(device=device, epochs=epochs, ensemble=1, validation_fraction=0.0,

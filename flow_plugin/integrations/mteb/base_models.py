@@ -20,24 +20,30 @@ registry backbone caches per sentence, in its encoder).
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import importlib.metadata
 import os
 from pathlib import Path
 from typing import Any
 
+import mteb
 import numpy as np
 from mteb.models.abs_encoder import AbsEncoder
+from mteb.models.model_meta import ModelMeta
+from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
-from flow_plugin.catalog.builders import build_encoder
+from flow_plugin.catalog.builders import build_encoder, resolve
 from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, folder_revision,
-                                          is_folder, is_foreign_base, local_model_folder, raw_spelling_hint,
-                                          spelled_model)
+                                          is_folder, is_foreign_base, local_model_folder, parse_model_name,
+                                          raw_spelling_hint, spelled_model)
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
 from flow_plugin.encoding.cache import CallStore, default_cache_dir
 from flow_plugin.encoding.options import EncoderOptions
-from flow_plugin.errors import FlowPluginError, InputError, UnknownModelError, did_you_mean
+from flow_plugin.errors import FlowPluginError, InputError, RegistryError, UnknownModelError, did_you_mean
+from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 from flow_plugin.integrations.mteb.fits import base_output, has_more_than_text, texts_of
+from flow_plugin.integrations.mteb.meta import backbone_meta, calibrated_meta
 
 #: the keywords a calibrated model's loader takes besides the encoder options
 MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FIT_ARGUMENTS)
@@ -48,8 +54,6 @@ class RegistryEncoder(AbsEncoder):
     (:func:`flow_plugin.catalog.builders.build_encoder`); ``flow_plugin/<backbone>``'s raw embeddings."""
 
     def __init__(self, spec: BackboneSpec, **encoder_options: Any) -> None:
-        from flow_plugin.integrations.mteb.meta import backbone_meta
-
         self.spec = spec
         self.options = EncoderOptions(**encoder_options)
         self.encoder = self.model = build_encoder(RegistryModel(spec, "raw"), self.options)
@@ -169,8 +173,6 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
         raise InputError(f"{base}: the encoder options {', '.join(sorted(encoder_options))} apply to registry "
                          "backbones only; the model's own loader decides how it encodes")
     if is_folder(base):
-        from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
-
         folder = local_model_folder(base)
         current = folder_revision(folder)
         if revision not in (None, current):
@@ -179,7 +181,6 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
         wrapper = SentenceTransformerEncoderWrapper(str(folder), device=device)
         wrapper.mteb_model_meta = wrapper.mteb_model_meta.model_copy(update={"revision": current})
         return with_call_cache(wrapper)
-    import mteb
 
     return with_call_cache(_from_mteb(base, lambda: mteb.get_model(base, revision, device=device)))
 
@@ -191,8 +192,6 @@ def load_calibrated(base: str, revision: str | None = None, *, device: str | Non
     ``flow_plugin/`` name): a registry backbone takes its registry file's hyper-parameters, then
     ``calibrator_params``; any keyword that is neither an encoder option nor a fit setting is an error naming
     the closest accepted one."""
-    from flow_plugin.integrations.mteb.calibrated import CalibratedModel
-
     _refuse_unknown(base, kwargs)
     registry = default_registry()
     if base in registry:
@@ -218,9 +217,6 @@ def registry_model(model: str | RegistryModel, *, calibrator_params: dict[str, A
     """A registry model (``flow_plugin/<backbone>[-<calibrator>]``, or a :class:`RegistryModel`) as a calibrated
     model, in Python: the registry file's hyper-parameters, then ``calibrator_params``; ``kwargs`` are encoder
     options and fit settings."""
-    from flow_plugin.catalog.builders import resolve
-    from flow_plugin.integrations.mteb.calibrated import CalibratedModel
-
     resolved = resolve(model)
     _refuse_unknown(resolved.name, kwargs)
     settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
@@ -241,12 +237,6 @@ def _refuse_unknown(base: str, kwargs: dict[str, Any]) -> None:
 def resolve_spelling(name: str) -> Any:
     """The ``ModelMeta`` of a ``flow_plugin/`` spelling MTEB's registry lacks: a calibrator on an MTEB model or a
     local folder (its loader loads the base then calibrates it), or :class:`UnknownModelError` with close names."""
-    import functools
-
-    from flow_plugin.catalog.registry import parse_model_name
-    from flow_plugin.errors import RegistryError
-    from flow_plugin.integrations.mteb.meta import calibrated_meta
-
     base, calibrator = spelled_model(name)
     if not is_foreign_base(base):
         try:
@@ -261,16 +251,11 @@ def base_meta(base: str) -> Any:
     """MTEB's ``ModelMeta`` of a base (a registry backbone, a local folder, a model MTEB's registry or the Hub
     knows), without loading its weights; a base that cannot be loaded is a one-line error (a missing folder, an
     unknown name with close names)."""
-    from mteb.models.model_meta import ModelMeta
-
     if base in default_registry():
-        from flow_plugin.integrations.mteb.meta import backbone_meta
-
         return backbone_meta(default_registry()[base], load_registry_name)
     if is_folder(base):  # its results are filed under its content's revision
         folder = local_model_folder(base)
         return ModelMeta.create_empty(overwrites={"name": str(folder), "revision": folder_revision(folder)})
-    import mteb
 
     return _from_mteb(base, lambda: mteb.get_model_meta(base, fetch_from_hf=True))
 
@@ -281,8 +266,6 @@ def _from_mteb(base: str, look_up: Any) -> Any:
     try:
         return look_up()
     except Exception as error:
-        import mteb
-
         known = [meta.name for meta in mteb.get_model_metas()]
         if isinstance(error, FlowPluginError) or base in known:
             raise
@@ -305,8 +288,6 @@ def calibrate(model: Any, calibrator: str = "flow", **settings: Any) -> Any:
     """``model`` (an MTEB encoder, or what :func:`load_base` loads: an MTEB model name, a local
     sentence-transformers folder, a registry backbone) calibrated with ``calibrator``: a
     :class:`~flow_plugin.integrations.mteb.calibrated.CalibratedModel`; ``settings``: its keywords."""
-    from flow_plugin.integrations.mteb.calibrated import CalibratedModel
-
     return CalibratedModel(load_base(model) if isinstance(model, str) else model, calibrator, **settings)
 
 

@@ -56,6 +56,7 @@ raises one sentence, before any of the internals above is touched.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import inspect
@@ -75,11 +76,17 @@ require_supported()
 
 # (mteb.cache is imported where it is used: the start-up hook imports this module while mteb.cache
 # is still being initialised, around MTEB's model registry)
-from mteb.abstasks import AbsTask  # noqa: E402 -- after the version check
+import numpy as np  # noqa: E402 -- after the version check
+from datasets import Dataset  # noqa: E402
+from mteb._create_dataloaders import create_dataloader  # noqa: E402
+from mteb.abstasks import (AbsTask, AbsTaskClassification, AbsTaskClustering,  # noqa: E402
+                           AbsTaskClusteringLegacy)
+from mteb.abstasks.retrieval import AbsTaskRetrieval, _filter_queries_without_positives  # noqa: E402
 from mteb.abstasks.sts import AbsTaskSTS  # noqa: E402
 from mteb.models.model_meta import ModelMeta  # noqa: E402
+from mteb.types import PromptType  # noqa: E402
 
-from flow_plugin.errors import FlowPluginError, UnknownTaskError  # noqa: E402
+from flow_plugin.errors import UnknownTaskError  # noqa: E402
 
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
@@ -188,7 +195,7 @@ def check_results_before_loading(prefix: str, check: Callable[[Path], Any],
     task)`` the file of any model on one of our offline tasks built in this process (a result of other data is set
     aside there: MTEB's ``only-missing`` reuses a complete result whatever its ``dataset_revision``). What
     ``flow-plugin eval`` does before it runs. Every other result loads as before. Idempotent."""
-    from mteb.cache import ResultCache
+    from mteb.cache import ResultCache  # not whole yet when the hook imports this module
 
     current = inspect.getattr_static(ResultCache, "load_task_result")
     if getattr(current, "_flow_plugin_prefix", None) == prefix:
@@ -219,7 +226,7 @@ def after_each_save(write: Callable[[Path, Any, ModelMeta], Any]) -> None:
     """After ``ResultCache.save_to_cache`` wrote a task result (MTEB writes every result through it, ``mteb run``
     included), ``write(path, task_result, model_meta)`` writes flow-plugin's records beside it: MTEB tells neither a
     model nor a task where a result goes (checked on mteb 2.18.11 and 2.26.24). Idempotent."""
-    from mteb.cache import ResultCache
+    from mteb.cache import ResultCache  # not whole yet when the hook imports this module
 
     current = inspect.getattr_static(ResultCache, "save_to_cache")
     if getattr(current, "_flow_plugin_after_save", False):
@@ -260,7 +267,7 @@ def track_tasks_as_built() -> None:
 
 @functools.cache
 def _locked_cache_class() -> type:
-    from mteb.cache import ResultCache
+    from mteb.cache import ResultCache  # not whole yet when the hook imports this module
 
     class LockedResultCache(ResultCache):
         """MTEB's result cache; each save holds the lock the instance was made with."""
@@ -287,9 +294,6 @@ def locked_result_cache(folder: Path, lock: Callable[[], contextlib.AbstractCont
 def text_loader(texts: list[str], task_metadata: Any, batch_size: int = 32) -> Any:
     """A DataLoader of ``texts`` in MTEB's batches (``{"text": [...]}``), made by MTEB's own
     ``create_dataloader``, so a base model reads the fit text as it reads MTEB's."""
-    from datasets import Dataset
-    from mteb._create_dataloaders import create_dataloader
-
     return create_dataloader(Dataset.from_dict({"text": texts}), task_metadata=task_metadata, input_column="text",
                              batch_size=batch_size)
 
@@ -297,15 +301,11 @@ def text_loader(texts: list[str], task_metadata: Any, batch_size: int = 32) -> A
 def scored_queries(relevant_docs: Any, queries: Any) -> Any:
     """The queries of a retrieval split that MTEB's evaluation encodes: it drops those without a relevant
     document first."""
-    from mteb.abstasks.retrieval import _filter_queries_without_positives
-
     return _filter_queries_without_positives(relevant_docs, queries)[1]
 
 
 def prompt_type(side: str | None) -> Any:
     """MTEB's ``PromptType`` of a side (``"query"``, ``"document"``), or None."""
-    from mteb.types import PromptType
-
     return None if side is None else PromptType(side)
 
 
@@ -317,8 +317,6 @@ def fresh_evaluator_state(task: AbsTask) -> None:
     MTEB's evaluators draw from them (clustering's bootstrap draws), so the same task object evaluated a second
     time, for another model in the same process, would draw differently from a fresh ``mteb run``; with a fresh
     state every evaluation of a (task, seed) draws the same items whichever route runs it."""
-    import numpy as np  # (loaded with MTEB anyway)
-
     task.rng_state, task.np_rng = random.Random(task.seed), np.random.default_rng(task.seed)
 
 
@@ -326,16 +324,12 @@ def evaluator_is_random(task: AbsTask) -> bool:
     """Whether MTEB's evaluator of ``task`` draws at random from the task's seed: classification (the training
     items of each experiment, the logistic regression's start) and clustering (the bootstrap draws, k-means'
     start). Pair classification, STS, retrieval and reranking score every item the same way every time."""
-    from mteb.abstasks import AbsTaskClassification, AbsTaskClustering, AbsTaskClusteringLegacy
-
     return isinstance(task, (AbsTaskClassification, AbsTaskClustering, AbsTaskClusteringLegacy))
 
 
 def reseeded(task: AbsTask, seed: int) -> AbsTask:
     """A copy of ``task`` (sharing its loaded data) whose evaluator draws from ``seed``, as a task built with
     ``seed=`` would (MTEB's ``AbsTask(seed=...)``: its ``seed`` attribute and the generators made from it)."""
-    import copy
-
     twin = copy.copy(task)
     twin.seed = seed
     fresh_evaluator_state(twin)
@@ -418,8 +412,6 @@ class QueryScoreCapture:
                                             hf_subset=hf_subset)
 
     def _evaluate_subset(self, model: Any, data_split: Any, *, hf_split: str, hf_subset: str, **kwargs: Any) -> Any:
-        from mteb.abstasks.retrieval import AbsTaskRetrieval
-
         self.captured = None
         scores = AbsTaskRetrieval._evaluate_subset(self, model, dict(data_split), hf_split=hf_split,  # type: ignore[arg-type]
                                                    hf_subset=hf_subset, **kwargs)
@@ -488,6 +480,4 @@ class FastLabelClassification:
         return super()._undersample_data(_ListColumns(dataset), experiment_num, idxs)  # type: ignore[misc]
 
     def _calculate_scores(self, y_test: Any, y_pred: Any) -> Any:
-        import numpy as np
-
         return super()._calculate_scores(np.asarray(y_test[:]), y_pred)  # type: ignore[misc]

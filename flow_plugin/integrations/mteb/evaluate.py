@@ -13,9 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flow_plugin._io import make_output_folder, output_errors
+from flow_plugin._machine import StageTimes, describe_machine
+from flow_plugin.catalog.registry import (MODEL_PREFIX, default_registry, is_foreign_base, parse_model_name,
+                                          spelled_model)
+from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, DEFAULT_PRECISION, EncoderOptions
 from flow_plugin.errors import DatasetUnavailableError, RegistryError
+from flow_plugin.integrations.mteb.hook import register
+from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 from flow_plugin.results import ResultStore
+from flow_plugin.results.fits import write_task_fits
 
 
 @contextlib.contextmanager
@@ -27,7 +35,7 @@ def _loader_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Iterator[None
     ``$FLOW_PLUGIN_CACHE_DIR`` (read by :func:`flow_plugin.encoding.cache.shared_encoder` when the
     model builds its encoder), set here and restored: the one place flow-plugin writes it.
     """
-    from flow_plugin.encoding.cache import CACHE_DIR_ENV
+    from flow_plugin.encoding.cache import CACHE_DIR_ENV  # heavy: its module loads torch
 
     if cache_dir is None:
         yield
@@ -81,8 +89,6 @@ def check_model_names(models: list[str]) -> None:
     """Every name is a model spelling (:mod:`.base_models`): a ``flow_plugin/`` name whose registry
     backbone exists (else our registry's error, with close names), or an MTEB model name; a registry
     model written without its ``flow_plugin/`` prefix is an error naming the right spelling."""
-    from flow_plugin.catalog.registry import MODEL_PREFIX, default_registry, is_foreign_base, parse_model_name, spelled_model
-
     for model_name in models:
         base, _ = spelled_model(model_name)
         if model_name.startswith(MODEL_PREFIX):
@@ -95,9 +101,9 @@ def check_model_names(models: list[str]) -> None:
 
 def load_model(model_name: str, options: EncoderOptions, loader_kwargs: dict[str, Any]) -> Any:
     """The calibrated model a name spells (a plain MTEB model name: its raw calibration), loaded by MTEB."""
+    # MTEB and torch load when a model is evaluated, not with this module (the CLI and the studies import it)
     import mteb
 
-    from flow_plugin.catalog.registry import MODEL_PREFIX
     from flow_plugin.integrations.mteb.base_models import with_call_cache
     from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 
@@ -149,11 +155,6 @@ def evaluate_models(
     folder that cannot be written (a full disk ...) is an
     :class:`~flow_plugin.errors.OutputError` naming it and the cause.
     """
-    from flow_plugin._io import make_output_folder, output_errors
-    from flow_plugin.data.tasks import OFFLINE_TASKS
-    from flow_plugin.integrations.mteb.hook import register
-    from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
-
     register()  # idempotent; makes this work with the start-up hook turned off too
     check_model_names(models)
     task_objects = resolve_tasks(list(tasks or OFFLINE_TASKS), data)
@@ -171,8 +172,7 @@ def evaluate_models(
 def _evaluate_seeds(model_name: str, model: Any, tasks: Sequence[Any], output: Path, overwrite: bool, batch_size: int,
                     command: str, evaluator_seeds: Sequence[int]) -> ModelEvaluation:
     """One model over ``tasks`` with their own evaluator seed, then over the random ones' other seeds."""
-    from flow_plugin._machine import StageTimes
-    from flow_plugin.integrations.mteb.compat import evaluator_is_random, reseeded
+    from flow_plugin.integrations.mteb.compat import evaluator_is_random, reseeded  # heavy: loads MTEB
 
     times = StageTimes()
     with times.measure("total"):
@@ -200,6 +200,7 @@ def _stage_times(total: Any, stages: Any) -> dict[str, dict[str, float]]:
 def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: Path, overwrite: bool,
                     batch_size: int, command: str) -> ModelEvaluation:
     """One model over ``tasks`` into ``output``: the folder made ready, MTEB's evaluation, the records."""
+    # MTEB and torch load when a model is evaluated, not with this module (the CLI and the studies import it)
     import mteb
 
     from flow_plugin.integrations.mteb.compat import fresh_evaluator_state, locked_result_cache, track_task
@@ -256,9 +257,6 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 def _record(store: ResultStore, model: Any, computed: dict[str, Path], batch_size: int, command: str) -> None:
     """The fit records next to each result computed now, then their run records (hardware, encoder)."""
-    from flow_plugin._machine import describe_machine
-    from flow_plugin.results.fits import write_task_fits
-
     for task, path in computed.items():
         write_task_fits(path, model, task)
     settings: dict[str, Any] = {"batch_size": batch_size, "command": command}
@@ -275,7 +273,7 @@ def _record(store: ResultStore, model: Any, computed: dict[str, Path], batch_siz
 def _loaded_device_precision(base: Any) -> tuple[str | None, str | None]:
     """The device and precision of a model MTEB loaded, read from the module its wrapper holds (a
     sentence-transformers model's ``device`` and ``dtype``); (None, None) for one without (a mock encoder)."""
-    from flow_plugin.encoding.cpu_kernels import precision_of
+    from flow_plugin.encoding.cpu_kernels import precision_of  # heavy: loads torch
 
     module = getattr(base, "model", None)
     device, dtype = getattr(module, "device", None), getattr(module, "dtype", None)

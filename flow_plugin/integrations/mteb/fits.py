@@ -30,10 +30,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import mteb
 import numpy as np
 
 from flow_plugin._io import file_sha256
 from flow_plugin._machine import StageTimes
+from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator
 from flow_plugin.catalog.fitting import FitRecord, canonical_order, canonical_permutation, fit_embeddings
 from flow_plugin.data.fit_corpus import EVAL_SPLITS, PER_CALL, FitSettings, read_sentence_file
@@ -132,7 +134,6 @@ class TaskFits:
         task = self.tasks.get(name) or compat.live_task(name)
         if task is not None:
             return task
-        import mteb  # (loaded by MTEB's own run already)
 
         try:
             self.tasks[name] = mteb.get_task(name)
@@ -290,8 +291,6 @@ def _refuse(base: Any, task: str | None, n_inputs: int, what: str) -> np.ndarray
 
 def texts_of(inputs: Any) -> list[str]:
     """The texts of an MTEB DataLoader (batches with a "text" column), or of a plain list."""
-    from flow_plugin._validation import check_sentences
-
     if isinstance(inputs, (list, tuple)):
         return check_sentences(inputs)
     texts: list[str] = []

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 # Only modules every interpreter has already loaded at start-up (``python -X importtime -c
 # pass``): this module is imported at every start of every Python process of the environment.
+# So flow-plugin's own modules (and, through them, MTEB) are imported inside the functions below, when
+# MTEB's registry modules load or MTEB calls a loader: the one module whose inner imports need no reason each.
 import os
 import sys
 

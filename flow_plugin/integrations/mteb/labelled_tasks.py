@@ -77,7 +77,7 @@ from flow_plugin.data.task_tables import (RankingData, cluster_items, label_code
                                           labels_with_few_items, ranking_data)
 from flow_plugin.errors import DataFolderError, InputError, RegistryError
 from flow_plugin.integrations.mteb.compat import (FastLabelClassification, PredictionCapture, QueryScoreCapture,
-                                                  RecordedClusterDraws, track_task)
+                                                  RecordedClusterDraws, registered_task, track_task)
 
 logger = logging.getLogger(__name__)
 
@@ -421,8 +421,6 @@ def task_class(entry: str | TaskEntry | dict[str, Any]) -> type[LabelledTask]:
     """The task class of an entry: a task name (built-in or ``$FLOW_PLUGIN_TASKS``), an entry, or an entry's
     table as a dict (the few lines of Python that define a task without a TOML file; its ``data_dir`` is relative
     to the current folder). A user's entry named like a task MTEB already has is refused."""
-    from flow_plugin.integrations.mteb.compat import registered_task  # MTEB's registry, loaded by now
-
     if isinstance(entry, dict):
         entry = parse_task_entry(entry, origin=Path.cwd() / "tasks.toml")
     if isinstance(entry, str):

@@ -18,8 +18,10 @@ from mteb.models.model_meta import ModelMeta, ScoringFunction
 from flow_plugin.integrations.mteb.compat import registered_model
 
 from flow_plugin._io import plain_json_value
+from flow_plugin.calibration import make_calibrator
 from flow_plugin.calibration.names import calibrator_method
-from flow_plugin.catalog.registry import MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry
+from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry,
+                                          model_name_suffixes)
 
 BERT_FLOW_CITATION = r"""@inproceedings{li2020bertflow,
   title = {On the Sentence Embeddings from Pre-trained Language Models},
@@ -101,8 +103,6 @@ def backbone_meta(spec: BackboneSpec, loader: Callable[..., Any] | None) -> Mode
 def model_meta(registry_model: RegistryModel, loader: Callable[..., Any] | None) -> ModelMeta:
     """The ``ModelMeta`` of a registry model name: its backbone's, with the calibrator (and the registry
     file's hyper-parameters for it) as experiment parameters; a flow cites BERT-flow and its training code."""
-    from flow_plugin.calibration import make_calibrator
-
     spec = registry_model.backbone
     width = make_calibrator(registry_model.calibrator, **registry_model.calibrator_params).output_width(
         spec.embedding_dim)
@@ -117,7 +117,6 @@ def all_model_metas(loader: Callable[..., Any] | None,
                     registry: dict[str, BackboneSpec] | None = None) -> dict[str, ModelMeta]:
     """Registry model name -> its ``ModelMeta``, for every name (default registry unless ``registry``)."""
     registry = registry if registry is not None else default_registry()
-    from flow_plugin.catalog.registry import model_name_suffixes
 
     return {spec.model_name(method): model_meta(RegistryModel(spec, method), loader) for spec in registry.values()
             for method in model_name_suffixes()}

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.catalog.labelled_tasks import unknown_task_hint
+from flow_plugin.data.roots import DATA_ENV, data_part
 from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.errors import DataFolderError, RegistryError
+from flow_plugin.integrations.mteb.hook import register
 
 
 def known_task_names() -> list[str]:
@@ -36,7 +38,7 @@ def known_task_names() -> list[str]:
     >>> "SentEvalSTS13" in names and "STSBenchmark" in names and "MTEB(eng, v2)" in names
     True
     """
-    import mteb
+    import mteb  # heavy: not to parse the command line
 
     names = list(OFFLINE_TASKS)
     with quiet_mteb():  # listing names only: no "task X is in beta" warning for each of ~250 tasks
@@ -79,7 +81,7 @@ def unknown_task_message(name: str, candidates: Iterable[str] | None = None) -> 
 
 
 def _benchmark_tasks(name: str) -> list[Any] | None:
-    import mteb
+    import mteb  # heavy: not to parse the command line
 
     try:
         # quiet: some mteb releases (2.18.11) build every benchmark, warning for each beta task, before they
@@ -92,7 +94,7 @@ def _benchmark_tasks(name: str) -> list[Any] | None:
 
 
 def _mteb_task(name: str) -> Any | None:
-    import mteb
+    import mteb  # heavy: not to parse the command line
 
     try:
         return mteb.get_task(name)
@@ -103,8 +105,7 @@ def _mteb_task(name: str) -> Any | None:
 def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str]) -> Path:
     """The SentEval folder the offline tasks ``offline`` read: ``data``, else
     the data root's ``senteval/`` (``$FLOW_PLUGIN_SHARED_DATA``); an error naming the tasks when neither is given."""
-    from flow_plugin.data.roots import DATA_ENV, data_part
-    from flow_plugin.data.senteval import resolve_senteval_root
+    from flow_plugin.data.senteval import resolve_senteval_root  # numpy: not with the CLI
 
     folder = data if data is not None else data_part("senteval", beside_checkout=False)
     if folder is None:
@@ -122,8 +123,6 @@ def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = No
     their data when evaluated. Every unknown name is reported, with close names, before
     anything is loaded.
     """
-    from flow_plugin.integrations.mteb.hook import register
-
     register()  # idempotent: the offline tasks are in MTEB's registry even with the hook off
     offline = [name for name in names if isinstance(name, str) and name in OFFLINE_TASKS]
     root = offline_data_root(data, offline) if offline else None
@@ -133,7 +132,7 @@ def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = No
         if not isinstance(name, str):
             resolved.append(name)
         elif name in OFFLINE_TASKS:
-            from flow_plugin.integrations.mteb.sts_tasks import get_offline_task
+            from flow_plugin.integrations.mteb.sts_tasks import get_offline_task  # heavy: MTEB
 
             resolved.append(get_offline_task(name, data_dir=root))
         elif (task := _mteb_task(name)) is not None:

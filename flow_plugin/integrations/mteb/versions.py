@@ -18,6 +18,10 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Iterable, Mapping
 
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
 from flow_plugin.errors import UnsupportedVersionError
 
 #: the packages whose installed release is checked before flow-plugin registers with MTEB
@@ -41,9 +45,6 @@ def supported_ranges(requirements: Iterable[str] | None = None) -> dict[str, str
     >>> supported_ranges(["mteb<3,>=2.14", "numpy>=1.24", "transformers>=4.48; extra == 'x'"])
     {'mteb': '>=2.14,<3'}
     """
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
     ranges = {}
     for text in declared_requirements() if requirements is None else requirements:
         requirement = Requirement(text)
@@ -74,8 +75,6 @@ def unsupported_message(requirements: Iterable[str] | None = None,
 
     ``requirements`` (default: the installed flow-plugin's) and ``installed`` (default: the installed
     releases) are arguments so that the check can be run against any range."""
-    from packaging.specifiers import SpecifierSet
-
     ranges = supported_ranges(requirements)
     installed = installed_versions() if installed is None else dict(installed)
     outside = [name for name, wanted in ranges.items()

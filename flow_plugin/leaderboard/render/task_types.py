@@ -18,7 +18,6 @@ from typing import Any
 
 from flow_plugin.calibration.names import CALIBRATOR_LABELS
 from flow_plugin.leaderboard.compare import CellInterval
-from flow_plugin.leaderboard.compare_types import types_headline
 from flow_plugin.leaderboard.models import AVERAGE, TaskTypesBoard, TypeDelta, TypeRow
 from flow_plugin.leaderboard.render.text import SEEDS_NOTE, bracket_text, fmt, interval_text, with_spread
 
@@ -203,6 +202,8 @@ NO_PICTURE = "No picture: matplotlib is missing (pip install 'flow-plugin[plots]
 def headline_text(board: TaskTypesBoard) -> str:
     """One sentence: auto's Δ on the average of the types and the best fixed calibrator's, with their intervals
     (:func:`~flow_plugin.leaderboard.compare_types.types_headline`; "" for a board without calibrated rows)."""
+    from flow_plugin.leaderboard.compare_types import types_headline  # numpy and scipy load with it
+
     found = types_headline(board)
     parts = []
     if found.auto is not None and found.auto.delta:
@@ -367,6 +368,8 @@ def render_task_types_html(board: TaskTypesBoard, stem: str | None = None, pictu
 def index_summary(board: TaskTypesBoard, stem: str, has_picture: bool) -> dict[str, Any]:
     """What the index says about a task-types board (:func:`~flow_plugin.leaderboard.render.html.render_index`):
     its size and, on the average of the types, the best fixed calibrator's and auto's Δ against raw."""
+    from flow_plugin.leaderboard.compare_types import types_headline  # numpy and scipy load with it
+
     found = types_headline(board)
     best, auto = found.best_fixed.get(AVERAGE), found.auto
     verdict = {"backbone": board.backbone,

@@ -17,14 +17,16 @@ from __future__ import annotations
 import io
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flow_plugin.calibration.names import AUTO_CALIBRATORS
 from flow_plugin.errors import MissingExtraError
-from flow_plugin.leaderboard.compare_types import TypesHeadline
 from flow_plugin.leaderboard.models import AVERAGE, TaskTypesBoard, TypeDelta, TypeRow
 from flow_plugin.leaderboard.render.task_types import SIGNIFICANT_MARK, row_label, type_label
 from flow_plugin.leaderboard.render.text import fmt
+
+if TYPE_CHECKING:  # pragma: no cover
+    from flow_plugin.leaderboard.compare_types import TypesHeadline
 
 #: the diverging colour map (red: Δ below 0, blue: above; the page's own colours run the same way)
 COLOURS = "RdBu"

@@ -64,7 +64,7 @@ def test_packed_bf16_linears_match_plain_ones(tiny_bert_dir: Path, monkeypatch: 
 # ----------------------------------------------------------------------------- the benchmark's rooms
 #: benchmarks/ in layers: a module imports only modules of later layers (peer_worker runs in the peers' own
 #: environments and imports nothing of ours)
-BENCHMARK_LAYERS = (("perf", "study", "gpu_carry"), ("peers", "report"), ("cpu", "gpu"), ("harness", "stand_ins"),
+BENCHMARK_LAYERS = (("perf", "study", "gpu_carry", "auto_lodo"), ("peers", "report"), ("cpu", "gpu"), ("harness", "stand_ins"),
                     ("peer_worker",))
 
 

@@ -177,14 +177,16 @@ def hint_unknown_tasks(hint: Callable[[], str], module: Any = None) -> None:
 
 
 # ----------------------------------------------------------------------------- damaged and stale results
-#: the newest instance of each of our offline tasks, by name: ``ResultCache.load_task_result`` is given a task's name
-#: only, and the data an instance reads (its own data folder) says which ``dataset_revision`` a result must carry
-_LIVE_TASKS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+#: the task objects alive in this process, by name, oldest first: ``ResultCache.load_task_result`` and ``encode()``
+#: are given a task's name only, and the data an instance reads (its own data folder) says which
+#: ``dataset_revision`` a result must carry. Weak: a task dropped by its owner leaves the newer or older ones.
+_LIVE_TASKS: dict[str, list[weakref.ref[Any]]] = {}
 
 
 def track_task(task: Any) -> None:
-    """Called by each of our offline tasks when it is built (:func:`check_results_before_loading` reads it)."""
-    _LIVE_TASKS[task.metadata.name] = task
+    """Record ``task`` as the newest object of its name (each task when it is built; our loop before it runs one)."""
+    alive = [ref for ref in _LIVE_TASKS.get(task.metadata.name, []) if ref() is not None and ref() is not task]
+    _LIVE_TASKS[task.metadata.name] = [*alive, weakref.ref(task)]
 
 
 def check_results_before_loading(prefix: str, check: Callable[[Path], Any],
@@ -212,7 +214,7 @@ def check_results_before_loading(prefix: str, check: Callable[[Path], Any],
         path = Path(self.get_task_result_path(**{key: arguments[key] for key in where if key in arguments}))
         if name and (name.startswith(prefix) or name.startswith(folder_prefix)):
             check(path)
-        task = _LIVE_TASKS.get(str(arguments.get("task_name")))
+        task = live_task(str(arguments.get("task_name")))
         if check_task is not None and task is not None:
             check_task(path, task)
         return current(self, *args, **kwargs)
@@ -244,8 +246,12 @@ def after_each_save(write: Callable[[Path, Any, ModelMeta], Any]) -> None:
 
 
 def live_task(name: str) -> Any:
-    """The newest task object of ``name`` built in this process (or handed to our loop last), or None."""
-    return _LIVE_TASKS.get(name)
+    """The newest task object of ``name`` still alive in this process (built, or handed to our loop last), or None."""
+    for ref in reversed(_LIVE_TASKS.get(name, [])):
+        task = ref()
+        if task is not None:
+            return task
+    return None
 
 
 def track_tasks_as_built() -> None:

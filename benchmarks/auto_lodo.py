@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flow_plugin.calibration.auto import CANDIDATES, FAMILIES, STEP_DOWN, Rule
+from flow_plugin.calibration.auto import CANDIDATES, FAMILIES, FITTED_FAMILIES, RULES, STEP_DOWN, Rule
 
 #: a loss counts this many times as much as a gain of the same size
 LOSS_WEIGHT = 3.0
@@ -102,8 +102,9 @@ def fit_rule(cells: list[Cell]) -> Rule:
     best: tuple[float, Any] | None = None
     for threshold in THRESHOLDS:
         for floor in FLOORS:
-            choices, total = {}, 0.0
-            for family in ("ranking", "pairs", "labels"):
+            total = 0.0
+            choices = {family: RULES[family] for family in RULES if family not in FITTED_FAMILIES}
+            for family in FITTED_FAMILIES:
                 picked = []
                 for regime in (0, 1):
                     mine = [cell for cell in cells if cell.family == family

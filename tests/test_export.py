@@ -28,6 +28,7 @@ from sentence_transformers import SentenceTransformer
 
 from benchmarks.export_agreement import cosine_difference, folder_parts, relative_difference
 from flow_plugin.calibration import CALIBRATOR_METHODS, GENTLE_CALIBRATORS, make_calibrator
+from flow_plugin.calibration.auto import RULES
 from flow_plugin.catalog.builders import build_encoder
 from flow_plugin.catalog.registry import RegistryModel, parse_backbone_file, parse_model_name
 from flow_plugin.encoding.options import EncoderOptions
@@ -213,9 +214,9 @@ def gentle_exports(minilm_path: Path, fit_corpus: Path, tmp_path_factory: pytest
     folder = tmp_path_factory.mktemp("gentle-exports")
     return {name: export_model(f"flow_plugin/minilm-l6-{name}", folder / name, fit_corpus=fit_corpus,
                                show_progress_bar=False)
-            for name in GENTLE_CALIBRATORS} | {"auto": export_model(  # a task type for which auto chooses whitening
+            for name in GENTLE_CALIBRATORS} | {"auto": export_model(  # a task type for which auto calibrates
                 "flow_plugin/minilm-l6-auto", folder / "auto", fit_corpus=fit_corpus, show_progress_bar=False,
-                calibrator_params={"task_type": "Retrieval"})}
+                calibrator_params={"task_type": "Retrieval"})}  # (minilm-l6 is isotropic)
 
 
 @pytest.mark.slow
@@ -240,7 +241,8 @@ def test_the_gentle_family_and_auto_export_as_standard_dense_layers_that_agree_w
     # auto exports the calibrator it chose, and its README says which and why
     auto = gentle_exports["auto"]
     readme = (auto.path / "README.md").read_text(encoding="utf-8")
-    assert auto.calibrator.choice_ == "whiten" and '`choice_`=`"whiten"`' in readme and "auto chose whiten" in readme
+    chose = auto.calibrator.choice_  # the ranking rule's entry for a sentence encoder
+    assert chose == RULES["ranking"][0] and f'`choice_`=`"{chose}"`' in readme and f"auto chose {chose}" in readme
 
 
 def test_the_flow_needs_trust_remote_code(exports) -> None:

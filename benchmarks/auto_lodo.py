@@ -17,8 +17,8 @@ Two steps::
         --boards leaderboards/task-types-*.json -o benchmarks/results/auto-lodo.md
 
 The objective counts a loss three times as much as a gain of the same size (:data:`LOSS_WEIGHT`); of rules that
-score alike the most cautious wins: the highest threshold (fewer tasks count as anisotropic), the highest floor (the
-safeguard steps down wherever the tuning data does not say otherwise), then the gentler table. A left-out task's Δ is the board's Δ of the calibrator the rule chose there, with the
+score alike, the lowest floor wins (the safeguard steps a choice down only where the tuning data shows that it pays),
+then the gentler table; the threshold goes in the middle of the gap between the anisotropies it separates. A left-out task's Δ is the board's Δ of the calibrator the rule chose there, with the
 board's 95% interval (paired bootstrap over the test items and evaluator seeds); a type's mean over its tasks takes
 the tasks' intervals as independent normal ones.
 """
@@ -98,29 +98,55 @@ def _gentleness(choice: str) -> int:
 
 
 def fit_rule(cells: list[Cell]) -> Rule:
-    """The rule with the best total utility on ``cells`` (ties: the higher threshold and floor, the gentler table)."""
-    best: tuple[float, Any] | None = None
+    """The rule with the best total utility on ``cells`` (ties: the lower floor, the gentler table), its threshold
+    in the middle of the gap between the measured anisotropies it separates (:func:`_middle_of_gap`)."""
+    scored = {}
     for threshold in THRESHOLDS:
         for floor in FLOORS:
-            total = 0.0
-            choices = {family: RULES[family] for family in RULES if family not in FITTED_FAMILIES}
-            for family in FITTED_FAMILIES:
-                picked = []
-                for regime in (0, 1):
-                    mine = [cell for cell in cells if cell.family == family
-                            and int(cell.signals["anisotropy"] >= threshold) == regime]
-                    scored = [(sum(utility(_delta(cell, _stepped(choice, cell, floor))) for cell in mine),
-                               -_gentleness(choice), choice) for choice in CANDIDATES
-                              if all(_stepped(choice, cell, floor) in cell.deltas for cell in mine)]
-                    value, _, choice = max(scored)
-                    picked.append(choice)
-                    total += value
-                choices[family] = tuple(picked)
-            key = (round(total, 6), threshold, floor, -sum(_gentleness(c) for pair in choices.values() for c in pair))
-            if best is None or key > best[0]:
-                best = (key, Rule(threshold, floor, choices))
-    assert best is not None
-    return best[1]
+            choices, total = _best_table(cells, threshold, floor)
+            gentleness = -sum(_gentleness(c) for pair in choices.values() for c in pair)
+            scored[threshold, floor] = ((round(total, 6), -floor, gentleness), choices)
+    (best_key, choices) = max(scored.values(), key=lambda item: item[0])
+    floor = -best_key[1]
+    tied = [t for t in THRESHOLDS if scored[t, floor] == (best_key, choices)]
+    return Rule(_middle_of_gap(cells, tied), floor, choices)
+
+
+def _best_table(cells: list[Cell], threshold: float, floor: float) -> tuple[dict[str, tuple[str, str]], float]:
+    """Each fitted family's best (isotropic, anisotropic) entries at ``threshold`` and ``floor``, and their total
+    utility; the families not fitted here keep auto.py's entries."""
+    choices = {family: RULES[family] for family in RULES if family not in FITTED_FAMILIES}
+    total = 0.0
+    for family in FITTED_FAMILIES:
+        picked = []
+        for regime in (0, 1):
+            mine = [cell for cell in cells if cell.family == family
+                    and int(cell.signals["anisotropy"] >= threshold) == regime]
+            scored = [(sum(utility(_delta(cell, _stepped(choice, cell, floor))) for cell in mine),
+                       -_gentleness(choice), choice) for choice in CANDIDATES
+                      if all(_stepped(choice, cell, floor) in cell.deltas for cell in mine)]
+            value, _, choice = max(scored)
+            picked.append(choice)
+            total += value
+        choices[family] = tuple(picked)
+    return choices, total
+
+
+def _middle_of_gap(cells: list[Cell], tied: list[float]) -> float:
+    """Of the grid thresholds that score alike (the highest run of them), the middle of the gap between the most
+    anisotropic cell below the run and the least anisotropic one at or above it: as far from either side's data as
+    the data allows, so a new task near the boundary falls on the side its neighbours are on."""
+    run = [tied[-1]]
+    for threshold in reversed(tied[:-1]):
+        if THRESHOLDS.index(threshold) != THRESHOLDS.index(run[0]) - 1:
+            break
+        run.insert(0, threshold)
+    values = [cell.signals["anisotropy"] for cell in cells]
+    below = [v for v in values if v < run[0]]
+    above = [v for v in values if v >= run[-1]]
+    if not below or not above:
+        return run[-1]
+    return round((max(below) + min(above)) / 2, 3)
 
 
 def _stepped(choice: str, cell: Cell, floor: float) -> str:

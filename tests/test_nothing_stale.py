@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 import flow_plugin
+from flow_plugin.calibration import auto
 from flow_plugin.errors import EncoderOutputError
+from flow_plugin.integrations.mteb.meta import calibrated_meta
 from flow_plugin.integrations.mteb.labelled_tasks import task_class
 
 from conftest import ONE_PER_TYPE
@@ -257,3 +259,16 @@ def test_a_damaged_leaderboard_or_fit_record_file_names_its_remedy(tmp_path: Pat
     fits.write_text('{"format": "flow-plugin-fits"')
     with pytest.raises(DataFolderError, match=r"not valid JSON: .*; rerun its task with --overwrite"):
         read_fits(fits)
+
+
+def test_a_result_of_another_auto_rule_is_filed_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto's score depends on its table and thresholds, not on the hyper-parameters a user set alone: a changed rule
+    (a new flow-plugin release, or a user's own threshold) names another MTEB experiment, so MTEB never reuses the
+    old rule's score as this one's."""
+    base = mteb.get_model_meta("flow_plugin/minilm-l6")
+    name = calibrated_meta(base, "auto").experiment_name
+    assert name == mteb.get_model_meta("flow_plugin/minilm-l6-auto").experiment_name and "rule_" in name
+    assert calibrated_meta(base, "auto", {"threshold": 0.5}).experiment_name != name
+    monkeypatch.setitem(auto.RULES, "ranking", ("whiten", "whiten"))
+    assert calibrated_meta(base, "auto").experiment_name != name
+    assert calibrated_meta(base, "whiten").experiment_name == "calibrator_whiten"  # the others are named as before

@@ -28,16 +28,19 @@ Examples
 >>> rng = np.random.default_rng(0)
 >>> cone = (rng.normal(size=(400, 16)) + 6.0).astype(np.float32)  # every embedding near one direction
 >>> auto = AutoCalibrator(task_type="Retrieval").fit(cone)
->>> round(auto.anisotropy_, 2) > 0.9, auto.choice_  # the table's soft-whiten, stepped down by the safeguard
-(True, 'remove-mean-dir')
->>> "split-half stability" in auto.reason_
-True
+>>> round(auto.anisotropy_, 2) > 0.9, auto.choice_
+(True, 'soft-whiten')
+>>> guarded = AutoCalibrator(task_type="Retrieval", stability_floor=0.7).fit(cone)  # few sentences per direction
+>>> guarded.choice_, "split-half stability" in guarded.reason_
+('remove-mean-dir', True)
 >>> AutoCalibrator(task_type="Classification").fit(rng.normal(size=(400, 16)).astype(np.float32)).choice_
 'raw'
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,7 +50,7 @@ import numpy as np
 
 from flow_plugin.calibration import gentle, linear  # noqa: F401 (their classes enter CALIBRATOR_CLASSES)
 from flow_plugin.calibration.base import Calibrator, calibrator_by_name
-from flow_plugin.calibration.names import AUTO_CANDIDATES, AUTO_STEP_DOWN
+from flow_plugin.calibration.names import AUTO_CANDIDATES, AUTO_RULES, AUTO_STEP_DOWN
 from flow_plugin.calibration.signals import anisotropy, measure
 from flow_plugin.errors import InputError
 
@@ -59,20 +62,15 @@ FAMILIES: dict[str, str] = {
     "PairClassification": "pairs", "STS": "sts",
 }
 #: family -> (the calibrator for isotropic embeddings, the one for anisotropic embeddings)
-RULES: dict[str, tuple[str, str]] = {
-    "ranking": ("remove-mean-dir", "soft-whiten"),
-    "pairs": ("raw", "sn"),
-    "labels": ("raw", "sn"),
-    "sts": ("raw", "whiten"),
-}
+RULES: dict[str, tuple[str, str]] = AUTO_RULES
 #: the families whose entries ``benchmarks/auto_lodo.py`` fits on the task-types boards; "sts" is chosen on the STS
 #: boards (STS12-16, STS-B, SICK-R: docs/results.md), which those boards do not hold
 FITTED_FAMILIES = ("ranking", "pairs", "labels")
 #: the anisotropy (mean cosine between two embeddings) from which embeddings count as anisotropic
-DEFAULT_THRESHOLD = 0.3
+DEFAULT_THRESHOLD = 0.26
 #: the split-half neighbour stability of whitening (:mod:`.signals`) a whitening-like choice needs; below it, auto
 #: steps down to a gentler calibrator (:data:`STEP_DOWN`)
-DEFAULT_STABILITY_FLOOR = 0.7
+DEFAULT_STABILITY_FLOOR = 0.0
 CANDIDATES, STEP_DOWN = AUTO_CANDIDATES, AUTO_STEP_DOWN
 
 
@@ -189,6 +187,12 @@ class AutoCalibrator(Calibrator, method="auto"):
         """The hyper-parameters, plus the table the rule reads (:data:`RULES`): a result of another table is
         another result, filed apart from this one."""
         return {**super().result_params(), "rules": {family: list(pair) for family, pair in sorted(RULES.items())}}
+
+    def identity_params(self) -> dict[str, Any]:
+        """``rule``: 12 hex digits of the threshold, the floor and :data:`RULES`, so that MTEB files a result of
+        another rule apart from this one's and never reuses it."""
+        rule = {key: value for key, value in self.result_params().items() if key != "task_type"}
+        return {"rule": hashlib.sha256(json.dumps(rule, sort_keys=True).encode()).hexdigest()[:12]}
 
     def describe(self) -> dict[str, Any]:
         """The choice and the figure behind it, as the fit record keeps them."""

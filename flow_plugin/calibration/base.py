@@ -153,6 +153,11 @@ class Calibrator(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimato
     #: hyper-parameters that say where or how visibly a fit runs, not what it computes
     RUNTIME_PARAMS: ClassVar[tuple[str, ...]] = ("device", "show_progress_bar")
 
+    def identity_params(self) -> dict[str, Any]:
+        """What names this calibrator's results beside its name and the hyper-parameters a user set (the MTEB
+        experiment kwargs add it): none here; a calibrator whose result depends on more (``auto``'s table) says so."""
+        return {}
+
     def result_params(self) -> dict[str, Any]:
         """The hyper-parameters that shape the result (all but :attr:`RUNTIME_PARAMS`), defaults included."""
         return {key: value for key, value in self.get_params(deep=False).items() if key not in self.RUNTIME_PARAMS}

@@ -40,6 +40,14 @@ AUTO_CALIBRATORS: tuple[str, ...] = tuple(_AUTO_LABELS)
 AUTO_CANDIDATES: tuple[str, ...] = ("raw", "center", "remove-mean-dir", "sn", "soft-whiten", "whiten")
 #: where ``auto`` steps a whitening-like choice down to when the text cannot pin whitening down
 AUTO_STEP_DOWN: dict[str, str] = {"whiten": "soft-whiten", "soft-whiten": "remove-mean-dir"}
+#: ``auto``'s table: family -> (its calibrator for isotropic embeddings, the one for anisotropic embeddings), as
+#: ``benchmarks/auto_lodo.py`` fitted it (calibration/auto.py reads it as ``RULES``)
+AUTO_RULES: dict[str, tuple[str, str]] = {
+    "ranking": ("remove-mean-dir", "soft-whiten"),
+    "pairs": ("raw", "sn"),
+    "labels": ("raw", "sn"),
+    "sts": ("raw", "whiten"),
+}
 #: the six methods of the paper's comparison: what bench, the paper's evaluations and sweeps run by default
 CALIBRATOR_METHODS: tuple[str, ...] = tuple(_COMPARISON_LABELS)
 

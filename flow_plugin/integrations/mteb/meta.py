@@ -57,7 +57,8 @@ def calibrated_meta(base: ModelMeta, calibrator: str, calibrator_params: dict[st
     """The base's ``ModelMeta`` with the calibrator as an experiment parameter (``raw``: the base's own)."""
     if calibrator == "raw":
         return base
-    kwargs = {**dict(base.experiment_kwargs or {}), "calibrator": calibrator}
+    kwargs = {**dict(base.experiment_kwargs or {}), "calibrator": calibrator,
+              **make_calibrator(calibrator, **(calibrator_params or {})).identity_params()}
     if calibrator_params:
         # plain JSON values: MTEB names the experiment folder from them (np.int64(3) is the seed 3)
         kwargs["calibrator_params"] = json.loads(json.dumps(dict(calibrator_params), default=plain_json_value))

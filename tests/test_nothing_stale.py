@@ -18,7 +18,9 @@ import pytest
 
 import flow_plugin
 from flow_plugin.calibration import auto
+from flow_plugin.catalog.registry import parse_model_name
 from flow_plugin.errors import EncoderOutputError
+from flow_plugin.integrations.mteb.base_models import registry_model
 from flow_plugin.integrations.mteb.meta import calibrated_meta
 from flow_plugin.integrations.mteb.labelled_tasks import task_class
 
@@ -272,3 +274,12 @@ def test_a_result_of_another_auto_rule_is_filed_apart(monkeypatch: pytest.Monkey
     monkeypatch.setitem(auto.RULES, "ranking", ("whiten", "whiten"))
     assert calibrated_meta(base, "auto").experiment_name != name
     assert calibrated_meta(base, "whiten").experiment_name == "calibrator_whiten"  # the others are named as before
+
+
+def test_what_the_fit_read_names_the_result_on_every_route() -> None:
+    """A capped or seeded fit is another result: the Python loader files it where ``mteb.get_model`` with the same
+    arguments does, and apart from the default fit (a capped run's score never comes back for the uncapped one)."""
+    name = "flow_plugin/minilm-l6-layer0-whiten"
+    capped = registry_model(parse_model_name(name), max_fit_sentences=3, fit_seed=7).mteb_model_meta.experiment_name
+    assert capped == mteb.get_model(name, max_fit_sentences=3, fit_seed=7).mteb_model_meta.experiment_name
+    assert capped != registry_model(parse_model_name(name)).mteb_model_meta.experiment_name

@@ -33,6 +33,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta
 from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
+from flow_plugin.calibration import make_calibrator
 from flow_plugin.catalog.builders import build_encoder, resolve
 from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, folder_revision,
                                           is_folder, is_foreign_base, local_model_folder, parse_model_name,
@@ -46,7 +47,10 @@ from flow_plugin.integrations.mteb.fits import base_output, has_more_than_text, 
 from flow_plugin.integrations.mteb.meta import backbone_meta, calibrated_meta
 
 #: the keywords a calibrated model's loader takes besides the encoder options
-MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FIT_ARGUMENTS)
+#: what a calibrator's result is named by beside its hyper-parameters (``auto``'s rule): MTEB's loader hands a
+#: result's experiment kwargs back, so they are accepted, and one that is not this flow-plugin's is refused
+IDENTITY_ARGUMENTS: tuple[str, ...] = ("rule",)
+MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FIT_ARGUMENTS, *IDENTITY_ARGUMENTS)
 
 
 class RegistryEncoder(AbsEncoder):
@@ -203,6 +207,7 @@ def load_calibrated(base: str, revision: str | None = None, *, device: str | Non
         model = registry_model(RegistryModel(spec, calibrator), device=device, calibrator_params=calibrator_params,
                                **kwargs)
     else:
+        _check_identity(base, calibrator, calibrator_params or {}, kwargs)
         settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
         model = CalibratedModel(load_base(base, revision, device, **kwargs), calibrator,
                                 calibrator_params=calibrator_params, **settings)
@@ -219,10 +224,22 @@ def registry_model(model: str | RegistryModel, *, calibrator_params: dict[str, A
     options and fit settings."""
     resolved = resolve(model)
     _refuse_unknown(resolved.name, kwargs)
-    settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
     params = {**resolved.calibrator_params, **(calibrator_params or {})}
+    _check_identity(resolved.name, resolved.calibrator, params, kwargs)
+    settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
     return CalibratedModel(RegistryEncoder(resolved.backbone, **kwargs), resolved.calibrator, calibrator_params=params,
                            **settings)
+
+
+def _check_identity(name: str, calibrator: str, params: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """Take the identity arguments out of ``kwargs``: each must be what this flow-plugin's calibrator names its
+    results by (a result of another ``auto`` rule is not this one's)."""
+    own = make_calibrator(calibrator, **params).identity_params() if calibrator != "raw" else {}
+    for key in IDENTITY_ARGUMENTS:
+        given = kwargs.pop(key, own.get(key))
+        if given != own.get(key):
+            raise InputError(f"{name}: {key}={given} names a result of another {calibrator} {key} than this "
+                             f"flow-plugin's ({own.get(key)}); load the model without {key}")
 
 
 def _refuse_unknown(base: str, kwargs: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 import weakref
@@ -74,11 +75,18 @@ class CalibratedModel(AbsEncoder):
         base_meta = getattr(base, "mteb_model_meta", None) or ModelMeta.create_empty(overwrites={"name": type(base).__name__})
         dims = base_meta.embed_dim if isinstance(base_meta.embed_dim, list) else [base_meta.embed_dim]
         width = max((d for d in dims if isinstance(d, int)), default=None)  # a list: the widths it offers
-        self.mteb_model_meta = calibrated_meta(base_meta, calibrator, self.calibrator_params,
-                                               template.output_width(width) if width else None)
+        meta = calibrated_meta(base_meta, calibrator, self.calibrator_params,
+                               template.output_width(width) if width else None)
+        if fit_settings and calibrator != "raw":  # what the fit read names the result, as MTEB's loader files it
+            given = {key: value if isinstance(value, (int, str)) else str(value) for key, value in fit_settings.items()}
+            meta = meta.model_copy(update={"experiment_kwargs": {**dict(meta.experiment_kwargs or {}), **given}})
+        self.mteb_model_meta = meta
         if width:
             template.check_params(width)
         self.fits = TaskFits(base, template, self.name, FitSettings.from_keywords(fit_settings))
+        #: task name -> when this model last encoded for it (:data:`_ENCODE_CLOCK`): of two live models of one
+        #: identity, the fit records beside a result are those of the one that just ran the task
+        self.last_encoded: dict[str, int] = {}
         _LIVE_MODELS.add(self)
         self._cautioned: set[str] = set()
         if self.fits.settings.fit_corpus.kind == "per-call" and not self.is_raw:
@@ -146,6 +154,7 @@ class CalibratedModel(AbsEncoder):
             base_output(output, count_inputs(inputs), self.base, task_metadata.name)
             return output
         self._caution(task_metadata)
+        self.last_encoded[task_metadata.name] = next(_ENCODE_CLOCK)
         side = getattr(prompt_type, "value", prompt_type)
         texts = texts_of(inputs)
         fit = self.fits.fit_for(task_metadata, hf_subset, side, texts)
@@ -167,6 +176,8 @@ class CalibratedModel(AbsEncoder):
 
 #: the calibrated models of this process, for :func:`write_beside_result`
 _LIVE_MODELS: weakref.WeakSet[CalibratedModel] = weakref.WeakSet()
+#: orders the encode() calls of every calibrated model of this process
+_ENCODE_CLOCK = itertools.count()
 
 
 def write_beside_result(path: Path, task_result: Any, meta: ModelMeta) -> None:
@@ -176,10 +187,15 @@ def write_beside_result(path: Path, task_result: Any, meta: ModelMeta) -> None:
     task = live_task(task_result.task_name)
     if task is not None and hasattr(task, "write_beside"):
         task.write_beside(path, task_result)
-    for model in list(_LIVE_MODELS):
-        mine = model.mteb_model_meta
-        if (mine.name, mine.revision, mine.experiment_name) == (meta.name, meta.revision, meta.experiment_name):
-            write_task_fits(path, model, task_result.task_name)
+    name = task_result.task_name
+    ran = [model for model in list(_LIVE_MODELS) if name in model.last_encoded and _identity(model.mteb_model_meta)
+           == _identity(meta)]
+    if ran:
+        write_task_fits(path, max(ran, key=lambda model: model.last_encoded[name]), name)
+
+
+def _identity(meta: ModelMeta) -> tuple[str, str | None, str | None]:
+    return meta.name, meta.revision, meta.experiment_name
 
 
 def _check_base(base: Any) -> None:

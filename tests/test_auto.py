@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks.auto_lodo import fit_rule, read_cells
 from flow_plugin.calibration import make_calibrator
-from flow_plugin.calibration.auto import FAMILIES, RULES, AutoCalibrator, anisotropy
+from flow_plugin.calibration.auto import (DEFAULT_STABILITY_FLOOR, DEFAULT_THRESHOLD, FAMILIES, RULES, AutoCalibrator,
+                                          anisotropy)
 from flow_plugin.errors import InputError
 
 
@@ -106,3 +109,20 @@ def test_the_safeguard_steps_a_whitening_like_choice_down_and_says_why() -> None
     assert choice == "remove-mean-dir" and "split-half stability 0.50 < 0.8" in why
 
 
+REPO = Path(__file__).resolve().parents[1]
+#: the signals of the published boards' tasks, as ``python -m benchmarks.auto_lodo signals`` measured them
+SIGNALS = REPO / "benchmarks" / "results" / "auto-signals.json"
+
+
+def test_autos_rule_is_the_one_fitted_on_the_published_boards() -> None:
+    """auto's threshold, floor and table are what ``benchmarks/auto_lodo.py`` fits on every dataset of the published
+    task-types boards whose tasks have signals (its leave-one-dataset-out report, docs/gentle.md, judges that fit).
+    A rebuilt board or new signals that change the fit fail here until auto.py follows."""
+    signals = json.loads(SIGNALS.read_text(encoding="utf-8"))
+    boards = sorted((REPO / "leaderboards").glob("task-types-*.json"))
+    cells = read_cells(boards, signals)
+    assert {cell.backbone for cell in cells} == set(signals)  # every measured backbone's board is published
+    assert len({cell.dataset for cell in cells}) >= 10 and len(cells) >= 50
+    rule = fit_rule(cells)
+    assert (rule.threshold, rule.stability_floor) == (DEFAULT_THRESHOLD, DEFAULT_STABILITY_FLOOR)
+    assert dict(rule.choices) == RULES

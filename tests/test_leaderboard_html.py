@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from flow_plugin import leaderboard as lb
+from flow_plugin.calibration.names import IDENTITY_ARGUMENTS
 from flow_plugin.cli.main import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +128,8 @@ def expected_linear_deltas(board: dict[str, Any], key: str) -> dict[str, tuple[f
 
     def same_setting(row: dict[str, Any]) -> bool:
         def kwargs(r: dict[str, Any]) -> dict[str, Any]:
-            return {k: v for k, v in r["experiment_kwargs"].items() if k not in ("fit_corpus", "calibrator_params")}
+            ignored = ("fit_corpus", "calibrator_params", *IDENTITY_ARGUMENTS)  # auto's rule names the calibrator
+            return {k: v for k, v in r["experiment_kwargs"].items() if k not in ignored}
         return (row["backbone"], row["pooling"], row["fit_corpus"], kwargs(row)) == (
             first["backbone"], first["pooling"], first["fit_corpus"], kwargs(first))
 

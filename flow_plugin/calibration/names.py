@@ -40,6 +40,9 @@ AUTO_CALIBRATORS: tuple[str, ...] = tuple(_AUTO_LABELS)
 AUTO_CANDIDATES: tuple[str, ...] = ("raw", "center", "remove-mean-dir", "sn", "soft-whiten", "whiten")
 #: where ``auto`` steps a whitening-like choice down to when the text cannot pin whitening down
 AUTO_STEP_DOWN: dict[str, str] = {"whiten": "soft-whiten", "soft-whiten": "remove-mean-dir"}
+#: what names a calibrator's result beside its hyper-parameters (``Calibrator.identity_params``: ``auto``'s rule); a
+#: result's experiment holds them, MTEB's loader hands them back, and a row's raw baseline ignores them
+IDENTITY_ARGUMENTS: tuple[str, ...] = ("rule",)
 #: ``auto``'s table: family -> (its calibrator for isotropic embeddings, the one for anisotropic embeddings), as
 #: ``benchmarks/auto_lodo.py`` fitted it (calibration/auto.py reads it as ``RULES``)
 AUTO_RULES: dict[str, tuple[str, str]] = {

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from flow_plugin.calibration import default_seed
-from flow_plugin.calibration.names import AUTO_CALIBRATORS, CALIBRATOR_NAMES, LINEAR_BASELINES
+from flow_plugin.calibration.names import AUTO_CALIBRATORS, CALIBRATOR_NAMES, IDENTITY_ARGUMENTS, LINEAR_BASELINES
 from flow_plugin.catalog.registry import MODEL_PREFIX, weights_revision
 from flow_plugin.data.tasks import task_label
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
@@ -85,11 +85,11 @@ _ROUNDING = 1e-4 + 1e-9
 
 # ============================================================================ 1. the file's derived fields
 def baseline_key(row: Row) -> str:
-    """Rows sharing this key differ only in the calibrator and what it was fitted on
-    (:data:`~flow_plugin.data.fit_corpus.FIT_ARGUMENTS`: the corpus, the duplicate policy ...): the same
+    """Rows sharing this key differ only in the calibrator (its identity arguments too: ``auto``'s rule) and what it
+    was fitted on (:data:`~flow_plugin.data.fit_corpus.FIT_ARGUMENTS`: the corpus, the duplicate policy ...): the same
     backbone, weights commit (a flow-plugin result revision adds a configuration digest, which names the
     calibrator too), pooling, length and other loader kwargs."""
-    ignored = (*FIT_ARGUMENTS, "calibrator_params", "calibrator")
+    ignored = (*FIT_ARGUMENTS, *IDENTITY_ARGUMENTS, "calibrator_params", "calibrator")
     kwargs = {k: v for k, v in row.experiment_kwargs.items() if k not in ignored}
     return json.dumps([row.backbone, _weights(row), row.pooling, row.max_seq_length, kwargs], sort_keys=True)
 

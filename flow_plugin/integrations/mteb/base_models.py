@@ -34,6 +34,7 @@ from mteb.models.model_meta import ModelMeta
 from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
 from flow_plugin.calibration import make_calibrator
+from flow_plugin.calibration.names import IDENTITY_ARGUMENTS
 from flow_plugin.catalog.builders import build_encoder, resolve
 from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryModel, default_registry, folder_revision,
                                           is_folder, is_foreign_base, local_model_folder, parse_model_name,
@@ -47,9 +48,6 @@ from flow_plugin.integrations.mteb.fits import base_output, has_more_than_text, 
 from flow_plugin.integrations.mteb.meta import backbone_meta, calibrated_meta
 
 #: the keywords a calibrated model's loader takes besides the encoder options
-#: what a calibrator's result is named by beside its hyper-parameters (``auto``'s rule): MTEB's loader hands a
-#: result's experiment kwargs back, so they are accepted, and one that is not this flow-plugin's is refused
-IDENTITY_ARGUMENTS: tuple[str, ...] = ("rule",)
 MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FIT_ARGUMENTS, *IDENTITY_ARGUMENTS)
 
 

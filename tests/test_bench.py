@@ -9,6 +9,7 @@ variant reproduces its score exactly.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -24,6 +25,8 @@ from conftest import full_disk_at
 from flow_plugin.studies.bench import run_bench
 from flow_plugin.encoding.cache import clear_shared_encoders
 from flow_plugin.cli.main import main as cli_main
+from flow_plugin.integrations.mteb.base_models import registry_model
+from flow_plugin.results.files import experiment_name
 from flow_plugin.calibration import CALIBRATOR_METHODS
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, parse_model_name
 
@@ -39,10 +42,16 @@ def revision(model: str) -> str:
 
 
 def result_path(output: Path, model: str) -> Path:
-    """Where MTEB files ``model``'s result (a calibrator's under its backbone, in ``experiments/``)."""
+    """Where MTEB files ``model``'s result (a calibrator's under its backbone, in ``experiments/``): the loaded
+    model's meta, which names the precision ``auto`` resolves to on this machine."""
     from flow_plugin.results.files import result_path as mteb_result_path
 
-    return mteb_result_path(output, mteb.get_model_meta(model), TASK)
+    return mteb_result_path(output, loaded_meta(model), TASK)
+
+
+@functools.cache
+def loaded_meta(model: str) -> Any:
+    return registry_model(model).mteb_model_meta
 
 
 def finished(output: Path) -> dict[str, int]:
@@ -163,7 +172,10 @@ def test_bench_resumes_after_a_kill_and_reruns_recompute_nothing(
     again = run_bench(BACKBONE, senteval_dir, output_folder=output, leaderboard=board_path, tasks=[TASK],
                       calibrators=["flow"], overwrite=True, progress=messages.append)
     assert [o.status for o in again.outcomes] == ["computed"] and again.n_encoded == 0
-    assert again.leaderboard.report.unchanged == [f"{MODELS[-1]}@{revision(MODELS[-1])} / {TASK}"]
+    # a row's experiment: its kwargs but the calibrator (the model's name says it), the precision auto resolved to
+    kwargs = {k: v for k, v in loaded_meta(MODELS[-1]).experiment_kwargs.items() if k != "calibrator"}
+    experiment = experiment_name(MODELS[-1], kwargs)
+    assert again.leaderboard.report.unchanged == [f"{MODELS[-1]}@{revision(MODELS[-1])} [{experiment}] / {TASK}"]
     assert again.leaderboard.report.replaced == []
 
 

@@ -78,6 +78,7 @@ require_supported()
 # is still being initialised, around MTEB's model registry)
 import numpy as np  # noqa: E402 -- after the version check
 from datasets import Dataset  # noqa: E402
+from datasets.exceptions import DatasetNotFoundError  # noqa: E402
 from mteb._create_dataloaders import create_dataloader  # noqa: E402
 from mteb.abstasks import (AbsTask, AbsTaskClassification, AbsTaskClustering,  # noqa: E402
                            AbsTaskClusteringLegacy)
@@ -89,6 +90,9 @@ from mteb.types import PromptType  # noqa: E402
 from flow_plugin.errors import UnknownTaskError  # noqa: E402
 
 MODELS_MODULE = "mteb.models.model_implementations"
+#: what a task's ``load_data`` raises when the Hugging Face Hub cannot give its data: a ``ConnectionError`` (offline,
+#: datasets 3 and later) or datasets' ``DatasetNotFoundError`` (offline on datasets 2.x, or a dataset the Hub lacks)
+HUB_DATA_ERRORS: tuple[type[Exception], ...] = (ConnectionError, DatasetNotFoundError)
 TASKS_MODULE = "mteb.get_tasks"
 
 

@@ -203,7 +203,8 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
     # MTEB and torch load when a model is evaluated, not with this module (the CLI and the studies import it)
     import mteb
 
-    from flow_plugin.integrations.mteb.compat import fresh_evaluator_state, locked_result_cache, track_task
+    from flow_plugin.integrations.mteb.compat import (HUB_DATA_ERRORS, fresh_evaluator_state, locked_result_cache,
+                                                      track_task)
 
     meta = model.mteb_model_meta
     store = ResultStore(output)
@@ -221,7 +222,7 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
     except BaseException as error:  # failed or interrupted: what it wrote has no run record, so it is no result
         with contextlib.suppress(Exception):  # (the next run sets aside what this cannot)
             store.discard([path for task, path in paths.items() if _stamp(path) != before[task]])
-        if isinstance(error, ConnectionError) and not isinstance(error, DatasetUnavailableError):
+        if isinstance(error, HUB_DATA_ERRORS) and not isinstance(error, DatasetUnavailableError):
             raise _hub_unreachable(error, tasks) from error
         raise
     computed = {task: path for task, path in paths.items() if _stamp(path) != before[task]}
@@ -235,7 +236,7 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
     return evaluation
 
 
-def _hub_unreachable(error: ConnectionError, tasks: Sequence[Any]) -> DatasetUnavailableError:
+def _hub_unreachable(error: Exception, tasks: Sequence[Any]) -> DatasetUnavailableError:
     """MTEB could not fetch a task's data from the Hugging Face Hub: one line naming the task and the ways on."""
     said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     named = [task.metadata.name for task in tasks if str(task.metadata.dataset.get("path", "")) in said]

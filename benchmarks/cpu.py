@@ -526,7 +526,8 @@ def encode_headline(entry: dict[str, Any]) -> str:
 def thread_matmul_peak(dtype_name: str, shapes: list[tuple[int, int, int]], seconds: float = 0.3) -> dict[str, float]:
     """GFLOP/s of dense ``torch.matmul`` in ``dtype`` on one thread, per shape (M, K, N), timed in the thread's
     own CPU seconds (``time.thread_time``: other processes on the machine do not count), best of runs of at
-    least 20 ms over ``seconds`` per shape. The caller sets torch to one thread."""
+    least 20 ms over ``seconds`` per shape; a shape whose one matmul already takes ``seconds`` (a dtype without
+    kernels on this CPU) is measured by that one matmul. The caller sets torch to one thread."""
     import time
 
     import torch
@@ -542,7 +543,7 @@ def thread_matmul_peak(dtype_name: str, shapes: list[tuple[int, int, int]], seco
         once = max(time.thread_time() - start, 1e-6)
         reps, best = max(1, math.ceil(0.02 / once)), once
         deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
+        while once < seconds and time.perf_counter() < deadline:
             start = time.thread_time()
             for _ in range(reps):
                 torch.matmul(a, b)
@@ -558,7 +559,9 @@ def job_matmul_efficiency(p: dict[str, Any]) -> dict[str, Any]:
     shape's kernels built), then once with every linear layer timed: its FLOPs (2 x rows x in x out) and the
     CPU seconds of the thread that ran it (batches run one per thread, each on one thread, so a thread's CPU
     time is the product's own, whatever else the machine runs). Against: the one-thread matmul peak of each
-    dtype, at a 2048 square and at the encoder's own shapes (a batch of 64 sentences of 16 tokens). Also the
+    dtype, at a square (2048, or smaller where one such matmul would take over 0.1 s in that dtype:
+    :func:`benchmarks.harness.square_peak_size`) and at the encoder's own shapes (a batch of 64 sentences of 16
+    tokens). Also the
     whole encode: every matmul FLOP (attention products too; :func:`benchmarks.harness.forward_flops`) over
     the CPU seconds of all its threads, and over its wall time x threads.
     """
@@ -600,8 +603,9 @@ def job_matmul_efficiency(p: dict[str, Any]) -> dict[str, Any]:
     own_shapes = [(64 * 16, hidden, hidden), (64 * 16, hidden, intermediate), (64 * 16, intermediate, hidden)]
     torch.set_num_threads(1)
     try:
-        peaks = {dtype: {"square": thread_matmul_peak(dtype, [(2048, 2048, 2048)]),
-                         "encoder_shapes": thread_matmul_peak(dtype, own_shapes)} for dtype in ("float32", "bf16")}
+        squares = {dtype: square_peak_size(dtype, "cpu") for dtype in ("float32", "bf16")}
+        peaks = {dtype: {"square": thread_matmul_peak(dtype, [(side, side, side)]),
+                         "encoder_shapes": thread_matmul_peak(dtype, own_shapes)} for dtype, side in squares.items()}
     finally:
         torch.set_num_threads(threads)
     peak_of = {dtype: {"square": max(value["square"].values()), "encoder_shapes": max(value["encoder_shapes"].values())}
@@ -631,5 +635,6 @@ def job_matmul_efficiency(p: dict[str, Any]) -> dict[str, Any]:
         "encode_wall_seconds": round(wall_seconds, 3),
         "wall_gflops_per_thread": round(all_flops / max(wall_seconds * threads, 1e-9) / 1e9, 1),
         "peaks_per_thread_gflops": peaks,
+        "peak_square_side": squares,
         "note": "GFLOP/s per thread (CPU seconds of the threads that ran the work), one-thread peaks",
     }

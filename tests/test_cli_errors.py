@@ -23,6 +23,26 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return code, capsys.readouterr().err
 
 
+def test_a_command_loads_its_own_verb_and_no_other() -> None:
+    """``flow-plugin leaderboard --schema`` imports the leaderboard verb's module, none of the other verbs' (the
+    paper's evaluations, SentEval, the export); ``flow-plugin --help`` still lists every verb; an unknown verb is
+    argparse's one-line error naming the verbs."""
+    from flow_plugin.cli.main import COMMANDS
+
+    code = ("import sys; from flow_plugin.cli.main import main; main(['leaderboard', '--schema'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('flow_plugin.cli.') or m == 'flow_plugin.studies.paper'),"
+            " file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == "['flow_plugin.cli.leaderboard', 'flow_plugin.cli.main']"
+    listed = subprocess.run([sys.executable, "-m", "flow_plugin.cli.main", "--help"], capture_output=True, text=True,
+                            cwd=REPO, timeout=300)
+    assert listed.returncode == 0 and all(f"    {verb} " in listed.stdout for verb in COMMANDS)
+    unknown = subprocess.run([sys.executable, "-m", "flow_plugin.cli.main", "evaluate"], capture_output=True,
+                             text=True, cwd=REPO, timeout=300)
+    assert unknown.returncode == 2 and "invalid choice: 'evaluate' (choose from 'eval', 'paper'" in unknown.stderr
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

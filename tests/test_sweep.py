@@ -483,7 +483,7 @@ def test_local_ray_workers_run_at_the_drivers_priority() -> None:
 def test_sweep_modules_import_nothing_heavy() -> None:
     code = (
         "import sys, flow_plugin.cli.main as m, flow_plugin.sweep.runner, flow_plugin.sweep.cluster\n"
-        "m.build_parser()\n"
+        "m.build_parser(['sweep'])\n"
         "print([name for name in ('ray', 'torch', 'mteb', 'numpy', 'transformers') if name in sys.modules])\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,8 +1,9 @@
 """``flow-plugin``: the command line.
 
 Each verb lives in its own module exposing ``configure_parser(parser)`` and
-``run(args) -> int``; this file only wires them together. Modules are imported when the
-parser is built, so they must import nothing heavy at module level.
+``run(args) -> int``; this file only wires them together. A command imports its own verb's
+module and no other (``flow-plugin --help`` none); a verb's module keeps torch, MTEB and other
+heavy packages out of its module level, so ``--help`` and an argument error answer at once.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Iterable, Sequence
 
 from flow_plugin.errors import FlowPluginError
 
@@ -30,26 +32,39 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verbs: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. Every verb is listed with its help; only the ``verbs`` given (all of them when
+    None) have their module imported and their options added, so a command loads the modules it runs and no
+    other verb's."""
     parser = argparse.ArgumentParser(prog="flow-plugin", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = set(COMMANDS if verbs is None else verbs)
     for verb, (module_name, help_text) in COMMANDS.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue  # a verb whose module is not part of this build
+        module = None
+        if verb in wanted:
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as error:
+                if error.name != module_name:
+                    raise
+                continue  # a verb whose module is not part of this build
         sub = subparsers.add_parser(verb, help=help_text, description=help_text)
-        module.configure_parser(sub)
-        sub.set_defaults(run=module.run)
+        if module is not None:
+            module.configure_parser(sub)
+            sub.set_defaults(run=module.run)
     return parser
 
 
+def invoked_verb(argv: Sequence[str]) -> str | None:
+    """The verb ``argv`` names: its first argument that is not an option (``flow-plugin -v eval ...``)."""
+    return next((argument for argument in argv if not argument.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    parser = build_parser([verb] if (verb := invoked_verb(arguments)) in COMMANDS else [])
+    args = parser.parse_args(arguments)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("flow_plugin").setLevel(min(level, logging.INFO))

@@ -38,9 +38,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from flow_plugin.data.fit_corpus import TARGET
+from flow_plugin.data.senteval import (
+    SENTEVAL_TASKS,
+    available_splits,
+    canonical_task,
+    load_qnli_dev,
+    load_split,
+    resolve_senteval_root,
+    task_sentences,
+)
+from flow_plugin.evaluation import (
+    evaluate_sts,
+    isotropy_report,
+    lexical_similarity_correlations,
+    paired_cosine,
+    plot_spectra,
+    roc_auc,
+)
 from flow_plugin.data.roots import DATA_ENV, data_root
 from flow_plugin.protocols import AGGREGATES, PROTOCOLS
 from flow_plugin.data.tasks import TASK_LABELS
@@ -107,9 +125,6 @@ def resolve_model(model: str, calibrators: list[str] | None = None) -> tuple[Any
 def resolve_data(data: Path | None, glue: Path | None) -> tuple[Path, Path | None, str | None]:
     """(SentEval root, GLUE folder or None, why QNLI has no data); ``data`` None: the data root
     (``$FLOW_PLUGIN_SHARED_DATA``)."""
-    # numpy loads when the evaluations run, not to parse their command line
-    from flow_plugin.data.senteval import resolve_senteval_root
-
     data = data if data is not None else data_root(beside_checkout=False)
     if data is None:
         raise DataFolderError(f"the paper's evaluations read the shared data folder (senteval/, glue/): give --data DIR "
@@ -186,16 +201,10 @@ class _PaperRun:
         return dataclasses.replace(pairs, **changes)
 
     def sts_split(self, root: Path, task: str, split: str) -> list[Any]:
-        # numpy and scipy load when the evaluations run, not to parse their command line
-        from flow_plugin.data.senteval import load_split
-
         return [self.limit(pairs) for pairs in load_split(root, task, split)]
 
     def target_corpus(self, root: Path, task: str) -> list[str]:
         """Every sentence of every split of ``task`` (scored pairs; duplicates kept)."""
-        # numpy loads when the evaluations run
-        from flow_plugin.data.senteval import available_splits, task_sentences
-
         if self.max_pairs is None:
             return task_sentences(root, task)
         sentences: list[str] = []
@@ -262,16 +271,10 @@ class _PaperRun:
 
 
 def _cosines(calibrator: Any, left: Any, right: Any) -> Any:
-    # numpy and scipy load when the evaluations run
-    from flow_plugin.evaluation import paired_cosine
-
     return paired_cosine(calibrator.transform(left), calibrator.transform(right))
 
 
 def _section_sts(state: _PaperRun, root: Path, tasks: list[str], progress: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    # numpy and scipy load when the evaluations run
-    from flow_plugin.evaluation import evaluate_sts
-
     results: dict[str, Any] = {}
     stsb_fitted: dict[str, Any] = {}
     for task in tasks:
@@ -302,10 +305,6 @@ def _section_sts(state: _PaperRun, root: Path, tasks: list[str], progress: Any) 
 
 
 def _section_qnli(state: _PaperRun, glue: Path, progress: Any) -> dict[str, Any]:
-    # numpy and scipy load when the evaluations run
-    from flow_plugin.evaluation import roc_auc
-    from flow_plugin.data.senteval import load_qnli_dev
-
     progress.set_postfix_str("QNLI")
     pairs = state.limit(load_qnli_dev(glue))
     questions, sentences = list(pairs.questions), list(pairs.sentences)
@@ -326,9 +325,6 @@ def _section_qnli(state: _PaperRun, glue: Path, progress: Any) -> dict[str, Any]
 
 
 def _section_lexical(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], progress: Any) -> dict[str, Any]:
-    # numpy and scipy load when the evaluations run
-    from flow_plugin.evaluation import lexical_similarity_correlations
-
     progress.set_postfix_str("lexical")
     left, right = state.encode(list(test_pairs.sentences1)), state.encode(list(test_pairs.sentences2))
     similarities = {name: _cosines(calibrator, left, right) for name, calibrator in fitted.items()}
@@ -341,10 +337,6 @@ def _section_lexical(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], 
 
 def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], out: Path,
                       progress: Any) -> dict[str, Any]:
-    # numpy and scipy load when the evaluations run
-    import numpy as np
-
-    from flow_plugin.evaluation import isotropy_report, plot_spectra
 
     progress.set_postfix_str("isotropy")
     sentences = list(dict.fromkeys([*test_pairs.sentences1, *test_pairs.sentences2]))
@@ -403,9 +395,6 @@ def run_paper(
     (``$FLOW_PLUGIN_SHARED_DATA``). ``options`` (:class:`flow_plugin.encoding.options.EncoderOptions`) says how
     the backbone runs.
     """
-    # numpy loads when the evaluations run, not to parse their command line
-    from flow_plugin.data.senteval import SENTEVAL_TASKS, canonical_task, load_split
-
     wall_start = time.perf_counter()
     timings: dict[str, float] = {}
     unknown_sections = [name for name in skip if name not in SECTIONS]

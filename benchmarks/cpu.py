@@ -561,9 +561,9 @@ def job_matmul_efficiency(p: dict[str, Any]) -> dict[str, Any]:
     time is the product's own, whatever else the machine runs). Against: the one-thread matmul peak of each
     dtype, at a square (2048, or smaller where one such matmul would take over 0.1 s in that dtype:
     :func:`benchmarks.harness.square_peak_size`) and at the encoder's own shapes (a batch of 64 sentences of 16
-    tokens). Also the
-    whole encode: every matmul FLOP (attention products too; :func:`benchmarks.harness.forward_flops`) over
-    the CPU seconds of all its threads, and over its wall time x threads.
+    tokens). Also the whole encode: every matmul FLOP (attention products too;
+    :func:`benchmarks.harness.forward_flops`) over the CPU seconds of all its threads, and over its wall time x
+    threads.
     """
     import threading
     import time

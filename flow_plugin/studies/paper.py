@@ -337,7 +337,6 @@ def _section_lexical(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], 
 
 def _section_isotropy(state: _PaperRun, test_pairs: Any, fitted: dict[str, Any], out: Path,
                       progress: Any) -> dict[str, Any]:
-
     progress.set_postfix_str("isotropy")
     sentences = list(dict.fromkeys([*test_pairs.sentences1, *test_pairs.sentences2]))
     embeddings = state.encode(sentences)

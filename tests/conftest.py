@@ -19,6 +19,14 @@ import pytest
 
 DEFAULT_SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
+# OpenMP threads (torch's and scikit-learn's) that finish a parallel region sleep instead of spinning, in this
+# process and every process a test starts (OpenMP reads this when torch or scikit-learn loads, after conftest).
+# The suite runs on machines shared with other work; there a spinning thread holds a core another thread needs.
+# On a 2-core AMD EPYC (AVX2) beside two CPU-bound processes, one `flow-plugin eval` of the tiny flow on the five
+# task types took 77 s spinning and 26 s sleeping, with identical scores; idle, the two take the same 20 s. A
+# setting the caller made wins. docs/performance.md says the same to users.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:

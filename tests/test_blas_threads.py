@@ -53,3 +53,20 @@ def test_the_probe_keeps_the_faster_setting(monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setattr(module, "_probe_fit", probe)
         module.blas_threads.cache_clear()
         assert module.blas_threads() == (1 if one_thread_is_faster else None)
+
+
+def test_flow_plugin_eval_measures_it_once_before_mteb_evaluates(tiny_backbone: str, senteval_dir, tmp_path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """``evaluate_models`` (``flow-plugin eval``, the studies, sweeps, bench) runs MTEB's evaluators under the
+    probe's choice: the probe runs once in the process however many models and evaluator seeds follow."""
+    from flow_plugin.encoding.options import AUTO_PRECISION_ENV
+    from flow_plugin.integrations.mteb.evaluate import evaluate_models
+
+    monkeypatch.delenv(module.BLAS_THREADS_ENV, raising=False)
+    monkeypatch.setenv(AUTO_PRECISION_ENV, "float32")
+    with caplog.at_level("INFO", logger=module.__name__):
+        evaluate_models([f"flow_plugin/{tiny_backbone}", f"flow_plugin/{tiny_backbone}-whiten"], senteval_dir,
+                        ["SentEvalSTS13"], tmp_path / "out", evaluator_seeds=[42, 43])
+    probes = [record for record in caplog.records if "BLAS threads for the evaluators" in record.getMessage()]
+    assert len(probes) == 1

@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET, FitCorpus
-from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.encoding.options import EncoderOptions, default_cache_dir
 from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
+from flow_plugin.evaluation.blas_threads import blas_threads
 from flow_plugin.studies.runs import Run, check_count, expand_runs, loadable_base
 from flow_plugin._io import make_output_folder
 from flow_plugin._machine import resolve_device
@@ -118,10 +119,9 @@ def _log(message: str) -> None:
 
 # ------------------------------------------------------------------------- helpers
 def bench_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
-    """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR`` (:func:`flow_plugin.encoding.cache.default_cache_dir`),
+    """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR`` (:func:`flow_plugin.encoding.options.default_cache_dir`),
     else ``<output_folder>/embedding-cache``: a bench always keeps its embeddings on disk."""
     # torch loads when a bench runs, not to parse its command line (the cache module holds the backbone)
-    from flow_plugin.encoding.cache import default_cache_dir
 
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
@@ -252,6 +252,7 @@ def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, 
     total = len(report.runs) * len(report.tasks)
     step = 0
     precision_shown = False
+    blas_threads()  # measured once per process: before the first timed run, not inside it
     for task in report.tasks:
         for bench_run in report.runs:
             model = bench_run.model

@@ -32,7 +32,6 @@ from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
 from flow_plugin.data.roots import data_root as configured
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, RegistryError
-from flow_plugin.evaluation.blas_threads import evaluator_threads
 from flow_plugin.integrations.mteb.evaluate import MTEB_SEED, evaluate_models
 from flow_plugin.results.fits import fits_path, read_fits
 
@@ -138,11 +137,10 @@ def run_step(job: StepJob) -> list[StudyStep]:
     task = load_task(job.task, job.data)
     metadata = task.metadata
     try:
-        with evaluator_threads():  # MTEB's logistic regressions and k-means: the faster BLAS thread count here
-            (evaluation,) = evaluate_models([job.model], None, [task], Path(job.output),
-                                            options=EncoderOptions(**job.options), model_kwargs=job.kwargs,
-                                            overwrite=job.overwrite, command="flow-plugin task-types",
-                                            evaluator_seeds=job.evaluator_seeds)
+        (evaluation,) = evaluate_models([job.model], None, [task], Path(job.output),
+                                        options=EncoderOptions(**job.options), model_kwargs=job.kwargs,
+                                        overwrite=job.overwrite, command="flow-plugin task-types",
+                                        evaluator_seeds=job.evaluator_seeds)
     except Exception as error:  # noqa: BLE001 -- report it, go on with the other steps
         logger.debug("task types: %s on %s failed", job.label, metadata.name, exc_info=True)
         return [StudyStep(job.model, job.label, job.seed, metadata.name, str(metadata.type), metadata.main_score, None,

@@ -18,8 +18,9 @@ from flow_plugin._machine import StageTimes, describe_machine
 from flow_plugin.catalog.registry import (MODEL_PREFIX, default_registry, is_foreign_base, parse_model_name,
                                           spelled_model)
 from flow_plugin.data.tasks import OFFLINE_TASKS
-from flow_plugin.encoding.options import DEFAULT_BATCH_SIZE, DEFAULT_PRECISION, EncoderOptions
+from flow_plugin.encoding.options import CACHE_DIR_ENV, DEFAULT_BATCH_SIZE, DEFAULT_PRECISION, EncoderOptions
 from flow_plugin.errors import DatasetUnavailableError, RegistryError
+from flow_plugin.evaluation.blas_threads import evaluator_threads
 from flow_plugin.integrations.mteb.hook import register
 from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 from flow_plugin.results import ResultStore
@@ -35,8 +36,6 @@ def _loader_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Iterator[None
     ``$FLOW_PLUGIN_CACHE_DIR`` (read by :func:`flow_plugin.encoding.cache.shared_encoder` when the
     model builds its encoder), set here and restored: the one place flow-plugin writes it.
     """
-    from flow_plugin.encoding.cache import CACHE_DIR_ENV  # heavy: its module loads torch
-
     if cache_dir is None:
         yield
         return
@@ -216,9 +215,11 @@ def _evaluate_model(model_name: str, model: Any, tasks: Sequence[Any], output: P
         model.fits.remember(task)  # its fit reads this task object's text
         track_task(task)  # what MTEB saves for this task's name has this object's per-item data beside it
     try:
-        result = mteb.evaluate(model, list(tasks), cache=locked_result_cache(output, store.writing),
-                               overwrite_strategy="always" if overwrite else "only-missing",
-                               encode_kwargs={"batch_size": batch_size}, co2_tracker=False, show_progress_bar=True)
+        with evaluator_threads():  # MTEB's logistic regressions and k-means: the faster BLAS thread count here
+            result = mteb.evaluate(model, list(tasks), cache=locked_result_cache(output, store.writing),
+                                   overwrite_strategy="always" if overwrite else "only-missing",
+                                   encode_kwargs={"batch_size": batch_size}, co2_tracker=False,
+                                   show_progress_bar=True)
     except BaseException as error:  # failed or interrupted: what it wrote has no run record, so it is no result
         with contextlib.suppress(Exception):  # (the next run sets aside what this cannot)
             store.discard([path for task, path in paths.items() if _stamp(path) != before[task]])

@@ -745,7 +745,7 @@ def test_a_board_of_many_types_and_rows_still_fits_1280(browser: Any, screenshot
                                                         task_types_board_of: Any) -> None:
     """A task-types board of eight types (one of twelve tasks) and thirty rows, and the index listing it, still open
     with the picture whole on the first screen and scroll no table sideways at 1280 px."""
-    from flow_plugin.leaderboard.compare_types import board_problems
+    from flow_plugin.leaderboard.headline import board_problems
 
     board = task_types_board_of(8, 30, first_type_tasks=12)
     paths = lb.write_task_types_board(board, tmp_path / f"{board.name}.json", board_problems(board))

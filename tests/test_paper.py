@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flow_plugin.encoding.cache import CACHE_DIR_ENV, clear_shared_encoders
+from flow_plugin.encoding.cache import clear_shared_encoders
+from flow_plugin.encoding.options import CACHE_DIR_ENV
 from flow_plugin.cli.main import main
 from flow_plugin.evaluation import lexical_similarity_correlations
 from flow_plugin.data.senteval import load_qnli_dev, load_split

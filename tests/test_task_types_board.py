@@ -5,6 +5,8 @@ boards (every Δ inside its interval)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +15,8 @@ from sklearn.metrics import average_precision_score, v_measure_score
 
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.results.items import ItemScores, main_score_of
-from flow_plugin.leaderboard.compare_types import board_problems, compare_task_types, n_items, resampled_scores
+from flow_plugin.leaderboard.compare_types import compare_task_types, n_items, resampled_scores
+from flow_plugin.leaderboard.headline import board_problems
 from flow_plugin.leaderboard.ingest.task_items import TaskResult
 from flow_plugin.leaderboard.models import TaskTypesBoard
 from flow_plugin.leaderboard.write import write_index, write_task_types_board
@@ -383,7 +386,7 @@ def _summary_is_the_boards(drawn: dict, boards: list[TaskTypesBoard]) -> None:
 def test_the_published_summary_picture_is_the_boards_numbers() -> None:
     """leaderboards/task-types-summary.png draws, per task type and published board, auto's Δ and the best fixed
     calibrator's (named) with their intervals, as the boards' JSON give them; this code draws the same."""
-    from flow_plugin.leaderboard.compare_types import types_headline
+    from flow_plugin.leaderboard.headline import types_headline
     from flow_plugin.leaderboard.render.task_types_chart import render_summary_png
 
     boards = _published_boards()
@@ -494,3 +497,26 @@ def test_a_damaged_task_types_board_is_named_and_left_out_of_the_index_and_summa
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and str(damaged) in error[0] and "does not fit the task-types board format" in error[0]
     assert "--board-only" in error[0]
+
+
+def test_a_published_board_is_read_checked_and_rendered_without_numpy() -> None:
+    """Reading a task-types board, checking that it describes itself and rendering its page, its Markdown and its
+    index entry take the board's models alone: numpy and scipy load only where a board is compared (built)."""
+    board = sorted((REPO / "leaderboards").glob("task-types-*.json"))[0]
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from flow_plugin.leaderboard.headline import board_problems\n"
+        "from flow_plugin.leaderboard.render.task_types import (index_summary, render_task_types_html,\n"
+        "                                                       render_task_types_markdown)\n"
+        "from flow_plugin.leaderboard.write import read_task_types_board\n"
+        f"board = read_task_types_board(Path({str(board)!r}))\n"
+        "assert board_problems(board) == [], board_problems(board)\n"
+        "page, text = render_task_types_html(board, 'b'), render_task_types_markdown(board, 'b')\n"
+        "entry = index_summary(board, 'b', True)\n"
+        "assert board.backbone in page and board.backbone in text and entry\n"
+        "print([name for name in ('numpy', 'scipy', 'torch', 'mteb') if name in sys.modules])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

@@ -89,7 +89,7 @@ def test_study_writes_results_items_and_its_file_and_resumes(tiny_minilm_backbon
     assert by_key(again.steps) == pytest.approx(by_key(report.steps), abs=1e-6)
 
     # the board of that study, through the leaderboard pipeline: scores as the study's, Δ inside their intervals
-    from flow_plugin.leaderboard.compare_types import board_problems
+    from flow_plugin.leaderboard.headline import board_problems
     from flow_plugin.studies.task_types import build_board
 
     board, paths = build_board(output, tiny_minilm_backbone, tmp_path / "boards" / "task-types-tiny.json")

@@ -41,15 +41,13 @@ import numpy as np
 from flow_plugin._io import atomic_write_bytes, atomic_write_json
 from flow_plugin._validation import check_sentences
 from flow_plugin.encoding.backbone import Backbone
-from flow_plugin.encoding.options import check_batch_size
+from flow_plugin.encoding.options import check_batch_size, default_cache_dir
 from flow_plugin.errors import InputError
 
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = "flow-plugin-embedding-cache"
 CACHE_VERSION = 2  # 2: the key names the kernels and the batch plan
-#: Environment variable that turns the on-disk cache on for every shared encoder.
-CACHE_DIR_ENV = "FLOW_PLUGIN_CACHE_DIR"
 
 
 def text_digest(text: str) -> bytes:
@@ -76,12 +74,6 @@ def _write_archive(path: Path, key: dict[str, Any], header: dict[str, Any], **ar
     if not (path.parent / "key.json").exists():
         atomic_write_json(path.parent / "key.json", key)
     atomic_write_bytes(path, buffer.getvalue())
-
-
-def default_cache_dir() -> Path | None:
-    """The folder named by ``FLOW_PLUGIN_CACHE_DIR``, or ``None`` (memory only)."""
-    value = os.environ.get(CACHE_DIR_ENV)
-    return Path(value).expanduser() if value else None
 
 
 class CachedEncoder:

@@ -22,6 +22,7 @@ import dataclasses
 import numbers
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from flow_plugin.errors import InputError
@@ -44,6 +45,14 @@ AUTO_PRECISION_ENV = "FLOW_PLUGIN_AUTO_PRECISION"
 BF16_MIN_SPEEDUP = 1.2
 #: Sentences per forward pass when none is given. Length-sorted batches of short STS sentences keep this cheap.
 DEFAULT_BATCH_SIZE = 64
+#: Environment variable that turns the on-disk embedding cache on for every shared encoder.
+CACHE_DIR_ENV = "FLOW_PLUGIN_CACHE_DIR"
+
+
+def default_cache_dir() -> Path | None:
+    """The folder named by ``FLOW_PLUGIN_CACHE_DIR``, or ``None`` (memory only)."""
+    value = os.environ.get(CACHE_DIR_ENV)
+    return Path(value).expanduser() if value else None
 
 
 def check_batch_size(value: Any) -> int | None:

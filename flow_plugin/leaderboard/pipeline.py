@@ -17,6 +17,7 @@ from pathlib import Path
 
 from flow_plugin.errors import LeaderboardError
 from flow_plugin.leaderboard.compare import Compared, compare
+from flow_plugin.leaderboard.headline import board_problems
 from flow_plugin.leaderboard.ingest.merge import (
     MergeReport,
     board_content,
@@ -151,7 +152,7 @@ def update_task_types_board(results_folder: str | os.PathLike[str], backbone: st
     picture of its task-types boards. ``calibrators``: the rows (default: every calibrator with results).
     ``study``: the study's wall and CPU seconds, shown with the board's provenance."""
     # numpy, scipy and MTEB's result reader load when a board is built, not to import the leaderboard or the CLI
-    from flow_plugin.leaderboard.compare_types import DEFAULT_RESAMPLES, board_problems, compare_task_types
+    from flow_plugin.leaderboard.compare_types import DEFAULT_RESAMPLES, compare_task_types
     from flow_plugin.leaderboard.ingest.task_items import read_task_results, run_provenance
 
     results = read_task_results(results_folder, backbone, list(tasks) if tasks else None,
@@ -173,7 +174,6 @@ def render_task_types_board(json_path: str | os.PathLike[str], *,
                             summary: bool = True) -> tuple[Path, Path, Path | None, Path]:
     """Re-render a task-types board's Markdown, heatmap and HTML (and the folder's index and, unless ``summary`` is
     false, its summary picture) from its JSON alone."""
-    from flow_plugin.leaderboard.compare_types import board_problems  # numpy and scipy load with it
 
     json_file = Path(json_path)
     try:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from flow_plugin._io import atomic_write_bytes, atomic_write_json, atomic_write_text, file_lock, make_output_folder
 from flow_plugin.errors import LeaderboardError, MissingExtraError
 from flow_plugin.leaderboard.compare import Compared, compare
+from flow_plugin.leaderboard.headline import types_headline
 from flow_plugin.leaderboard.ingest.merge import load_leaderboard
 from flow_plugin.leaderboard.models import FORMAT, TASK_TYPES_FORMAT, TaskTypesBoard, validation_problems
 from flow_plugin.leaderboard.render.chart import render_png
@@ -150,7 +151,6 @@ def write_task_types_summary(folder: str | os.PathLike[str]) -> Path | None:
     per task type and backbone, auto's and the best fixed calibrator's Δ against raw with their 95% intervals
     (:func:`~flow_plugin.leaderboard.render.task_types_chart.render_summary_png`). Returns its path; None when the
     folder has no task-types board, or matplotlib is missing (one warning)."""
-    from flow_plugin.leaderboard.compare_types import types_headline  # numpy and scipy load with it
 
     folder = Path(folder)
     boards = [board for _, board in _task_types_boards(folder, SUMMARY_PICTURE)]

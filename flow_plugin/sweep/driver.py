@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flow_plugin.data.roots import DATA_ENV
+from flow_plugin.encoding.options import CACHE_DIR_ENV, default_cache_dir
 from flow_plugin.errors import SweepError
 from flow_plugin.leaderboard.pipeline import LeaderboardUpdate, update_leaderboard
 from flow_plugin.sweep import cluster
@@ -75,15 +76,12 @@ def sweep_settings(sweep: Sweep, *, output_folder: Path | None = None, data: Pat
     """Where a sweep writes and reads: the output folder (the command line's, else the file's, else
     ./results), the SentEval data, the embedding cache (the command line's, else $FLOW_PLUGIN_CACHE_DIR, else
     <output>/embedding-cache), and the device and precision of its jobs."""
-    # torch loads when a sweep runs, not to plan one or start the CLI (the cache module holds the backbone)
-    from flow_plugin.encoding.cache import CACHE_DIR_ENV
-
     output = default_output(sweep, output_folder)
     data = data.expanduser().resolve() if data is not None else sweep.data
     if cache_dir is not None:
         cache = cache_dir.expanduser().resolve()
-    elif os.environ.get(CACHE_DIR_ENV):
-        cache = Path(os.environ[CACHE_DIR_ENV]).expanduser().resolve()
+    elif default_cache_dir() is not None:
+        cache = default_cache_dir().resolve()
     else:
         cache = output / "embedding-cache"
     device = None if sweep.resources.device == "auto" else sweep.resources.device
@@ -173,9 +171,6 @@ def check_cluster_arguments(sweep: Sweep, address: str | None, num_cpus: int | N
 def _run_jobs(sweep: Sweep, settings: Settings, todo: list[Job], total: int, done: int, *, address: str | None,
               num_cpus: int | None, show_progress_bar: bool, log_to_driver: bool,
               progress: Callable[[str], None], warn: Callable[[str], None]) -> RunReport:
-    # MTEB and torch load when a sweep runs, not to plan one or start the CLI
-    from flow_plugin.encoding.cache import CACHE_DIR_ENV
-
     extra = {CACHE_DIR_ENV: str(settings.cache_dir), "TOKENIZERS_PARALLELISM": "false"}
     if settings.data is not None:
         extra[DATA_ENV] = str(settings.data)

@@ -40,8 +40,8 @@ from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryMo
                                           is_folder, is_foreign_base, local_model_folder, parse_model_name,
                                           raw_spelling_hint, spelled_model)
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
-from flow_plugin.encoding.cache import CallStore, default_cache_dir
-from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.encoding.cache import CallStore
+from flow_plugin.encoding.options import EncoderOptions, default_cache_dir
 from flow_plugin.errors import FlowPluginError, InputError, RegistryError, UnknownModelError, did_you_mean
 from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 from flow_plugin.integrations.mteb.fits import base_output, has_more_than_text, texts_of

@@ -5,7 +5,7 @@ the folder's index.
 
 Reads the compare stage's :class:`~flow_plugin.leaderboard.models.TaskTypesBoard`
 (:func:`flow_plugin.leaderboard.compare_types.compare_task_types`, and its
-:func:`~flow_plugin.leaderboard.compare_types.types_headline`) and computes nothing; cells are written as
+:func:`~flow_plugin.leaderboard.headline.types_headline`) and computes nothing; cells are written as
 on the STS boards (:mod:`.text`: 2 decimals, ± the spread over seeds, [low, high] and * for an interval that
 excludes 0).
 """
@@ -18,6 +18,7 @@ from typing import Any
 
 from flow_plugin.calibration.names import CALIBRATOR_LABELS
 from flow_plugin.leaderboard.compare import CellInterval
+from flow_plugin.leaderboard.headline import types_headline
 from flow_plugin.leaderboard.models import AVERAGE, TaskTypesBoard, TypeDelta, TypeRow
 from flow_plugin.leaderboard.render.text import SEEDS_NOTE, bracket_text, fmt, interval_text, with_spread
 
@@ -201,8 +202,7 @@ NO_PICTURE = "No picture: matplotlib is missing (pip install 'flow-plugin[plots]
 
 def headline_text(board: TaskTypesBoard) -> str:
     """One sentence: auto's Δ on the average of the types and the best fixed calibrator's, with their intervals
-    (:func:`~flow_plugin.leaderboard.compare_types.types_headline`; "" for a board without calibrated rows)."""
-    from flow_plugin.leaderboard.compare_types import types_headline  # numpy and scipy load with it
+    (:func:`~flow_plugin.leaderboard.headline.types_headline`; "" for a board without calibrated rows)."""
 
     found = types_headline(board)
     parts = []
@@ -368,7 +368,6 @@ def render_task_types_html(board: TaskTypesBoard, stem: str | None = None, pictu
 def index_summary(board: TaskTypesBoard, stem: str, has_picture: bool) -> dict[str, Any]:
     """What the index says about a task-types board (:func:`~flow_plugin.leaderboard.render.html.render_index`):
     its size and, on the average of the types, the best fixed calibrator's and auto's Δ against raw."""
-    from flow_plugin.leaderboard.compare_types import types_headline  # numpy and scipy load with it
 
     found = types_headline(board)
     best, auto = found.best_fixed.get(AVERAGE), found.auto

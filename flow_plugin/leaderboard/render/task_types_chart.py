@@ -7,7 +7,7 @@
   and the best fixed calibrator's Δ (named), with their 95% intervals.
 
 Both read the compare stage's numbers (:class:`~flow_plugin.leaderboard.models.TaskTypesBoard` and
-:class:`~flow_plugin.leaderboard.compare_types.TypesHeadline`) and compute none; what they draw is also in the PNG's
+:class:`~flow_plugin.leaderboard.headline.TypesHeadline`) and compute none; what they draw is also in the PNG's
 "Description" text chunk (JSON), so a test can hold the picture against the board. matplotlib is the optional
 ``plots`` extra: without it they raise :class:`~flow_plugin.errors.MissingExtraError`.
 """
@@ -26,7 +26,7 @@ from flow_plugin.leaderboard.render.task_types import SIGNIFICANT_MARK, row_labe
 from flow_plugin.leaderboard.render.text import fmt
 
 if TYPE_CHECKING:  # pragma: no cover
-    from flow_plugin.leaderboard.compare_types import TypesHeadline
+    from flow_plugin.leaderboard.headline import TypesHeadline
 
 #: the diverging colour map (red: Δ below 0, blue: above; the page's own colours run the same way)
 COLOURS = "RdBu"

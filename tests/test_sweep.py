@@ -525,3 +525,19 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(
     assert code == 2 and err.count("\n") == 1, err[-2000:]
     assert err.startswith(f"flow-plugin sweep: error: cannot write the output folder {blocked / 'out'}")
     assert "not a directory (ENOTDIR)" in err
+
+
+def test_the_embedding_cache_is_the_command_lines_else_the_environments_else_under_the_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flow_plugin.encoding.options import CACHE_DIR_ENV
+    from flow_plugin.sweep.driver import sweep_settings
+    from flow_plugin.sweep.spec import load_sweep
+
+    sweep = load_sweep(write(tmp_path, 'backbones = ["minilm-l6"]\ncalibrators = ["raw"]\ntasks = ["STS12"]\n'
+                                       'output = "out"\n'))
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
+    assert sweep_settings(sweep).cache_dir == tmp_path / "out" / "embedding-cache"
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "from-env"))
+    assert sweep_settings(sweep).cache_dir == (tmp_path / "from-env").resolve()
+    assert sweep_settings(sweep, cache_dir=tmp_path / "given").cache_dir == (tmp_path / "given").resolve()

@@ -121,8 +121,6 @@ def _log(message: str) -> None:
 def bench_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
     """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR`` (:func:`flow_plugin.encoding.options.default_cache_dir`),
     else ``<output_folder>/embedding-cache``: a bench always keeps its embeddings on disk."""
-    # torch loads when a bench runs, not to parse its command line (the cache module holds the backbone)
-
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
     return default_cache_dir() or output_folder / CACHE_SUBFOLDER

@@ -78,10 +78,11 @@ def sweep_settings(sweep: Sweep, *, output_folder: Path | None = None, data: Pat
     <output>/embedding-cache), and the device and precision of its jobs."""
     output = default_output(sweep, output_folder)
     data = data.expanduser().resolve() if data is not None else sweep.data
+    from_environment = default_cache_dir()
     if cache_dir is not None:
         cache = cache_dir.expanduser().resolve()
-    elif default_cache_dir() is not None:
-        cache = default_cache_dir().resolve()
+    elif from_environment is not None:
+        cache = from_environment.resolve()
     else:
         cache = output / "embedding-cache"
     device = None if sweep.resources.device == "auto" else sweep.resources.device

@@ -47,12 +47,23 @@ BF16_MIN_SPEEDUP = 1.2
 DEFAULT_BATCH_SIZE = 64
 #: Environment variable that turns the on-disk embedding cache on for every shared encoder.
 CACHE_DIR_ENV = "FLOW_PLUGIN_CACHE_DIR"
+#: The folder under a run's output where a bench, a study or a sweep keeps its embeddings unless told otherwise.
+CACHE_SUBFOLDER = "embedding-cache"
 
 
 def default_cache_dir() -> Path | None:
     """The folder named by ``FLOW_PLUGIN_CACHE_DIR``, or ``None`` (memory only)."""
     value = os.environ.get(CACHE_DIR_ENV)
     return Path(value).expanduser() if value else None
+
+
+def disk_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR`` (:func:`default_cache_dir`), else
+    ``<output_folder>/embedding-cache``: where a bench, a study or a sweep, which always keep their embeddings on
+    disk, keep them."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    return default_cache_dir() or output_folder / CACHE_SUBFOLDER
 
 
 def check_batch_size(value: Any) -> int | None:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET, FitCorpus
-from flow_plugin.encoding.options import EncoderOptions, default_cache_dir
+from flow_plugin.encoding.options import EncoderOptions, disk_cache_dir
 from flow_plugin.errors import OutputError, RegistryError, WeightsUnavailableError
 from flow_plugin.evaluation.blas_threads import blas_threads
 from flow_plugin.studies.runs import Run, check_count, expand_runs, loadable_base
@@ -60,9 +60,6 @@ from flow_plugin.integrations.mteb.task_resolver import offline_data_root
 from flow_plugin.leaderboard import update_leaderboard
 
 logger = logging.getLogger(__name__)
-
-#: where the embedding cache goes when neither the options nor the environment name one
-CACHE_SUBFOLDER = "embedding-cache"
 
 
 # ------------------------------------------------------------------------- report
@@ -118,14 +115,6 @@ def _log(message: str) -> None:
 
 
 # ------------------------------------------------------------------------- helpers
-def bench_cache_dir(output_folder: Path, cache_dir: str | os.PathLike[str] | None) -> Path:
-    """``cache_dir``, else ``$FLOW_PLUGIN_CACHE_DIR`` (:func:`flow_plugin.encoding.options.default_cache_dir`),
-    else ``<output_folder>/embedding-cache``: a bench always keeps its embeddings on disk."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    return default_cache_dir() or output_folder / CACHE_SUBFOLDER
-
-
 # ------------------------------------------------------------------------- the bench
 #: where ``bench`` writes a backbone's leaderboard unless told
 DEFAULT_LEADERBOARD_DIR = Path("leaderboards")
@@ -196,7 +185,7 @@ def run_bench(
     if options.device is not None:
         resolve_device(options.device)  # a device this machine lacks: one line now, before the output folder
     output = make_output_folder(output_folder)
-    cache_folder = bench_cache_dir(output, options.cache_dir)
+    cache_folder = disk_cache_dir(output, options.cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
     report.runs = expand_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpora=[fit_corpus],
                              fit_duplicates=fit_duplicates)
@@ -292,4 +281,4 @@ def _run_each(report: BenchReport, data_root: Path, *, options: EncoderOptions, 
             progress(f"{prefix}: {what} in {seconds:.1f} s, cosine_spearman(all) {score:.2f}")
 
 
-__all__ = ["BenchReport", "TaskOutcome", "bench_cache_dir", "run_bench"]
+__all__ = ["BenchReport", "TaskOutcome", "run_bench"]

@@ -43,10 +43,9 @@ from flow_plugin._machine import StageTimes, resolve_device
 from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, BackboneSpec, RegistryModel, get_base
 from flow_plugin.data.sampling import DEFAULT_MAX_FIT_SENTENCES, check_cap
-from flow_plugin.encoding.options import EncoderOptions
+from flow_plugin.encoding.options import EncoderOptions, disk_cache_dir
 from flow_plugin.errors import DataFolderError, OutputError, RegistryError, WeightsUnavailableError
 from flow_plugin.leaderboard.pipeline import update_task_types_board
-from flow_plugin.studies.bench import bench_cache_dir
 from flow_plugin.studies.runs import check_count, expand_runs, loadable_base
 from flow_plugin.studies.study_steps import (MTEB_SEED, StepJob, StudyStep, job_order, load_task, process_pool,
                                              run_step, run_steps, study_tasks)
@@ -179,7 +178,8 @@ def run_task_types(
     runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     task_objects = study_tasks(data, tasks)
     output = make_output_folder(output_folder)
-    options = (options or EncoderOptions()).replace(cache_dir=bench_cache_dir(output, (options or EncoderOptions()).cache_dir))
+    options = options or EncoderOptions()
+    options = options.replace(cache_dir=disk_cache_dir(output, options.cache_dir))
     report = StudyReport(spec.name, output, [task.metadata.name for task in task_objects], [run.label for run in runs],
                          max_fit_sentences, earlier_runs=_earlier_runs(output / STUDY_FILE, spec.name))
     plan = _Plan(spec, runs, task_objects, data, output, options, max_fit_sentences, overwrite,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flow_plugin.data.roots import DATA_ENV
-from flow_plugin.encoding.options import CACHE_DIR_ENV, default_cache_dir
+from flow_plugin.encoding.options import CACHE_DIR_ENV, disk_cache_dir
 from flow_plugin.errors import SweepError
 from flow_plugin.leaderboard.pipeline import LeaderboardUpdate, update_leaderboard
 from flow_plugin.sweep import cluster
@@ -78,13 +78,7 @@ def sweep_settings(sweep: Sweep, *, output_folder: Path | None = None, data: Pat
     <output>/embedding-cache), and the device and precision of its jobs."""
     output = default_output(sweep, output_folder)
     data = data.expanduser().resolve() if data is not None else sweep.data
-    from_environment = default_cache_dir()
-    if cache_dir is not None:
-        cache = cache_dir.expanduser().resolve()
-    elif from_environment is not None:
-        cache = from_environment.resolve()
-    else:
-        cache = output / "embedding-cache"
+    cache = disk_cache_dir(output, cache_dir).resolve()
     device = None if sweep.resources.device == "auto" else sweep.resources.device
     return Settings(output, data, cache, device, sweep.resources.precision, sweep.resources.batch_size)
 

@@ -82,6 +82,21 @@ def test_a_study_of_a_folder_without_a_model_stops_before_it_runs(
     assert not output.exists()
 
 
+@pytest.mark.parametrize("command", ["task-types", "bench"])
+def test_a_study_of_a_model_outside_the_registry_refuses_a_precision_before_it_runs(
+        command: str, minilm_path: Path, shared_data_dir: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """As `flow-plugin eval` does: one line and exit 2 up front, not one failure per calibrator and task (the
+    model's own loader decides how it encodes)."""
+    output = tmp_path / "out"
+    code, err = run_cli([command, "-b", str(minilm_path), "--precision", "float32", "--output-folder", str(output),
+                         "--data", str(shared_data_dir / ("senteval" if command == "bench" else ""))], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"flow-plugin {command}: error: {minilm_path}: the encoder options precision apply to "
+                          "registry backbones only"), err
+    assert not output.exists()
+
+
 @pytest.mark.parametrize(("command", "message"), [
     ("bench", "the offline task(s) SentEvalSTS16 read a SentEval data folder: give --data DIR"),
     ("paper", "the paper's evaluations read the shared data folder (senteval/, glue/): give --data DIR"),
@@ -281,6 +296,20 @@ def test_an_mteb_task_whose_data_the_hub_cannot_give_is_one_line(tmp_path: Path,
     last = err.strip().splitlines()[-1]
     assert last.startswith("flow-plugin eval: error: task STS12: its data could not be fetched from the Hugging "
                            "Face Hub (") and "run it where the Hub is reachable" in last, err
+
+
+def test_an_mteb_model_whose_weights_the_hub_cannot_give_is_one_line(tmp_path: Path, senteval_dir: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Before, a traceback ending in transformers' OSError.) A model MTEB's registry knows, whose files are not in
+    the (empty) Hugging Face cache of this offline test."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    code, err = run_cli(["eval", "-m", "flow_plugin/sentence-transformers/all-MiniLM-L12-v2-sn", "--data",
+                         str(senteval_dir), "-t", "SentEvalSTS16", "--output-folder", str(tmp_path / "out")], capsys)
+    assert code != 0 and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("flow-plugin eval: error: the weights of sentence-transformers/all-MiniLM-L12-v2 could "
+                           "not be loaded (") and "put them in the Hugging Face cache" in last, err
 
 
 def test_export_on_a_full_disk_is_one_line_and_leaves_no_folder(minilm_path: Path, tmp_path: Path,

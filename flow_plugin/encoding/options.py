@@ -127,5 +127,10 @@ class EncoderOptions:
         return {"device": self.device, "precision": self.precision, "batch_size": self.batch_size,
                 "show_progress_bar": self.show_progress_bar}
 
+    def loader_kwargs(self) -> dict[str, Any]:
+        """The options a registry model's MTEB loader takes as arguments: an explicit precision (MTEB files a
+        result with loader arguments under an experiment folder of its own, so the default is left out)."""
+        return {} if self.precision == DEFAULT_PRECISION else {"precision": self.precision}
+
     def replace(self, **changes: Any) -> EncoderOptions:
         return dataclasses.replace(self, **changes)

@@ -162,7 +162,7 @@ def run_bench(
     being computed.
     """
     started = time.perf_counter()
-    spec = loadable_base(backbone)
+    spec = loadable_base(backbone, options)
     methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
     if methods == ["all"]:
         methods = list(MODEL_NAME_SUFFIXES)

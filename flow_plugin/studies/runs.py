@@ -31,7 +31,7 @@ from typing import Any
 
 from flow_plugin.catalog.registry import ForeignBase, get_base
 from flow_plugin.data.fit_corpus import DEFAULT_DUPLICATES, TARGET
-from flow_plugin.encoding.options import DEFAULT_PRECISION
+from flow_plugin.encoding.options import DEFAULT_PRECISION, EncoderOptions
 from flow_plugin.calibration import make_calibrator
 from flow_plugin.errors import InputError
 
@@ -122,15 +122,17 @@ def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Seque
     return tuple(runs)
 
 
-def loadable_base(name: str) -> Any:
+def loadable_base(name: str, options: EncoderOptions | None = None) -> Any:
     """:func:`~flow_plugin.catalog.registry.get_base` of ``name``, once a base outside the registry is known to
-    load (a local folder holding a saved model; a name MTEB's registry or the Hugging Face Hub knows), so that a
-    study of a mistyped base ends in one line before it runs, not in one failure per result."""
+    load (a local folder holding a saved model; a name MTEB's registry or the Hugging Face Hub knows) and to take
+    ``options`` (the encoder options a registry backbone alone takes are refused), so that a study of a mistyped
+    base ends in one line before it runs, not in one failure per result."""
     spec = get_base(name)
     if isinstance(spec, ForeignBase):
-        from flow_plugin.integrations.mteb.base_models import base_meta  # heavy: loads MTEB
+        from flow_plugin.integrations.mteb.base_models import base_meta, refuse_encoder_options  # heavy: loads MTEB
 
         base_meta(spec.name)
+        refuse_encoder_options(spec.name, (options or EncoderOptions()).loader_kwargs())
     return spec
 
 

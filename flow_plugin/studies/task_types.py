@@ -165,7 +165,7 @@ def run_task_types(
     run too, written to ``senteval-transfer.json``.
     """
     started, cpu_started = time.perf_counter(), time.process_time()
-    spec = loadable_base(backbone)
+    spec = loadable_base(backbone, options)
     unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
     if unknown:
         raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")

@@ -24,6 +24,7 @@ import functools
 import hashlib
 import importlib.metadata
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryMo
                                           is_folder, is_foreign_base, local_model_folder, parse_model_name,
                                           raw_spelling_hint, spelled_model)
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
+from flow_plugin.encoding.backbone import weights_unavailable
 from flow_plugin.encoding.cache import CallStore
 from flow_plugin.encoding.options import EncoderOptions, default_cache_dir
 from flow_plugin.errors import FlowPluginError, InputError, RegistryError, UnknownModelError, did_you_mean
@@ -165,15 +167,20 @@ def with_call_cache(base: Any, cache_dir: str | os.PathLike[str] | None = None) 
     return base if folder is None else CachedBase(base, folder)
 
 
+def refuse_encoder_options(base: str, encoder_options: Iterable[str]) -> None:
+    """An :class:`InputError` when encoder options are given for ``base``, a base outside the registry."""
+    if encoder_options:
+        raise InputError(f"{base}: the encoder options {', '.join(sorted(encoder_options))} apply to registry "
+                         "backbones only; the model's own loader decides how it encodes")
+
+
 def load_base(base: str, revision: str | None = None, device: str | None = None, **encoder_options: Any) -> Any:
     """The base model a spelling names: a registry backbone, a local sentence-transformers folder, or a model
     MTEB loads by name (with its own prompts); ``encoder_options`` reach a registry backbone only."""
     registry = default_registry()
     if base in registry:
         return RegistryEncoder(registry[base], device=device, **encoder_options)
-    if encoder_options:
-        raise InputError(f"{base}: the encoder options {', '.join(sorted(encoder_options))} apply to registry "
-                         "backbones only; the model's own loader decides how it encodes")
+    refuse_encoder_options(base, encoder_options)
     if is_folder(base):
         folder = local_model_folder(base)
         current = folder_revision(folder)
@@ -184,7 +191,10 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
         wrapper.mteb_model_meta = wrapper.mteb_model_meta.model_copy(update={"revision": current})
         return with_call_cache(wrapper)
 
-    return with_call_cache(_from_mteb(base, lambda: mteb.get_model(base, revision, device=device)))
+    try:
+        return with_call_cache(_from_mteb(base, lambda: mteb.get_model(base, revision, device=device)))
+    except OSError as error:  # its files: neither in the Hugging Face cache nor to be had from the Hub
+        raise weights_unavailable(base, error, None) from error
 
 
 def load_calibrated(base: str, revision: str | None = None, *, device: str | None = None, calibrator: str = "raw",
@@ -312,4 +322,5 @@ def _load_spelled(base: str, name: str, revision: str | None = None, **kwargs: A
 
 
 __all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "base_meta", "calibrate", "load_base", "load_calibrated",
-           "load_registry_name", "registry_model", "resolve_spelling", "with_call_cache"]
+           "load_registry_name", "refuse_encoder_options", "registry_model", "resolve_spelling",
+           "with_call_cache"]

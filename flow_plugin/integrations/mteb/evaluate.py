@@ -18,7 +18,7 @@ from flow_plugin._machine import StageTimes, describe_machine
 from flow_plugin.catalog.registry import (MODEL_PREFIX, default_registry, is_foreign_base, parse_model_name,
                                           spelled_model)
 from flow_plugin.data.tasks import OFFLINE_TASKS
-from flow_plugin.encoding.options import CACHE_DIR_ENV, DEFAULT_BATCH_SIZE, DEFAULT_PRECISION, EncoderOptions
+from flow_plugin.encoding.options import CACHE_DIR_ENV, DEFAULT_BATCH_SIZE, EncoderOptions
 from flow_plugin.errors import DatasetUnavailableError, RegistryError
 from flow_plugin.evaluation.blas_threads import evaluator_threads
 from flow_plugin.integrations.mteb.hook import register
@@ -158,9 +158,7 @@ def evaluate_models(
     check_model_names(models)
     task_objects = resolve_tasks(list(tasks or OFFLINE_TASKS), data)
     options = options or EncoderOptions()
-    loader_kwargs = dict(model_kwargs or {})
-    if options.precision != DEFAULT_PRECISION:
-        loader_kwargs["precision"] = options.precision
+    loader_kwargs = {**(model_kwargs or {}), **options.loader_kwargs()}
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
     output = make_output_folder(output_folder)
     with output_errors(output, "output folder"):  # MTEB's writes, and ours: a full disk is named as such

@@ -312,6 +312,22 @@ def test_an_mteb_model_whose_weights_the_hub_cannot_give_is_one_line(tmp_path: P
                            "not be loaded (") and "put them in the Hugging Face cache" in last, err
 
 
+def test_a_study_of_a_model_whose_weights_the_hub_cannot_give_stops_at_its_first_result(
+        tmp_path: Path, shared_data_dir: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Before, one traceback per result, then a RuntimeError's.) Every result would fail the same way: the study
+    stops at the first, in one line naming the remedy."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    code, err = run_cli(["task-types", "-b", "sentence-transformers/all-MiniLM-L12-v2", "--data", str(shared_data_dir),
+                         "--calibrators", "raw", "sn", "whiten", "--tasks", "FlowPluginSICKReranking",
+                         "FlowPluginMRPCRetrieval", "--workers", "1", "--output-folder", str(tmp_path / "out")], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert len(re.findall(r"task types \[\d+/6\].*FAILED", err)) == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("flow-plugin task-types: error: the weights of sentence-transformers/all-MiniLM-L12-v2 "
+                           "could not be loaded (") and last.endswith("the study stopped there (rerun it to resume)"), err
+
+
 def test_export_on_a_full_disk_is_one_line_and_leaves_no_folder(minilm_path: Path, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str],
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:

@@ -269,9 +269,10 @@ def _run_plan(plan: _Plan, report: StudyReport, workers: int, progress: Callable
         progress(f"task types [{bar.n}/{len(plan.jobs)}] {step.label} × {step.task}: {step.main_score} {shown} "
                  f"({step.status}, {step.seconds:.1f} s)")
         _save(report, *clocks)
-        if step.status == "failed" and step.error and step.error.split(":")[0] in (
-                OutputError.__name__, WeightsUnavailableError.__name__):
-            raise RuntimeError(f"task types: stopped: {step.error}")
+        stopping = {error.__name__: error for error in (OutputError, WeightsUnavailableError)}
+        kind, _, message = (step.error or "").partition(": ")
+        if step.status == "failed" and kind in stopping:  # every step left would fail the same way
+            raise stopping[kind](f"{message}; the study stopped there (rerun it to resume)")
 
     try:
         if first and workers > 1:

@@ -194,6 +194,8 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
     try:
         return with_call_cache(_from_mteb(base, lambda: mteb.get_model(base, revision, device=device)))
     except OSError as error:  # its files: neither in the Hugging Face cache nor to be had from the Hub
+        if isinstance(error, FlowPluginError):
+            raise
         raise weights_unavailable(base, error, None) from error
 
 

@@ -120,7 +120,7 @@ def run_text(board: TaskTypesBoard) -> str:
     for hardware in run.get("hardware", []):
         text = ", ".join(str(hardware[key]) for key in ("cpu", "device", "precision") if hardware.get(key))
         if hardware.get("bf16_kernels"):
-            text += f" ({hardware['bf16_kernels']})"
+            text += f", bf16 kernels {hardware['bf16_kernels']}"  # the CPU's, whatever precision the rows ran in
         if hardware.get("torch"):
             text += f", torch {hardware['torch']}"
         if hardware.get("cpu_cores"):

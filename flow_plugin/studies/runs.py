@@ -19,6 +19,8 @@ Examples
  'flow_plugin/minilm-l6-flow [fit_corpus=per-call, seed=1]', 'flow_plugin/minilm-l6-flow [fit_corpus=per-call, seed=1234]']
 >>> [run.kwargs for run in runs[1:3]]
 [{'calibrator_params': {'seed': 1}}, {}]
+>>> [run.kwargs for run in expand_runs(get_backbone("minilm-l6"), ["raw"], precision="float32")]
+[{'precision': 'float32'}]
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Seque
     the default seed); a count below 1 is an error."""
     if isinstance(seeds, (bool, numbers.Integral)):
         seeds = check_count("seeds", seeds, "seeds")
+    options = EncoderOptions(precision=precision)
     runs = []
     for calibrator in calibrators:
         model = backbone.model_name(calibrator)
@@ -116,8 +119,7 @@ def expand_runs(backbone: Any, calibrators: Sequence[str], *, fit_corpora: Seque
                     kwargs["fit_duplicates"] = fit_duplicates
                 if seed is not None and seed != seed_of_default:  # the default seed: no kwarg
                     kwargs["calibrator_params"] = {"seed": seed}
-                if precision != DEFAULT_PRECISION:
-                    kwargs["precision"] = precision
+                kwargs.update(options.loader_kwargs())
                 runs.append(Run(model, kwargs, seed))
     return tuple(runs)
 

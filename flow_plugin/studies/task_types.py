@@ -60,6 +60,8 @@ STUDY_FILE = "task-types-study.json"
 #: evaluator seeds of a study (MTEB's 42 and the next ones) for the task types whose evaluator draws at random:
 #: their spread enters each interval (docs/results.md)
 DEFAULT_EVALUATOR_SEEDS = 3
+# a failed step whose error is one of these stops the study: every step left would fail the same way
+_STOPPING = {error.__name__: error for error in (OutputError, WeightsUnavailableError)}
 
 
 @dataclass
@@ -269,10 +271,9 @@ def _run_plan(plan: _Plan, report: StudyReport, workers: int, progress: Callable
         progress(f"task types [{bar.n}/{len(plan.jobs)}] {step.label} × {step.task}: {step.main_score} {shown} "
                  f"({step.status}, {step.seconds:.1f} s)")
         _save(report, *clocks)
-        stopping = {error.__name__: error for error in (OutputError, WeightsUnavailableError)}
         kind, _, message = (step.error or "").partition(": ")
-        if step.status == "failed" and kind in stopping:  # every step left would fail the same way
-            raise stopping[kind](f"{message}; the study stopped there (rerun it to resume)")
+        if step.status == "failed" and kind in _STOPPING:
+            raise _STOPPING[kind](f"{message}; the study stopped there (rerun it to resume)")
 
     try:
         if first and workers > 1:

@@ -77,14 +77,17 @@ def test_a_flow_whitened_on_every_direction_a_small_corpus_spans_is_noise_and_fi
     assert flow.cosine_stability_ > 0.999  # measured 0.99988
 
 
-#: (backbone, STS12 subset, pairs): 100 MSRvid pairs (171 distinct sentences, 384 dimensions) and 200
-#: SMTeuroparl pairs (174 distinct sentences, 768 dimensions, all-mpnet-base-v2)
-ROUTE_CASES = [("minilm-l6", "MSRvid", 100), pytest.param("mpnet-base", "SMTeuroparl", 200, marks=pytest.mark.slow)]
+#: (backbone, STS12 subset, pairs, every route): 100 MSRvid pairs (171 distinct sentences, 384 dimensions) and 200
+#: SMTeuroparl pairs (174 distinct sentences, 768 dimensions, all-mpnet-base-v2). The routes run the same code
+#: whatever the dimension, so their agreement is checked on the first; the second checks the scores at 768
+#: dimensions (fitting its seven flows three times took 5 minutes of CI)
+ROUTE_CASES = [("minilm-l6", "MSRvid", 100, True),
+               pytest.param("mpnet-base", "SMTeuroparl", 200, False, marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize(("backbone", "subset", "n_pairs"), ROUTE_CASES)
+@pytest.mark.parametrize(("backbone", "subset", "n_pairs", "every_route"), ROUTE_CASES)
 def test_every_calibrator_fitted_directly_scores_soundly_and_equals_every_fit_route(
-    backbone: str, subset: str, n_pairs: int, senteval_dir: Path
+    backbone: str, subset: str, n_pairs: int, every_route: bool, senteval_dir: Path
 ) -> None:
     registry_model = resolve(f"flow_plugin/{backbone}")
     try:
@@ -103,6 +106,8 @@ def test_every_calibrator_fitted_directly_scores_soundly_and_equals_every_fit_ro
         # measured (float32, AMD EPYC), every name on every STS12 subset at 50-200 pairs, 384 and 768 dims:
         # 0.383 to 0.932; the unguarded flow-white scored -0.195 on 200 sentences
         assert score > 0.3, (name, score, plain.adapted_)
+        if not every_route:
+            continue
         routed, record = fit_calibrator(encoder, make_calibrator(name, **params), s1 + s2, model=name,
                                         source=f"{n_pairs} STS12 {subset} pairs")  # the MTEB model's, CLI's, export's
         adapter = SentEvalAdapter(backbone=encoder, calibrator=make_calibrator(name, **params))

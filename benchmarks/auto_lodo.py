@@ -18,7 +18,9 @@ Two steps::
 
 The objective counts a loss three times as much as a gain of the same size (:data:`LOSS_WEIGHT`); of rules that
 score alike, the lowest floor wins (the safeguard steps a choice down only where the tuning data shows that it pays),
-then the gentler table; the threshold goes in the middle of the gap between the anisotropies it separates. A left-out task's Δ is the board's Δ of the calibrator the rule chose there, with the
+then the gentler table; the threshold goes in the middle of the gap between the anisotropies it separates, except
+that the fit on every dataset keeps auto's released threshold while it lies in that gap (it then makes every choice
+the middle makes, and no published ``auto`` result goes stale). A left-out task's Δ is the board's Δ of the calibrator the rule chose there, with the
 board's 95% interval (paired bootstrap over the test items and evaluator seeds); a type's mean over its tasks takes
 the tasks' intervals as independent normal ones.
 """
@@ -32,9 +34,9 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from flow_plugin.calibration.auto import CANDIDATES, FAMILIES, FITTED_FAMILIES, RULES, STEP_DOWN, Rule
+from flow_plugin.calibration.auto import (CANDIDATES, DEFAULT_THRESHOLD, FAMILIES, FITTED_FAMILIES, RULES, STEP_DOWN,
+                                          Rule)
 
 #: a loss counts this many times as much as a gain of the same size
 LOSS_WEIGHT = 3.0
@@ -97,9 +99,12 @@ def _gentleness(choice: str) -> int:
     return CANDIDATES.index(choice)
 
 
-def fit_rule(cells: list[Cell]) -> Rule:
+def fit_rule(cells: list[Cell], keep: float | None = None) -> Rule:
     """The rule with the best total utility on ``cells`` (ties: the lower floor, the gentler table), its threshold
-    in the middle of the gap between the measured anisotropies it separates (:func:`_middle_of_gap`)."""
+    in the middle of the gap between the measured anisotropies it separates (:func:`threshold_gap`); ``keep`` (the
+    released threshold) stays where it lies inside that gap, since there it makes every choice the middle makes,
+    and the results published under it stay valid. The folds of :func:`leave_one_dataset_out` never keep one: the
+    released threshold was fitted with the left-out dataset."""
     scored = {}
     for threshold in THRESHOLDS:
         for floor in FLOORS:
@@ -109,7 +114,10 @@ def fit_rule(cells: list[Cell]) -> Rule:
     (best_key, choices) = max(scored.values(), key=lambda item: item[0])
     floor = -best_key[1]
     tied = [t for t in THRESHOLDS if scored[t, floor] == (best_key, choices)]
-    return Rule(_middle_of_gap(cells, tied), floor, choices)
+    low, high = threshold_gap(cells, tied)
+    if keep is not None and low < keep <= high:
+        return Rule(keep, floor, choices)
+    return Rule(round((low + high) / 2, 3) if high > low else high, floor, choices)
 
 
 def _best_table(cells: list[Cell], threshold: float, floor: float) -> tuple[dict[str, tuple[str, str]], float]:
@@ -132,10 +140,11 @@ def _best_table(cells: list[Cell], threshold: float, floor: float) -> tuple[dict
     return choices, total
 
 
-def _middle_of_gap(cells: list[Cell], tied: list[float]) -> float:
-    """Of the grid thresholds that score alike (the highest run of them), the middle of the gap between the most
-    anisotropic cell below the run and the least anisotropic one at or above it: as far from either side's data as
-    the data allows, so a new task near the boundary falls on the side its neighbours are on."""
+def threshold_gap(cells: list[Cell], tied: list[float]) -> tuple[float, float]:
+    """Of the grid thresholds that score alike (the highest run of them), the gap between the most anisotropic cell
+    below the run and the least anisotropic one at or above it: every threshold above its low end and up to its high
+    end makes the same choices on ``cells``. Its middle is as far from either side's data as the data allows, so a
+    new task near the boundary falls on the side its neighbours are on. No cell on one side: the run's top, twice."""
     run = [tied[-1]]
     for threshold in reversed(tied[:-1]):
         if THRESHOLDS.index(threshold) != THRESHOLDS.index(run[0]) - 1:
@@ -145,8 +154,8 @@ def _middle_of_gap(cells: list[Cell], tied: list[float]) -> float:
     below = [v for v in values if v < run[0]]
     above = [v for v in values if v >= run[-1]]
     if not below or not above:
-        return run[-1]
-    return round((max(below) + min(above)) / 2, 3)
+        return run[-1], run[-1]
+    return max(below), min(above)
 
 
 def _stepped(choice: str, cell: Cell, floor: float) -> str:
@@ -208,7 +217,12 @@ def _mean_interval(values: list[tuple[float, float, float]]) -> tuple[float, flo
 def report(cells: list[Cell], scored: list[LeftOut], final: Rule) -> str:
     """The validation as Markdown: the rule fitted on every dataset, then the left-out Δ per backbone and type,
     the cells that miss a target, and the rule each fold chose."""
-    lines = ["## The rule fitted on every dataset", "", f"- threshold (anisotropy): {final.threshold}",
+    values = [cell.signals["anisotropy"] for cell in cells]
+    below = max((v for v in values if v < final.threshold), default=None)
+    above = min((v for v in values if v >= final.threshold), default=None)
+    lines = ["## The rule fitted on every dataset", "",
+             f"- threshold (anisotropy): {final.threshold} (the measured anisotropies nearest it: {below} below, "
+             f"{above} at or above; any threshold between them makes the same choices)",
              f"- whitening's split-half stability floor: {final.stability_floor}"]
     lines += [f"- {family}: isotropic → {pair[0]}, anisotropic → {pair[1]}" for family, pair in final.choices.items()]
     lines += ["", "## Left out: auto's Δ against raw per backbone and task type", "",
@@ -286,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         args.output.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         return 0
     cells = read_cells(args.boards, json.loads(args.signals.read_text(encoding="utf-8")))
-    text = report(cells, leave_one_dataset_out(cells), fit_rule(cells))
+    text = report(cells, leave_one_dataset_out(cells), fit_rule(cells, keep=DEFAULT_THRESHOLD))
     print(text)
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")

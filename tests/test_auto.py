@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.auto_lodo import fit_rule, read_cells
+from benchmarks.auto_lodo import chosen, fit_rule, read_cells
 from flow_plugin.calibration import make_calibrator
 from flow_plugin.calibration.auto import (DEFAULT_STABILITY_FLOOR, DEFAULT_THRESHOLD, FAMILIES, RULES, AutoCalibrator,
                                           anisotropy)
@@ -123,6 +123,8 @@ def test_autos_rule_is_the_one_fitted_on_the_published_boards() -> None:
     cells = read_cells(boards, signals)
     assert {cell.backbone for cell in cells} == set(signals)  # every measured backbone's board is published
     assert len({cell.dataset for cell in cells}) >= 10 and len(cells) >= 50
-    rule = fit_rule(cells)
+    rule = fit_rule(cells, keep=DEFAULT_THRESHOLD)
     assert (rule.threshold, rule.stability_floor) == (DEFAULT_THRESHOLD, DEFAULT_STABILITY_FLOOR)
     assert dict(rule.choices) == RULES
+    middle = fit_rule(cells)  # the gap's middle, where a first fit puts it: the same choice on every task
+    assert [chosen(cell, middle) for cell in cells] == [chosen(cell, rule) for cell in cells]

@@ -20,9 +20,9 @@ The objective counts a loss three times as much as a gain of the same size (:dat
 score alike, the lowest floor wins (the safeguard steps a choice down only where the tuning data shows that it pays),
 then the gentler table; the threshold goes in the middle of the gap between the anisotropies it separates, except
 that the fit on every dataset keeps auto's released threshold while it lies in that gap (it then makes every choice
-the middle makes, and no published ``auto`` result goes stale). A left-out task's Δ is the board's Δ of the calibrator the rule chose there, with the
-board's 95% interval (paired bootstrap over the test items and evaluator seeds); a type's mean over its tasks takes
-the tasks' intervals as independent normal ones.
+the middle makes, and no published ``auto`` result goes stale). A left-out task's Δ is the board's Δ of the
+calibrator the rule chose there, with the board's 95% interval (paired bootstrap over the test items and evaluator
+seeds); a type's mean over its tasks takes the tasks' intervals as independent normal ones.
 """
 
 from __future__ import annotations

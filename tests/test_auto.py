@@ -128,3 +128,4 @@ def test_autos_rule_is_the_one_fitted_on_the_published_boards() -> None:
     assert dict(rule.choices) == RULES
     middle = fit_rule(cells)  # the gap's middle, where a first fit puts it: the same choice on every task
     assert [chosen(cell, middle) for cell in cells] == [chosen(cell, rule) for cell in cells]
+    assert fit_rule(cells, keep=1.0) == middle  # a threshold outside the gap is not kept: it would change choices

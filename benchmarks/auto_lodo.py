@@ -150,12 +150,16 @@ def threshold_gap(cells: list[Cell], tied: list[float]) -> tuple[float, float]:
         if THRESHOLDS.index(threshold) != THRESHOLDS.index(run[0]) - 1:
             break
         run.insert(0, threshold)
-    values = [cell.signals["anisotropy"] for cell in cells]
-    below = [v for v in values if v < run[0]]
-    above = [v for v in values if v >= run[-1]]
-    if not below or not above:
+    below, above = nearest_anisotropies(cells, run[0], run[-1])
+    if below is None or above is None:
         return run[-1], run[-1]
-    return max(below), min(above)
+    return below, above
+
+
+def nearest_anisotropies(cells: list[Cell], low: float, high: float) -> tuple[float | None, float | None]:
+    """The most anisotropic cell below ``low`` and the least anisotropic one at or above ``high`` (``None``: none)."""
+    values = [cell.signals["anisotropy"] for cell in cells]
+    return max((v for v in values if v < low), default=None), min((v for v in values if v >= high), default=None)
 
 
 def _stepped(choice: str, cell: Cell, floor: float) -> str:
@@ -217,9 +221,7 @@ def _mean_interval(values: list[tuple[float, float, float]]) -> tuple[float, flo
 def report(cells: list[Cell], scored: list[LeftOut], final: Rule) -> str:
     """The validation as Markdown: the rule fitted on every dataset, then the left-out Δ per backbone and type,
     the cells that miss a target, and the rule each fold chose."""
-    values = [cell.signals["anisotropy"] for cell in cells]
-    below = max((v for v in values if v < final.threshold), default=None)
-    above = min((v for v in values if v >= final.threshold), default=None)
+    below, above = nearest_anisotropies(cells, final.threshold, final.threshold)
     lines = ["## The rule fitted on every dataset", "",
              f"- threshold (anisotropy): {final.threshold} (the measured anisotropies nearest it: {below} below, "
              f"{above} at or above; any threshold between them makes the same choices)",

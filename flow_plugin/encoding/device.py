@@ -141,12 +141,6 @@ def choose_precision(precision: str, device: torch.device, *, shapes: Any = None
                            measurement.measured)
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """Turn ``precision`` into a concrete ``float32``/``bf16``/``fp16`` for ``device``
-    (:func:`choose_precision`'s precision, for BERT-base's shapes on a CPU)."""
-    return choose_precision(precision, device).precision
-
-
 def process_threads() -> int:
     """The torch threads this process runs with (torch's default: one per physical core, unless limited)."""
     return torch.get_num_threads()

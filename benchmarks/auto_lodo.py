@@ -16,8 +16,11 @@ Two steps::
     python -m benchmarks.auto_lodo validate --signals benchmarks/results/auto-signals.json \\
         --boards leaderboards/task-types-*.json -o benchmarks/results/auto-lodo.md
 
-The objective counts a loss three times as much as a gain of the same size (:data:`LOSS_WEIGHT`); of rules that
-score alike, the lowest floor wins (the safeguard steps a choice down only where the tuning data shows that it pays),
+The objective counts a loss ``w`` times as much as a gain of the same size, and ``w`` (from :data:`LOSS_WEIGHTS`) is
+itself chosen by leave-one-dataset-out on the datasets the fit is given (:func:`choose_loss_weight`): how averse to
+losses the rule must be to hold on a dataset it has not seen is judged on held-out datasets too, so each fold of the
+validation chooses its own ``w`` without the left-out dataset (a nested check). Of rules that score alike, the
+lowest floor wins (the safeguard steps a choice down only where the tuning data shows that it pays),
 then the gentler table; the threshold goes in the middle of the gap between the anisotropies it separates, except
 that the fit on every dataset keeps auto's released threshold while it lies in that gap (it then makes every choice
 the middle makes, and no published ``auto`` result goes stale). A left-out task's Δ is the board's Δ of the
@@ -38,8 +41,8 @@ from pathlib import Path
 from flow_plugin.calibration.auto import (CANDIDATES, DEFAULT_THRESHOLD, FAMILIES, FITTED_FAMILIES, RULES, STEP_DOWN,
                                           Rule)
 
-#: a loss counts this many times as much as a gain of the same size
-LOSS_WEIGHT = 3.0
+#: the weights a loss may count with against a gain of the same size; the fit chooses one (:func:`choose_loss_weight`)
+LOSS_WEIGHTS = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 #: the targets of a left-out dataset (issue 58): no type significantly below raw, and none below this Δ
 WORST_DELTA = -0.5
 #: the share of a significant gain (the best candidate's) auto must keep
@@ -87,8 +90,8 @@ def read_cells(boards: list[Path], signals: dict[str, dict[str, dict[str, float]
     return cells
 
 
-def utility(delta: float) -> float:
-    return delta if delta >= 0 else LOSS_WEIGHT * delta
+def utility(delta: float, loss_weight: float) -> float:
+    return delta if delta >= 0 else loss_weight * delta
 
 
 def chosen(cell: Cell, rule: Rule) -> str:
@@ -99,16 +102,18 @@ def _gentleness(choice: str) -> int:
     return CANDIDATES.index(choice)
 
 
-def fit_rule(cells: list[Cell], keep: float | None = None) -> Rule:
+def fit_rule(cells: list[Cell], keep: float | None = None, loss_weight: float | None = None) -> Rule:
     """The rule with the best total utility on ``cells`` (ties: the lower floor, the gentler table), its threshold
     in the middle of the gap between the measured anisotropies it separates (:func:`threshold_gap`); ``keep`` (the
     released threshold) stays where it lies inside that gap, since there it makes every choice the middle makes,
     and the results published under it stay valid. The folds of :func:`leave_one_dataset_out` never keep one: the
-    released threshold was fitted with the left-out dataset."""
+    released threshold was fitted with the left-out dataset. ``loss_weight``: how much a loss counts against a gain
+    (default: :func:`choose_loss_weight` on ``cells``)."""
+    weight = choose_loss_weight(weigh_losses(cells)) if loss_weight is None else loss_weight
     scored = {}
     for threshold in THRESHOLDS:
         for floor in FLOORS:
-            choices, total = _best_table(cells, threshold, floor)
+            choices, total = _best_table(cells, threshold, floor, weight)
             gentleness = -sum(_gentleness(c) for pair in choices.values() for c in pair)
             scored[threshold, floor] = ((round(total, 6), -floor, gentleness), choices)
     (best_key, choices) = max(scored.values(), key=lambda item: item[0])
@@ -120,9 +125,26 @@ def fit_rule(cells: list[Cell], keep: float | None = None) -> Rule:
     return Rule(round((low + high) / 2, 3) if high > low else high, floor, choices)
 
 
-def _best_table(cells: list[Cell], threshold: float, floor: float) -> tuple[dict[str, tuple[str, str]], float]:
+def weigh_losses(cells: list[Cell]) -> dict[float, tuple[int, int]]:
+    """For each loss weight of :data:`LOSS_WEIGHTS`, its rules fitted on ``cells`` without one dataset at a time,
+    judged on the left-out tasks: (how many meet the targets, how many are significantly below raw)."""
+    judged = {}
+    for weight in LOSS_WEIGHTS:
+        scored = leave_one_dataset_out(cells, loss_weight=weight)
+        judged[weight] = (sum(not item.misses() for item in scored), sum(item.delta[2] < 0 for item in scored))
+    return judged
+
+
+def choose_loss_weight(judged: dict[float, tuple[int, int]]) -> float:
+    """The weight of :func:`weigh_losses`' table whose left-out tasks meet the targets most often (ties: fewer tasks
+    significantly below raw, then the smaller weight)."""
+    return max(judged, key=lambda weight: (judged[weight][0], -judged[weight][1], -weight))
+
+
+def _best_table(cells: list[Cell], threshold: float, floor: float,
+                loss_weight: float) -> tuple[dict[str, tuple[str, str]], float]:
     """Each fitted family's best (isotropic, anisotropic) entries at ``threshold`` and ``floor``, and their total
-    utility; the families not fitted here keep auto.py's entries."""
+    utility with losses counted ``loss_weight`` times; the families not fitted here keep auto.py's entries."""
     choices = {family: RULES[family] for family in RULES if family not in FITTED_FAMILIES}
     total = 0.0
     for family in FITTED_FAMILIES:
@@ -130,7 +152,7 @@ def _best_table(cells: list[Cell], threshold: float, floor: float) -> tuple[dict
         for regime in (0, 1):
             mine = [cell for cell in cells if cell.family == family
                     and int(cell.signals["anisotropy"] >= threshold) == regime]
-            scored = [(sum(utility(_delta(cell, _stepped(choice, cell, floor))) for cell in mine),
+            scored = [(sum(utility(_delta(cell, _stepped(choice, cell, floor)), loss_weight) for cell in mine),
                        -_gentleness(choice), choice) for choice in CANDIDATES
                       if all(_stepped(choice, cell, floor) in cell.deltas for cell in mine)]
             value, _, choice = max(scored)
@@ -179,6 +201,7 @@ class LeftOut:
     cell: Cell
     rule: Rule
     choice: str
+    loss_weight: float
 
     @property
     def delta(self) -> tuple[float, float, float]:
@@ -202,12 +225,15 @@ class LeftOut:
         return problems
 
 
-def leave_one_dataset_out(cells: list[Cell]) -> list[LeftOut]:
-    """Each cell scored by the rule fitted without its dataset."""
+def leave_one_dataset_out(cells: list[Cell], loss_weight: float | None = None) -> list[LeftOut]:
+    """Each cell scored by the rule fitted without its dataset; ``loss_weight`` fixes the loss weight of every fold
+    (default: each fold chooses its own, :func:`choose_loss_weight`, without the left-out dataset)."""
     scored = []
     for dataset in sorted({cell.dataset for cell in cells}):
-        rule = fit_rule([cell for cell in cells if cell.dataset != dataset])
-        scored += [LeftOut(cell, rule, chosen(cell, rule)) for cell in cells if cell.dataset == dataset]
+        training = [cell for cell in cells if cell.dataset != dataset]
+        weight = choose_loss_weight(weigh_losses(training)) if loss_weight is None else loss_weight
+        rule = fit_rule(training, loss_weight=weight)
+        scored += [LeftOut(cell, rule, chosen(cell, rule), weight) for cell in cells if cell.dataset == dataset]
     return scored
 
 
@@ -218,15 +244,25 @@ def _mean_interval(values: list[tuple[float, float, float]]) -> tuple[float, flo
     return mean, mean - 1.96 * spread, mean + 1.96 * spread
 
 
-def report(cells: list[Cell], scored: list[LeftOut], final: Rule) -> str:
-    """The validation as Markdown: the rule fitted on every dataset, then the left-out Δ per backbone and type,
-    the cells that miss a target, and the rule each fold chose."""
+def report(cells: list[Cell], scored: list[LeftOut], final: Rule, judged: dict[float, tuple[int, int]]) -> str:
+    """The validation as Markdown: the rule fitted on every dataset with the loss weight ``judged`` chose (the table
+    of :func:`weigh_losses`), then the left-out Δ per backbone and type, the cells that miss a target, and the rule
+    each fold chose."""
     below, above = nearest_anisotropies(cells, final.threshold, final.threshold)
+    weight = choose_loss_weight(judged)
     lines = ["## The rule fitted on every dataset", "",
+             f"- loss weight: {weight} (a loss counts {weight:g} times a gain of the same size; chosen below)",
              f"- threshold (anisotropy): {final.threshold} (the measured anisotropies nearest it: {below} below, "
              f"{above} at or above; any threshold between them makes the same choices)",
              f"- whitening's split-half stability floor: {final.stability_floor}"]
     lines += [f"- {family}: isotropic → {pair[0]}, anisotropic → {pair[1]}" for family, pair in final.choices.items()]
+    lines += ["", "## The loss weight, chosen by dataset", "",
+              "Each weight's rules, fitted without one dataset at a time on every dataset: how many left-out tasks",
+              "meet the targets, and how many are significantly below raw. The most meeting wins (ties: fewer",
+              "significant losses, then the smaller weight); each fold below chose its own weight the same way,",
+              "without its left-out dataset.", "", "| loss weight | left-out tasks meeting the targets | "
+              "significantly below raw |", "|---:|---:|---:|"]
+    lines += [f"| {w:g} | {meets} of {len(cells)} | {losses} |" for w, (meets, losses) in judged.items()]
     lines += ["", "## Left out: auto's Δ against raw per backbone and task type", "",
               "Each task scored by the rule fitted without its dataset; the mean over the type's tasks, 95% interval.",
               "", "| Backbone | Task type | tasks | auto (left out) | best fixed candidate per task (mean) |",
@@ -251,12 +287,13 @@ def report(cells: list[Cell], scored: list[LeftOut], final: Rule) -> str:
     lines += [f"- {cell.backbone}, {cell.task}: {before} → {after} (whitening's split-half stability "
               f"{cell.signals.get('whitening_stability', 1.0):.2f}; Δ {_delta(cell, before):+.2f} → "
               f"{_delta(cell, after):+.2f})" for cell, before, after in stepped]
-    lines += ["", "## The rule each fold fitted", "", "| left out | threshold | floor | ranking | pairs | labels |",
-              "|---|---:|---:|---|---|---|"]
+    lines += ["", "## The rule each fold fitted", "",
+              "| left out | loss weight | threshold | floor | ranking | pairs | labels |", "|---|---:|---:|---:|---|---|---|"]
     for dataset in sorted({item.cell.dataset for item in scored}):
-        rule = next(item.rule for item in scored if item.cell.dataset == dataset)
-        table = " | ".join("/".join(rule.choices[family]) for family in ("ranking", "pairs", "labels"))
-        lines.append(f"| {dataset} | {rule.threshold} | {rule.stability_floor} | {table} |")
+        item = next(item for item in scored if item.cell.dataset == dataset)
+        table = " | ".join("/".join(item.rule.choices[family]) for family in ("ranking", "pairs", "labels"))
+        lines.append(f"| {dataset} | {item.loss_weight:g} | {item.rule.threshold} | {item.rule.stability_floor} | "
+                     f"{table} |")
     return "\n".join(lines) + "\n"
 
 
@@ -302,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         args.output.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n", encoding="utf-8")
         return 0
     cells = read_cells(args.boards, json.loads(args.signals.read_text(encoding="utf-8")))
-    text = report(cells, leave_one_dataset_out(cells), fit_rule(cells, keep=DEFAULT_THRESHOLD))
+    judged = weigh_losses(cells)
+    final = fit_rule(cells, keep=DEFAULT_THRESHOLD, loss_weight=choose_loss_weight(judged))
+    text = report(cells, leave_one_dataset_out(cells), final, judged)
     print(text)
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.auto_lodo import chosen, fit_rule, read_cells
+from benchmarks.auto_lodo import choose_loss_weight, chosen, fit_rule, read_cells, weigh_losses
 from flow_plugin.calibration import make_calibrator
 from flow_plugin.calibration.auto import (DEFAULT_STABILITY_FLOOR, DEFAULT_THRESHOLD, FAMILIES, RULES, AutoCalibrator,
                                           anisotropy)
@@ -123,9 +123,16 @@ def test_autos_rule_is_the_one_fitted_on_the_published_boards() -> None:
     cells = read_cells(boards, signals)
     assert {cell.backbone for cell in cells} == set(signals)  # every measured backbone's board is published
     assert len({cell.dataset for cell in cells}) >= 10 and len(cells) >= 50
-    rule = fit_rule(cells, keep=DEFAULT_THRESHOLD)
+    weight = choose_loss_weight(weigh_losses(cells))  # how much a loss counts, itself chosen leaving datasets out
+    rule = fit_rule(cells, keep=DEFAULT_THRESHOLD, loss_weight=weight)
     assert (rule.threshold, rule.stability_floor) == (DEFAULT_THRESHOLD, DEFAULT_STABILITY_FLOOR)
     assert dict(rule.choices) == RULES
-    middle = fit_rule(cells)  # the gap's middle, where a first fit puts it: the same choice on every task
+    middle = fit_rule(cells, loss_weight=weight)  # the gap's middle, where a first fit puts it: the same choices
     assert [chosen(cell, middle) for cell in cells] == [chosen(cell, rule) for cell in cells]
-    assert fit_rule(cells, keep=1.0) == middle  # a threshold outside the gap is not kept: it would change choices
+    assert fit_rule(cells, keep=1.0, loss_weight=weight) == middle  # a threshold outside the gap would change choices
+
+
+def test_the_loss_weight_is_the_one_whose_left_out_tasks_meet_the_targets_most_often() -> None:
+    # (left-out tasks meeting the targets, tasks significantly below raw) per weight
+    assert choose_loss_weight({1.0: (70, 21), 3.0: (78, 8), 4.0: (81, 5), 8.0: (76, 5)}) == 4.0
+    assert choose_loss_weight({2.0: (75, 9), 3.0: (75, 6), 5.0: (75, 6)}) == 3.0  # ties: fewer losses, smaller weight

@@ -244,12 +244,12 @@ def _mean_interval(values: list[tuple[float, float, float]]) -> tuple[float, flo
     return mean, mean - 1.96 * spread, mean + 1.96 * spread
 
 
-def report(cells: list[Cell], scored: list[LeftOut], final: Rule, judged: dict[float, tuple[int, int]]) -> str:
-    """The validation as Markdown: the rule fitted on every dataset with the loss weight ``judged`` chose (the table
-    of :func:`weigh_losses`), then the left-out Δ per backbone and type, the cells that miss a target, and the rule
-    each fold chose."""
+def report(cells: list[Cell], scored: list[LeftOut], final: Rule, judged: dict[float, tuple[int, int]],
+           weight: float) -> str:
+    """The validation as Markdown: the rule fitted on every dataset with the loss weight ``weight`` that ``judged``
+    (the table of :func:`weigh_losses`) chose, then the left-out Δ per backbone and type, the cells that miss a
+    target, and the rule each fold chose."""
     below, above = nearest_anisotropies(cells, final.threshold, final.threshold)
-    weight = choose_loss_weight(judged)
     lines = ["## The rule fitted on every dataset", "",
              f"- loss weight: {weight} (a loss counts {weight:g} times a gain of the same size; chosen below)",
              f"- threshold (anisotropy): {final.threshold} (the measured anisotropies nearest it: {below} below, "
@@ -340,8 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cells = read_cells(args.boards, json.loads(args.signals.read_text(encoding="utf-8")))
     judged = weigh_losses(cells)
-    final = fit_rule(cells, keep=DEFAULT_THRESHOLD, loss_weight=choose_loss_weight(judged))
-    text = report(cells, leave_one_dataset_out(cells), final, judged)
+    weight = choose_loss_weight(judged)
+    final = fit_rule(cells, keep=DEFAULT_THRESHOLD, loss_weight=weight)
+    text = report(cells, leave_one_dataset_out(cells), final, judged, weight)
     print(text)
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")

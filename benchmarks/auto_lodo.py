@@ -102,18 +102,17 @@ def _gentleness(choice: str) -> int:
     return CANDIDATES.index(choice)
 
 
-def fit_rule(cells: list[Cell], keep: float | None = None, loss_weight: float | None = None) -> Rule:
+def fit_rule(cells: list[Cell], loss_weight: float, keep: float | None = None) -> Rule:
     """The rule with the best total utility on ``cells`` (ties: the lower floor, the gentler table), its threshold
     in the middle of the gap between the measured anisotropies it separates (:func:`threshold_gap`); ``keep`` (the
     released threshold) stays where it lies inside that gap, since there it makes every choice the middle makes,
     and the results published under it stay valid. The folds of :func:`leave_one_dataset_out` never keep one: the
     released threshold was fitted with the left-out dataset. ``loss_weight``: how much a loss counts against a gain
-    (default: :func:`choose_loss_weight` on ``cells``)."""
-    weight = choose_loss_weight(weigh_losses(cells)) if loss_weight is None else loss_weight
+    (:func:`choose_loss_weight` chooses it)."""
     scored = {}
     for threshold in THRESHOLDS:
         for floor in FLOORS:
-            choices, total = _best_table(cells, threshold, floor, weight)
+            choices, total = _best_table(cells, threshold, floor, loss_weight)
             gentleness = -sum(_gentleness(c) for pair in choices.values() for c in pair)
             scored[threshold, floor] = ((round(total, 6), -floor, gentleness), choices)
     (best_key, choices) = max(scored.values(), key=lambda item: item[0])
@@ -232,7 +231,7 @@ def leave_one_dataset_out(cells: list[Cell], loss_weight: float | None = None) -
     for dataset in sorted({cell.dataset for cell in cells}):
         training = [cell for cell in cells if cell.dataset != dataset]
         weight = choose_loss_weight(weigh_losses(training)) if loss_weight is None else loss_weight
-        rule = fit_rule(training, loss_weight=weight)
+        rule = fit_rule(training, weight)
         scored += [LeftOut(cell, rule, chosen(cell, rule), weight) for cell in cells if cell.dataset == dataset]
     return scored
 
@@ -341,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     cells = read_cells(args.boards, json.loads(args.signals.read_text(encoding="utf-8")))
     judged = weigh_losses(cells)
     weight = choose_loss_weight(judged)
-    final = fit_rule(cells, keep=DEFAULT_THRESHOLD, loss_weight=weight)
+    final = fit_rule(cells, weight, keep=DEFAULT_THRESHOLD)
     text = report(cells, leave_one_dataset_out(cells), final, judged, weight)
     print(text)
     if args.output is not None:

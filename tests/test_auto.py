@@ -124,12 +124,12 @@ def test_autos_rule_is_the_one_fitted_on_the_published_boards() -> None:
     assert {cell.backbone for cell in cells} == set(signals)  # every measured backbone's board is published
     assert len({cell.dataset for cell in cells}) >= 10 and len(cells) >= 50
     weight = choose_loss_weight(weigh_losses(cells))  # how much a loss counts, itself chosen leaving datasets out
-    rule = fit_rule(cells, keep=DEFAULT_THRESHOLD, loss_weight=weight)
+    rule = fit_rule(cells, weight, keep=DEFAULT_THRESHOLD)
     assert (rule.threshold, rule.stability_floor) == (DEFAULT_THRESHOLD, DEFAULT_STABILITY_FLOOR)
     assert dict(rule.choices) == RULES
-    middle = fit_rule(cells, loss_weight=weight)  # the gap's middle, where a first fit puts it: the same choices
+    middle = fit_rule(cells, weight)  # the gap's middle, where a first fit puts it: the same choices
     assert [chosen(cell, middle) for cell in cells] == [chosen(cell, rule) for cell in cells]
-    assert fit_rule(cells, keep=1.0, loss_weight=weight) == middle  # a threshold outside the gap would change choices
+    assert fit_rule(cells, weight, keep=1.0) == middle  # a threshold outside the gap would change choices
 
 
 def test_the_loss_weight_is_the_one_whose_left_out_tasks_meet_the_targets_most_often() -> None:

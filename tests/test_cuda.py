@@ -94,15 +94,14 @@ def relative(got: np.ndarray, want: np.ndarray) -> float:
 def test_the_backbone_encodes_on_the_device_like_on_the_cpu(device: str, backbone: str, stand_ins: Path) -> None:
     from flow_plugin.encoding.backbone import Backbone
     from flow_plugin.encoding.device import choose_precision
-    from flow_plugin.encoding.precision_probe import ProbeShapes
 
     location, pooling = stand_in(stand_ins, backbone)
     sentences = [LONG, *SENTENCES]
     cpu = Backbone(location, pooling=pooling, device="cpu", precision="float32").encode(sentences)
     auto = Backbone(location, pooling=pooling, device=device, show_progress_bar=False)
     # on a CPU the probe runs at the model's own width (a tiny model may keep float32 where BERT-base takes bf16)
-    shapes = ProbeShapes.for_width(int(auto.config.hidden_size), auto.batch_size)
-    assert auto.precision == choose_precision("auto", torch.device(device), shapes=shapes).precision
+    assert auto.probe_shapes.hidden_size == int(auto.config.hidden_size)
+    assert auto.precision == choose_precision("auto", torch.device(device), shapes=auto.probe_shapes).precision
     # the device's own precision against the CPU in float32: within its rounding (the plan probe's bound)
     assert relative(auto.encode(sentences), cpu) <= AGREEMENT[auto.precision]
     float32 = Backbone(location, pooling=pooling, device=device, precision="float32").encode(sentences)

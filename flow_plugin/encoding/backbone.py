@@ -230,18 +230,21 @@ class Backbone:
     @property
     def precision_choice(self) -> PrecisionChoice:
         """The resolved precision and why (:func:`flow_plugin.encoding.device.choose_precision`). On a
-        CPU, ``auto`` is decided on first use by the bf16 probe (cached per machine) at this model's
-        width (``expected_embedding_dim``, else the config's ``hidden_size``; the weights are not
-        loaded) and this backbone's batch size."""
+        CPU, ``auto`` is decided on first use by the bf16 probe (cached per machine) at
+        :attr:`probe_shapes` (the weights are not loaded)."""
         if self._precision_choice is None:
             with self._precision_lock:
                 if self._precision_choice is None:
-                    width = self.expected_embedding_dim or int(self.config.hidden_size)
-                    shapes = ProbeShapes.for_width(width, self.batch_size)
-                    choice = choose_precision(self.requested_precision, self.device, shapes=shapes)
+                    choice = choose_precision(self.requested_precision, self.device, shapes=self.probe_shapes)
                     logger.info("%s: precision %s", self.name, choice.describe())
                     self._precision_choice = choice
         return self._precision_choice
+
+    @property
+    def probe_shapes(self) -> ProbeShapes:
+        """The shapes at which the bf16 probe decides ``auto`` on a CPU: this model's width
+        (``expected_embedding_dim``, else the config's ``hidden_size``) at this backbone's batch size."""
+        return ProbeShapes.for_width(self.expected_embedding_dim or int(self.config.hidden_size), self.batch_size)
 
     @property
     def batch_plan_choice(self) -> PlanChoice:

@@ -28,7 +28,7 @@ from mteb.mocks.mock_tasks import (
 from flow_plugin.errors import RegistryError, UnknownModelError, UnsupportedVersionError
 from flow_plugin.results import fits as fit_records
 from flow_plugin.results.files import result_path
-from flow_plugin.integrations.mteb import compat, hook, versions
+from flow_plugin.integrations.mteb import compat, hook, registration, versions
 from flow_plugin.integrations.mteb.base_models import registry_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +117,11 @@ def test_a_failing_registration_is_one_line_and_never_breaks_mteb(
 
 
 # ------------------------------------------------------------------ unknown flow_plugin/ names
-@pytest.mark.parametrize("first", [*hook.WAITED_FOR, "flow_plugin.integrations.mteb.base_models"])
+@pytest.mark.parametrize("first", ["flow_plugin.integrations.mteb.compat", "flow_plugin.integrations.mteb.sts_tasks",
+                                   "flow_plugin.integrations.mteb.retrieval_tasks",
+                                   "flow_plugin.integrations.mteb.labelled_tasks",
+                                   "flow_plugin.integrations.mteb.registration", "flow_plugin.integrations.mteb.meta",
+                                   "flow_plugin.integrations.mteb.calibrated", "flow_plugin.integrations.mteb.base_models"])
 def test_our_tasks_and_models_are_registered_whichever_module_imports_mteb_first(first: str) -> None:
     code = (f"import {first}, mteb, sys; mteb.get_tasks(tasks=['SentEvalSTS12', 'GlueQNLIRetrieval', "
             "'FlowPluginMRClassification']); mteb.get_model_meta('flow_plugin/minilm-l6-flow'); print('registered')")
@@ -147,7 +151,7 @@ def test_refuse_unknown_names_is_installed_once() -> None:
     from mteb.models.model_meta import ModelMeta
 
     before = ModelMeta.__dict__["from_hub"]
-    compat.refuse_unknown_names("flow_plugin/", hook._resolve_name)
+    compat.refuse_unknown_names("flow_plugin/", registration._resolve_name)
     assert ModelMeta.__dict__["from_hub"] is before  # not wrapped twice
 
 
@@ -274,9 +278,7 @@ def test_registered_model_reads_mtebs_registry() -> None:
     entry = compat.registered_model("sentence-transformers/all-MiniLM-L6-v2")
     assert entry is not None and entry.name == "sentence-transformers/all-MiniLM-L6-v2"
     assert compat.registered_model("no-such/model") is None
-    from flow_plugin.integrations.mteb.hook import load_model
-
-    assert compat.registered_model("flow_plugin/minilm-l6").loader is load_model
+    assert compat.registered_model("flow_plugin/minilm-l6").loader is registration.load_model
 
 
 @pytest.mark.parametrize("first", ["flow_plugin.integrations.mteb.base_models", "flow_plugin.integrations.mteb.compat",

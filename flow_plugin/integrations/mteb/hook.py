@@ -5,7 +5,7 @@ MTEB has no plugin entry point: ``MODEL_REGISTRY`` is built from MTEB's own modu
 (site-packages) calls :func:`install` at interpreter start-up. ``install`` only appends a
 tiny import finder to ``sys.meta_path``: nothing else is imported and nothing is read, so
 a Python process that never imports MTEB pays nothing measurable. When MTEB's registry
-modules finish executing, the finder's callbacks add:
+modules finish executing, the finder's callbacks add (:mod:`.registration`):
 
 - a ``ModelMeta`` for every registry model name (``mteb.get_model_meta`` /
   ``mteb.get_model`` / ``mteb run -m flow_plugin/...``), and a calibrator on any other model by its
@@ -38,7 +38,7 @@ from __future__ import annotations
 # Only modules every interpreter has already loaded at start-up (``python -X importtime -c
 # pass``): this module is imported at every start of every Python process of the environment.
 # So flow-plugin's own modules (and, through them, MTEB) are imported inside the functions below, when
-# MTEB's registry modules load or MTEB calls a loader: the one module whose inner imports need no reason each.
+# MTEB's registry modules load: the one module whose inner imports need no reason each.
 import os
 import sys
 
@@ -46,16 +46,13 @@ DISABLE_ENV = "FLOW_PLUGIN_DISABLE_MTEB_HOOK"
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
-COMPAT_MODULE = "flow_plugin.integrations.mteb.compat"
-#: our modules the registrations import: while one of them executes (it imported MTEB), the registrations wait,
-#: and :func:`run_deferred` runs them once it is whole (the finder wraps these modules' loaders too)
-WAITED_FOR = (COMPAT_MODULE, "flow_plugin.integrations.mteb.sts_tasks", "flow_plugin.integrations.mteb.retrieval_tasks",
-              "flow_plugin.integrations.mteb.labelled_tasks")
+#: the modules whose import the finder watches besides MTEB's registries: flow-plugin's own
+OUR_PACKAGE = "flow_plugin."
 
 _registered: set[str] = set()
 _said: set[str] = set()
-#: registrations that MTEB's import reached while one of :data:`WAITED_FOR` (which they need) was itself
-#: importing MTEB; the last of them to finish runs them (:func:`run_deferred`)
+#: registrations that MTEB's import reached while one of flow-plugin's modules (which they may need) was itself
+#: importing; the last of our modules to finish runs them (:func:`run_deferred`)
 _deferred: dict[str, object] = {}
 
 
@@ -64,68 +61,30 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _resolve_name(model_name: str) -> object:
-    """The ``ModelMeta`` of a ``flow_plugin/`` name MTEB's registry lacks: a calibrator on an MTEB model or a
-    local folder, a registry folder added since, else :class:`~flow_plugin.errors.UnknownModelError`."""
-    from flow_plugin.integrations.mteb.base_models import resolve_spelling
-
-    return resolve_spelling(model_name)
-
-
-def load_model(model_name: str, revision: str | None = None, **kwargs: object) -> object:
-    """Every registry model's ``ModelMeta.loader``: builds the model with
-    :func:`~flow_plugin.integrations.mteb.base_models.load_registry_name`, imported when MTEB calls it (a
-    process that imports ``base_models`` before MTEB registers while that module is still loading)."""
-    from flow_plugin.integrations.mteb.base_models import load_registry_name
-
-    return load_registry_name(model_name, revision, **kwargs)
-
-
-def register_models(module: object = None, requirements: list[str] | None = None) -> list[str]:
-    """Add every registry model's ``ModelMeta`` to MTEB's model registry, and answer unknown
-    ``flow_plugin/`` names with close names; return the names. ``requirements`` overrides the
-    supported versions checked first (:mod:`.versions`)."""
+def _registration(requirements: list[str] | None = None) -> object:
+    """:mod:`.registration`, once the installed mteb and transformers are checked against the supported range
+    (:mod:`.versions`; ``requirements`` overrides it): that module imports task classes an MTEB release outside
+    the range may lack. Outside it, :class:`~flow_plugin.errors.UnsupportedVersionError`."""
     from flow_plugin.integrations.mteb.versions import require_supported
 
     require_supported(requirements)
-    from flow_plugin.catalog.registry import MODEL_PREFIX
-    from flow_plugin.integrations.mteb.compat import add_models, refuse_unknown_names
-    from flow_plugin.integrations.mteb.meta import all_model_metas
+    import flow_plugin.integrations.mteb.registration as registration
 
-    names = add_models(all_model_metas(load_model), module)
-    refuse_unknown_names(MODEL_PREFIX, _resolve_name)  # type: ignore[arg-type]
+    return registration
+
+
+def register_models(module: object = None, requirements: list[str] | None = None) -> list[str]:
+    """Add every registry model's ``ModelMeta`` to MTEB's model registry, and answer unknown ``flow_plugin/``
+    names with close names; return the names (:func:`.registration.register_models`)."""
+    names = _registration(requirements).register_models(module)  # type: ignore[attr-defined]
     _registered.add(MODELS_MODULE)
     return names
 
 
 def register_tasks(module: object = None, requirements: list[str] | None = None) -> list[str]:
-    """Add the offline STS, retrieval and labelled tasks (:mod:`.labelled_tasks`) to MTEB's task registry;
-    return their names. ``requirements`` overrides the supported versions checked first (:mod:`.versions`)."""
-    from flow_plugin.integrations.mteb.versions import require_supported
-
-    require_supported(requirements)
-    from flow_plugin.catalog.labelled_tasks import unknown_task_hint
-    from flow_plugin.integrations.mteb.compat import add_tasks, hint_unknown_tasks
-    from flow_plugin.integrations.mteb.labelled_tasks import labelled_task_classes, listed_labelled_task_classes
-    from flow_plugin.integrations.mteb.retrieval_tasks import RETRIEVAL_TASK_CLASSES, configured_glue_data
-    from flow_plugin.integrations.mteb.sts_tasks import TASK_CLASSES, configured_data_dir
-
-    listed = (TASK_CLASSES if configured_data_dir() is not None else ()) + (
-        RETRIEVAL_TASK_CLASSES if configured_glue_data() is not None else ())
-    names = add_tasks((*TASK_CLASSES, *RETRIEVAL_TASK_CLASSES), listed, module)
-    # after the tasks above: a user's malformed task file is reported, and they stay registered
-    names += add_tasks(labelled_task_classes(), listed_labelled_task_classes(), module)
-    hint_unknown_tasks(unknown_task_hint, module)
-    # (mteb.cache is whole by now, unlike when the models register): a damaged result of ours is recomputed
-    from flow_plugin.catalog.registry import MODEL_PREFIX
-    from flow_plugin.integrations.mteb.compat import check_results_before_loading
-    from flow_plugin.integrations.mteb.calibrated import write_beside_result
-    from flow_plugin.integrations.mteb.compat import after_each_save, track_tasks_as_built
-    from flow_plugin.results.recovery import set_aside_if_stale, set_aside_if_truncated
-
-    check_results_before_loading(MODEL_PREFIX, set_aside_if_truncated, set_aside_if_stale)
-    after_each_save(write_beside_result)  # fit records and per-item data beside each result
-    track_tasks_as_built()  # the task a fit reads: the object being evaluated
+    """Add the offline STS, retrieval and labelled tasks to MTEB's task registry; return their names
+    (:func:`.registration.register_tasks`)."""
+    names = _registration(requirements).register_tasks(module)  # type: ignore[attr-defined]
     _registered.add(TASKS_MODULE)
     return names
 
@@ -153,6 +112,7 @@ def _run_callback(name: str, module: object, requirements: list[str] | None = No
     if name in _registered:
         return False
     try:
+        # the version check reads installed metadata only: it runs before the registrations import MTEB's classes
         from flow_plugin.integrations.mteb.versions import unsupported_message
 
         message = unsupported_message(requirements)
@@ -167,28 +127,28 @@ def _run_callback(name: str, module: object, requirements: list[str] | None = No
         return False
 
 
-def _initializing(name: str) -> bool:
-    """True while module ``name`` is executing (imported, not yet whole)."""
-    spec = getattr(sys.modules.get(name), "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
-
-
-def _waiting(finished: str | None = None) -> bool:
-    """True while a module of :data:`WAITED_FOR` other than ``finished`` is executing."""
-    return any(_initializing(name) for name in WAITED_FOR if name != finished)
+def _ours_loading(finished: str | None = None) -> bool:
+    """True while one of flow-plugin's modules other than ``finished`` is executing (imported, not yet whole):
+    the registrations import our modules, and one half loaded lacks the names defined below its imports."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith(OUR_PACKAGE) and name != finished:
+            if getattr(getattr(module, "__spec__", None), "_initializing", False):
+                return True
+    return False
 
 
 def run_deferred(finished: str | None = None) -> None:
     """Run the registrations deferred while our modules loaded MTEB, unless one other than ``finished`` (the
     module that just became whole) is still executing."""
-    if _waiting(finished):
+    if _ours_loading(finished):
         return
     for name in [name for name in _CALLBACKS if name in _deferred]:
         _run_callback(name, _deferred.pop(name))
 
 
 class _LoaderWithCallback:
-    """Wraps the loader of one of MTEB's registry modules: runs our callback after it executes.
+    """Wraps the loader of one of MTEB's registry modules (our registration runs after it executes) or of one of
+    ours (registrations that waited for it run after it).
     (Duck-typed like ``importlib.abc.Loader``: importing importlib.abc would cost every start-up.)"""
 
     def __init__(self, loader: object, name: str) -> None:
@@ -200,9 +160,10 @@ class _LoaderWithCallback:
 
     def exec_module(self, module: object) -> None:
         self._loader.exec_module(module)  # type: ignore[attr-defined]
-        if self._name in WAITED_FOR:  # one of our modules is whole: what waited for it can register now
-            run_deferred(self._name)
-        elif _waiting():  # one of our modules is importing MTEB: its names do not exist yet
+        if self._name.startswith(OUR_PACKAGE):  # one of our modules is whole: what waited for it can register
+            if _deferred:
+                run_deferred(self._name)
+        elif _ours_loading():  # one of our modules is importing MTEB: its names do not exist yet
             _deferred[self._name] = module
         else:
             _run_callback(self._name, module)
@@ -213,11 +174,10 @@ class _LoaderWithCallback:
 
 class _MtebRegistryFinder:
     """A ``sys.meta_path`` finder that wraps the loader of MTEB's two registry modules (registration after
-    each) and of the modules of ours they need (:data:`WAITED_FOR`: what waited for one runs after it), and
-    ignores every other import."""
+    each) and of flow-plugin's modules (what waited for one runs after it), and ignores every other import."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> object:
-        if fullname not in _CALLBACKS and fullname not in WAITED_FOR:
+        if fullname not in _CALLBACKS and not fullname.startswith(OUR_PACKAGE):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):

@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # pragma: no cover
 RESULTS_FOLDER = "results"  # mteb's ResultCache keeps results in <cache>/results/
 EXPERIMENTS_FOLDER = "experiments"  # MTEB's folder for results of models loaded with kwargs
 NO_REVISION = "no_revision_available"  # MTEB's revision folder for a model whose metadata names no revision
+#: where the results of a further evaluator seed go, under the output folder: ``evaluator-seeds/<seed>/``
+EVALUATOR_SEEDS_FOLDER = "evaluator-seeds"
+#: the evaluator seed of a task's main result: MTEB's default (``AbsTask(seed=42)``)
+MTEB_SEED = 42
 
 
 def model_folder(output_folder: Path, model: str) -> Path:

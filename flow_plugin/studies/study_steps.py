@@ -32,7 +32,8 @@ from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
 from flow_plugin.data.roots import data_root as configured
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DataFolderError, RegistryError
-from flow_plugin.integrations.mteb.evaluate import MTEB_SEED, evaluate_models
+from flow_plugin.integrations.mteb.evaluate import evaluate_models
+from flow_plugin.results.files import MTEB_SEED
 from flow_plugin.results.fits import fits_path, read_fits
 
 logger = logging.getLogger(__name__)

@@ -20,10 +20,9 @@ from flow_plugin.calibration.names import CALIBRATOR_NAMES
 from flow_plugin.catalog.labelled_tasks import labelled_task_names
 from flow_plugin.catalog.registry import get_base
 from flow_plugin.errors import LeaderboardError
-from flow_plugin.integrations.mteb.evaluate import EVALUATOR_SEEDS_FOLDER, MTEB_SEED
 from flow_plugin.results.items import ItemScores, items_of_result
 from flow_plugin.results import ResultStore
-from flow_plugin.results.files import load_task_result, result_identity
+from flow_plugin.results.files import EVALUATOR_SEEDS_FOLDER, MTEB_SEED, load_task_result, result_identity
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """BERT-flow's calibrator: the Glow of :mod:`.glow`, fitted by :mod:`.train`, as a
 scikit-learn estimator over embeddings. The latent z is the calibrated embedding.
 
-Torch and nflows are imported when a flow is built, not with this module: the registry
-checks a flow's hyper-parameters without them.
+Torch and nflows are imported when a flow is built (:mod:`.members`, the flows' torch side), not
+with this module: the registry checks a flow's hyper-parameters without them.
 """
 
 from __future__ import annotations
@@ -10,30 +10,32 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+from types import ModuleType
 from typing import Any
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.base import clone
 
-from flow_plugin._machine import resolve_device
 from flow_plugin._validation import check_embeddings
 from flow_plugin.calibration.base import Calibrator, half_of_span
 from flow_plugin.calibration.flow.device_probe import choose_fit_device, fit_device_key, measure_fit_seconds
 from flow_plugin.calibration.linear import Whitening
 from flow_plugin.errors import InputError
 
-if TYPE_CHECKING:
-    import torch
-
 #: see :mod:`.glow` (kept here too so that checking parameters needs no torch)
 PERMUTATIONS: tuple[str, ...] = ("reverse", "random", "lu")
 COUPLINGS: tuple[str, ...] = ("additive", "affine")
-#: rows per forward pass when transforming or scoring
-INFERENCE_CHUNK = 2048
 
 logger = logging.getLogger(__name__)
+
+
+def _members() -> ModuleType:
+    """:mod:`.members`, the torch side of the flows: imported the first time a flow is built, trained, run or
+    restored."""
+    # torch and nflows load with it, not with this module: the registry checks a flow's parameters without them
+    from flow_plugin.calibration.flow import members
+
+    return members
 
 
 def member_seeds(seed: int, ensemble: int) -> list[int]:
@@ -224,26 +226,18 @@ class FlowCalibrator(Calibrator, method="flow"):
 
     def _build(self, n_features: int, seed: int | None = None) -> Any:
         """The untrained flow (an nflows ``Flow``), its random start fixed by ``seed``."""
-        # torch and nflows load when a flow is built, not with this module (the registry checks parameters without them)
-        import torch
-
-        from flow_plugin.calibration.flow.glow import build_glow
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(self.seed if seed is None else seed))
-            return build_glow(n_features, n_levels=int(self.n_levels), depth=int(self.depth),
-                              hidden_features=int(self.hidden_features), permutation=self.permutation,
-                              coupling=self.coupling)
+        # plain Python numbers (torch refuses NumPy integers as sizes and seeds)
+        return _members().seeded_flow(n_features, int(self.seed if seed is None else seed),
+                                      n_levels=int(self.n_levels), depth=int(self.depth),
+                                      hidden_features=int(self.hidden_features), permutation=self.permutation,
+                                      coupling=self.coupling)
 
     def _settings(self, seed: int) -> Any:
-        # torch loads when a flow is trained
-        from flow_plugin.calibration.flow.train import TrainingSettings
-
-        # plain Python numbers (torch refuses NumPy integers as sizes and seeds)
-        return TrainingSettings(epochs=float(self.epochs), batch_size=int(self.batch_size),
-                                learning_rate=float(self.learning_rate), weight_decay=float(self.weight_decay),
-                                clip_grad_norm=self.clip_grad_norm, init_samples=int(self.init_samples),
-                                seed=int(seed))
+        """How member ``seed`` trains (:class:`.train.TrainingSettings`), in plain Python numbers."""
+        return _members().TrainingSettings(
+            epochs=float(self.epochs), batch_size=int(self.batch_size), learning_rate=float(self.learning_rate),
+            weight_decay=float(self.weight_decay), clip_grad_norm=self.clip_grad_norm,
+            init_samples=int(self.init_samples), seed=int(seed))
 
     # ------------------------------------------------------------ fitting
     def _fit(self, X: np.ndarray) -> None:
@@ -288,23 +282,12 @@ class FlowCalibrator(Calibrator, method="flow"):
 
     def _fit_member(self, X: np.ndarray, seed: int) -> tuple[Any, Any, float]:
         """One flow, seeded ``seed``: (flow, training result, mean log-likelihood of the rows it trained on)."""
-        # torch loads when a flow is trained
-        import torch
-
-        from flow_plugin.calibration.flow.train import EarlyStopping, mean_log_likelihood, train_flow
-
-        device = resolve_device(self.fit_device_choice_.device)
-        data = torch.from_numpy(X).to(device)
-        stopping = None
-        if self.validation_fraction > 0:
-            order = torch.randperm(len(X), generator=torch.Generator().manual_seed(seed + 10_000))
-            n_held = max(1, int(round(self.validation_fraction * len(X))))
-            stopping = EarlyStopping(data[order[:n_held].to(device)], self.patience)
-            data = data[order[n_held:].to(device)]
-        flow = self._build(self.n_flow_features_, seed).to(device)
-        result = train_flow(flow, data, self._settings(seed), fast_path=self.fast_path,
-                            show_progress_bar=self.show_progress_bar, early_stopping=stopping)
-        return flow, result, mean_log_likelihood(flow, data)
+        flow = self._build(self.n_flow_features_, seed)
+        result, likelihood = _members().fit_member(
+            X, flow, self._settings(seed), device=self.fit_device_choice_.device,
+            validation_fraction=self.validation_fraction, patience=self.patience, fast_path=self.fast_path,
+            show_progress_bar=self.show_progress_bar)
+        return flow, result, likelihood
 
     def _choose_fit_device(self, width: int) -> Any:
         """Where this flow fits (:func:`.device_probe.choose_fit_device`): measured by fitting a copy of it on
@@ -316,15 +299,11 @@ class FlowCalibrator(Calibrator, method="flow"):
     def _probe_fit(self, device: str, width: int, rows: int, epochs: float) -> None:
         """Fit a copy of this flow (one member, no validation split) on ``rows`` synthetic Gaussian rows of
         ``width`` on ``device``, and wait for the device."""
-        # torch loads when a flow is trained
-        import torch
-
         X = np.random.default_rng(0).normal(size=(rows, width)).astype(np.float32)
         copy = clone(self).set_params(device=device, epochs=epochs, ensemble=1, validation_fraction=0.0,
                                       whiten_first=False, show_progress_bar=False)
         copy.fit(X)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        _members().wait_for(device)
 
     def _log_det(self) -> float:
         """log|det| of the fixed whitening on the directions it keeps (0 without it): likelihoods in the
@@ -339,20 +318,6 @@ class FlowCalibrator(Calibrator, method="flow"):
         return n_features * self.ensemble
 
     # ------------------------------------------------------------ inference
-    def _device(self) -> torch.device:
-        return next(self.flow_.parameters()).device
-
-    def _apply(self, X: np.ndarray, function: Any) -> np.ndarray:
-        # torch loads when a flow is used
-        import torch
-
-        device = self._device()
-        chunks = []
-        with torch.inference_mode():
-            for start in range(0, X.shape[0], INFERENCE_CHUNK):
-                chunk = torch.from_numpy(X[start : start + INFERENCE_CHUNK]).to(device)
-                chunks.append(function(chunk).float().cpu().numpy())
-        return np.concatenate(chunks, axis=0)
 
     def _inputs(self, X: np.ndarray) -> np.ndarray:
         """What the flow models: ``X``, or its whitened coordinates on the spanned directions."""
@@ -367,20 +332,16 @@ class FlowCalibrator(Calibrator, method="flow"):
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
         X = self._inputs(X)
-        latents = [self._padded(self._apply(X, flow.transform_to_noise)) for flow in self.flows_]
+        latents = [self._padded(_members().run_rows(flow, X, flow.transform_to_noise)) for flow in self.flows_]
         if len(latents) == 1:
             return latents[0]
         scaled = [z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12) for z in latents]
         return np.concatenate(scaled, axis=1) / math.sqrt(len(latents))
 
     def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
-        # torch and nflows load when a flow is used
-        from flow_plugin.calibration.flow.glow import glow_of
-
         if self.ensemble > 1:
             raise NotImplementedError("an ensemble of flows is not invertible (its latents are normalised)")
-        glow = glow_of(self.flow_)
-        X = self._apply(np.ascontiguousarray(Z[:, : self.n_flow_features_]), lambda z: glow.inverse(z)[0])
+        X = _members().inverse_rows(self.flow_, np.ascontiguousarray(Z[:, : self.n_flow_features_]))
         if not self.whiten_first:
             return X
         kept = self.whitening_.output_width(self.n_features_in_)
@@ -393,10 +354,10 @@ class FlowCalibrator(Calibrator, method="flow"):
         if X.shape[0] == 0:
             return np.empty((0,), dtype=np.float64)
         inputs = self._inputs(X)
-        members = np.stack([self._apply(inputs, flow.log_prob).astype(np.float64) for flow in self.flows_])
+        each = np.stack([_members().run_rows(flow, inputs, flow.log_prob).astype(np.float64) for flow in self.flows_])
         # an ensemble is the equal mixture of its flows: log of the mean density
-        peak = members.max(axis=0)
-        mixture = peak + np.log(np.exp(members - peak).mean(axis=0))
+        peak = each.max(axis=0)
+        mixture = peak + np.log(np.exp(each - peak).mean(axis=0))
         return mixture + self._log_det()
 
     def score(self, X: Any, y: Any = None) -> float:
@@ -421,9 +382,6 @@ class FlowCalibrator(Calibrator, method="flow"):
         return state
 
     def _set_state(self, state: dict[str, np.ndarray]) -> None:
-        # torch loads when a saved flow is restored
-        import torch
-
         n_features = self.n_features_in_
         self._check_params(n_features)
         self.whiten_components_ = self.whiten_components if self.whiten_first else None  # the header may say more
@@ -440,10 +398,8 @@ class FlowCalibrator(Calibrator, method="flow"):
         for member in range(self.ensemble):
             prefix = "flow/" if member == 0 else f"flow{member}/"
             flow = self._build(self.n_flow_features_, self.member_seeds_[member])
-            weights = {key[len(prefix):]: torch.from_numpy(np.array(value)) for key, value in state.items()
-                       if key.startswith(prefix)}
-            flow.load_state_dict(weights, strict=True)
-            self.flows_.append(flow.to(resolve_device(self.device)).eval())
+            weights = {key[len(prefix):]: value for key, value in state.items() if key.startswith(prefix)}
+            self.flows_.append(_members().restored(flow, weights, self.device))
         self.flow_ = self.flows_[0]
         self.loss_curve_ = state["loss_curve"]
         self.n_steps_ = int(len(self.loss_curve_))

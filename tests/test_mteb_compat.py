@@ -110,7 +110,7 @@ def test_a_failing_registration_is_one_line_and_never_breaks_mteb(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(hook, "_registered", set())
     monkeypatch.setattr(hook, "_said", set())
-    monkeypatch.setitem(hook._CALLBACKS, compat.MODELS_MODULE, lambda module: 1 / 0)
+    monkeypatch.setitem(hook._CALLBACKS, compat.MODELS_MODULE, lambda module, requirements=None: 1 / 0)
     assert hook._run_callback(compat.MODELS_MODULE, None) is False
     assert capsys.readouterr().err == (
         f"flow-plugin: could not register with {compat.MODELS_MODULE}: ZeroDivisionError: division by zero\n")
@@ -151,7 +151,7 @@ def test_refuse_unknown_names_is_installed_once() -> None:
     from mteb.models.model_meta import ModelMeta
 
     before = ModelMeta.__dict__["from_hub"]
-    compat.refuse_unknown_names("flow_plugin/", registration._resolve_name)
+    compat.refuse_unknown_names("flow_plugin/", registration.resolve_spelling)
     assert ModelMeta.__dict__["from_hub"] is before  # not wrapped twice
 
 

@@ -65,17 +65,12 @@ import sys
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flow_plugin.integrations.mteb.versions import require_supported
 
-if TYPE_CHECKING:  # pragma: no cover
-    from mteb.cache import ResultCache
-
 require_supported()
 
-# (mteb.cache is imported where it is used: the start-up hook imports this module while mteb.cache
-# is still being initialised, around MTEB's model registry)
 import numpy as np  # noqa: E402 -- after the version check
 from datasets import Dataset  # noqa: E402
 from datasets.exceptions import DatasetNotFoundError  # noqa: E402
@@ -84,6 +79,7 @@ from mteb.abstasks import (AbsTask, AbsTaskClassification, AbsTaskClustering,  #
                            AbsTaskClusteringLegacy)
 from mteb.abstasks.retrieval import AbsTaskRetrieval, _filter_queries_without_positives  # noqa: E402
 from mteb.abstasks.sts import AbsTaskSTS  # noqa: E402
+from mteb.cache import ResultCache  # noqa: E402
 from mteb.models.model_meta import ModelMeta  # noqa: E402
 from mteb.types import PromptType  # noqa: E402
 
@@ -201,8 +197,6 @@ def check_results_before_loading(prefix: str, check: Callable[[Path], Any],
     task)`` the file of any model on one of our offline tasks built in this process (a result of other data is set
     aside there: MTEB's ``only-missing`` reuses a complete result whatever its ``dataset_revision``). What
     ``flow-plugin eval`` does before it runs. Every other result loads as before. Idempotent."""
-    from mteb.cache import ResultCache  # not whole yet when the hook imports this module
-
     current = inspect.getattr_static(ResultCache, "load_task_result")
     if getattr(current, "_flow_plugin_prefix", None) == prefix:
         return
@@ -232,8 +226,6 @@ def after_each_save(write: Callable[[Path, Any, ModelMeta], Any]) -> None:
     """After ``ResultCache.save_to_cache`` wrote a task result (MTEB writes every result through it, ``mteb run``
     included), ``write(path, task_result, model_meta)`` writes flow-plugin's records beside it: MTEB tells neither a
     model nor a task where a result goes (checked on mteb 2.18.11 and 2.26.24). Idempotent."""
-    from mteb.cache import ResultCache  # not whole yet when the hook imports this module
-
     current = inspect.getattr_static(ResultCache, "save_to_cache")
     if getattr(current, "_flow_plugin_after_save", False):
         return
@@ -277,8 +269,6 @@ def track_tasks_as_built() -> None:
 
 @functools.cache
 def _locked_cache_class() -> type:
-    from mteb.cache import ResultCache  # not whole yet when the hook imports this module
-
     class LockedResultCache(ResultCache):
         """MTEB's result cache; each save holds the lock the instance was made with."""
 

@@ -4,8 +4,9 @@ MTEB has no plugin entry point: ``MODEL_REGISTRY`` is built from MTEB's own modu
 ``_TASKS_REGISTRY`` from ``mteb.tasks``. The installed file ``flow_plugin_mteb.pth``
 (site-packages) calls :func:`install` at interpreter start-up. ``install`` only appends a
 tiny import finder to ``sys.meta_path``: nothing else is imported and nothing is read, so
-a Python process that never imports MTEB pays nothing measurable. When MTEB's registry
-modules finish executing, the finder's callbacks add (:mod:`.registration`):
+a Python process that never imports MTEB pays nothing measurable. Once MTEB's registry
+modules have executed and MTEB's package is whole (and no module of flow-plugin is half loaded),
+the finder's callbacks add (:mod:`.registration`):
 
 - a ``ModelMeta`` for every registry model name (``mteb.get_model_meta`` /
   ``mteb.get_model`` / ``mteb run -m flow_plugin/...``), and a calibrator on any other model by its
@@ -46,7 +47,8 @@ DISABLE_ENV = "FLOW_PLUGIN_DISABLE_MTEB_HOOK"
 MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
-#: the modules whose import the finder watches besides MTEB's registries: flow-plugin's own
+MTEB_PACKAGE = "mteb"
+#: the modules whose import the finder watches besides MTEB's: flow-plugin's own
 OUR_PACKAGE = "flow_plugin."
 
 _registered: set[str] = set()
@@ -65,6 +67,7 @@ def _registration(requirements: list[str] | None = None) -> object:
     """:mod:`.registration`, once the installed mteb and transformers are checked against the supported range
     (:mod:`.versions`; ``requirements`` overrides it): that module imports task classes an MTEB release outside
     the range may lack. Outside it, :class:`~flow_plugin.errors.UnsupportedVersionError`."""
+    # the version check reads installed metadata only; the registrations import MTEB's classes after it
     from flow_plugin.integrations.mteb.versions import require_supported
 
     require_supported(requirements)
@@ -112,43 +115,40 @@ def _run_callback(name: str, module: object, requirements: list[str] | None = No
     if name in _registered:
         return False
     try:
-        # the version check reads installed metadata only: it runs before the registrations import MTEB's classes
-        from flow_plugin.integrations.mteb.versions import unsupported_message
-
-        message = unsupported_message(requirements)
-        if message is not None:
-            _registered.add(name)  # nothing to retry in this process
-            _say_once(message)
-            return False
-        _CALLBACKS[name](module)
+        _CALLBACKS[name](module, requirements)
         return True
     except Exception as error:  # noqa: BLE001 -- never break MTEB's import; say what failed
-        _say_once(f"flow-plugin: could not register with {name}: {type(error).__name__}: {error}")
+        if type(error).__name__ == "UnsupportedVersionError":  # (by name: this module imports only the stdlib)
+            _registered.add(name)  # nothing to retry in this process
+            _say_once(f"flow-plugin: {error}")
+        else:
+            _say_once(f"flow-plugin: could not register with {name}: {type(error).__name__}: {error}")
         return False
 
 
-def _ours_loading(finished: str | None = None) -> bool:
-    """True while one of flow-plugin's modules other than ``finished`` is executing (imported, not yet whole):
-    the registrations import our modules, and one half loaded lacks the names defined below its imports."""
+def _waiting(finished: str | None = None) -> bool:
+    """True while MTEB's package or one of flow-plugin's modules, other than ``finished``, is executing (imported,
+    not yet whole): the registrations import our modules and MTEB's, and one half loaded lacks the names defined
+    below its imports."""
     for name, module in list(sys.modules.items()):
-        if name.startswith(OUR_PACKAGE) and name != finished:
+        if name != finished and (name == MTEB_PACKAGE or name.startswith(OUR_PACKAGE)):
             if getattr(getattr(module, "__spec__", None), "_initializing", False):
                 return True
     return False
 
 
 def run_deferred(finished: str | None = None) -> None:
-    """Run the registrations deferred while our modules loaded MTEB, unless one other than ``finished`` (the
+    """Run the registrations deferred while MTEB or our modules loaded, unless one other than ``finished`` (the
     module that just became whole) is still executing."""
-    if _ours_loading(finished):
+    if _waiting(finished):
         return
     for name in [name for name in _CALLBACKS if name in _deferred]:
         _run_callback(name, _deferred.pop(name))
 
 
 class _LoaderWithCallback:
-    """Wraps the loader of one of MTEB's registry modules (our registration runs after it executes) or of one of
-    ours (registrations that waited for it run after it).
+    """Wraps the loader of one of MTEB's registry modules (our registration runs after it executes, or after MTEB
+    is whole), of MTEB's package, or of one of our modules (registrations that waited for it run after it).
     (Duck-typed like ``importlib.abc.Loader``: importing importlib.abc would cost every start-up.)"""
 
     def __init__(self, loader: object, name: str) -> None:
@@ -160,10 +160,10 @@ class _LoaderWithCallback:
 
     def exec_module(self, module: object) -> None:
         self._loader.exec_module(module)  # type: ignore[attr-defined]
-        if self._name.startswith(OUR_PACKAGE):  # one of our modules is whole: what waited for it can register
+        if self._name not in _CALLBACKS:  # MTEB or one of our modules is whole: what waited for it may register
             if _deferred:
                 run_deferred(self._name)
-        elif _ours_loading():  # one of our modules is importing MTEB: its names do not exist yet
+        elif _waiting():  # inside MTEB's own import, or one of ours is importing MTEB: wait until they are whole
             _deferred[self._name] = module
         else:
             _run_callback(self._name, module)
@@ -173,11 +173,12 @@ class _LoaderWithCallback:
 
 
 class _MtebRegistryFinder:
-    """A ``sys.meta_path`` finder that wraps the loader of MTEB's two registry modules (registration after
-    each) and of flow-plugin's modules (what waited for one runs after it), and ignores every other import."""
+    """A ``sys.meta_path`` finder that wraps the loader of MTEB's package and two registry modules (registration
+    once both are loaded and MTEB is whole) and of flow-plugin's modules (what waited for one runs after it), and
+    ignores every other import."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> object:
-        if fullname not in _CALLBACKS and not fullname.startswith(OUR_PACKAGE):
+        if fullname not in _CALLBACKS and fullname != MTEB_PACKAGE and not fullname.startswith(OUR_PACKAGE):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):

@@ -5,7 +5,7 @@
 labelled tasks, and arms the checks before MTEB reads a result and the records written after it saves
 one. :mod:`.hook` (standard library only, imported at every start-up) checks the installed mteb and
 transformers against the supported range before it imports this module, and calls these functions
-once each, when MTEB's model and task registries have loaded.
+once each, when MTEB's model and task registries have loaded and MTEB's package is whole.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from flow_plugin.catalog.labelled_tasks import unknown_task_hint
 from flow_plugin.catalog.registry import MODEL_PREFIX
+from flow_plugin.integrations.mteb.base_models import load_registry_name, resolve_spelling
 from flow_plugin.integrations.mteb.calibrated import write_beside_result
 from flow_plugin.integrations.mteb.compat import (add_models, add_tasks, after_each_save,
                                                   check_results_before_loading, hint_unknown_tasks,
@@ -28,26 +29,16 @@ from flow_plugin.results.recovery import set_aside_if_stale, set_aside_if_trunca
 def load_model(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:
     """Every registry model's ``ModelMeta.loader``: builds the model with
     :func:`~flow_plugin.integrations.mteb.base_models.load_registry_name`."""
-    # imported when MTEB calls the loader: a process that imports base_models first registers while it loads
-    from flow_plugin.integrations.mteb.base_models import load_registry_name
-
     return load_registry_name(model_name, revision, **kwargs)
-
-
-def _resolve_name(model_name: str) -> Any:
-    """The ``ModelMeta`` of a ``flow_plugin/`` name MTEB's registry lacks: a calibrator on an MTEB model or a
-    local folder, a registry folder added since, else :class:`~flow_plugin.errors.UnknownModelError`."""
-    # imported when a name is looked up, for the reason load_model gives
-    from flow_plugin.integrations.mteb.base_models import resolve_spelling
-
-    return resolve_spelling(model_name)
 
 
 def register_models(module: object = None) -> list[str]:
     """Add every registry model's ``ModelMeta`` to MTEB's model registry (``module``, else the installed one), and
-    answer unknown ``flow_plugin/`` names with close names; return the names."""
+    answer unknown ``flow_plugin/`` names with close names (a calibrator on an MTEB model or a local folder, a
+    registry folder added since: :func:`~flow_plugin.integrations.mteb.base_models.resolve_spelling`); return the
+    names."""
     names = add_models(all_model_metas(load_model), module)
-    refuse_unknown_names(MODEL_PREFIX, _resolve_name)
+    refuse_unknown_names(MODEL_PREFIX, resolve_spelling)
     return names
 
 
@@ -60,7 +51,7 @@ def register_tasks(module: object = None) -> list[str]:
     # after the tasks above: a user's malformed task file is reported, and they stay registered
     names += add_tasks(labelled_task_classes(), listed_labelled_task_classes(), module)
     hint_unknown_tasks(unknown_task_hint, module)
-    # (mteb.cache is whole by now, unlike when the models register): a damaged result of ours is recomputed
+    # a damaged result of ours is recomputed
     check_results_before_loading(MODEL_PREFIX, set_aside_if_truncated, set_aside_if_stale)
     after_each_save(write_beside_result)  # fit records and per-item data beside each result
     track_tasks_as_built()  # the task a fit reads: the object being evaluated

@@ -55,7 +55,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     for path in [*boards.glob("*.html"), *boards.glob("*.json")]:
         assert (site / "leaderboards" / path.name).read_bytes() == path.read_bytes(), path.name
     # the schema on the bench page is the one the code prints
-    schema = subprocess.run([sys.executable, "-c", "import sys; from flow_plugin.cli import main; sys.exit(main(sys.argv[1:]))",
+    schema = subprocess.run([sys.executable, "-c", "import sys; from flow_plugin.cli.main import main; sys.exit(main(sys.argv[1:]))",
                              "leaderboard", "--schema"], env=env, capture_output=True, text=True, timeout=120).stdout
     bench = html.unescape(re.sub(r"<[^>]+>", "", (site / "bench" / "index.html").read_text(encoding="utf-8")))
     assert schema.strip() and schema.strip() in bench

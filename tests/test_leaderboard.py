@@ -576,7 +576,7 @@ def test_the_schema_is_generated_from_the_typed_models_and_the_docs_show_it() ->
     # the docs page holds no copy: the site's build hook puts the command's output in place of the marker
     page = (Path(__file__).resolve().parents[1] / "docs" / "bench.md").read_text(encoding="utf-8")
     assert page.count("<!-- schema: flow-plugin leaderboard --schema -->") == 1
-    printed = subprocess.run([sys.executable, "-c", "import sys; from flow_plugin.cli import main; sys.exit(main(['leaderboard', '--schema']))"], capture_output=True,
+    printed = subprocess.run([sys.executable, "-c", "import sys; from flow_plugin.cli.main import main; sys.exit(main(['leaderboard', '--schema']))"], capture_output=True,
                              text=True, check=True).stdout
     assert printed.rstrip("\n") == schema_text().rstrip("\n") and '"intervals"' in printed
 

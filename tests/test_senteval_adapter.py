@@ -308,7 +308,7 @@ def test_a_base_outside_the_registry_gets_the_same_one_line_errors(prompted_fold
 
 
 def test_a_base_is_told_the_senteval_task_as_the_mteb_task_of_the_same_data() -> None:
-    from flow_plugin.integrations.senteval import task_metadata
+    from flow_plugin.integrations.mteb.senteval_base import task_metadata
 
     told = {task: (task_metadata(task).name, task_metadata(task).type)
             for task in ("STS12", "SICKRelatedness", "MRPC", "SICKEntailment", "TREC")}

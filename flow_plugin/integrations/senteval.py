@@ -22,8 +22,8 @@ The model is named in ``params["flow_plugin"]``: a model spelling (a registry mo
 ``flow_plugin/./my-model-whiten``, or on a model MTEB loads by name, ``flow_plugin/intfloat/e5-small-v2-flow``),
 a dict of :class:`SentEvalAdapter` arguments (``{"model": "flow_plugin/minilm-l6-flow", "device": "cpu"}``)
 or an adapter object. A base outside the registry encodes through its own MTEB encoder
-(:class:`BaseModelEncoder`): its own loader and prompts, told which SentEval task it embeds. Then the
-module-level :func:`prepare` and :func:`batcher` are the callbacks::
+(:class:`~flow_plugin.integrations.mteb.senteval_base.BaseModelEncoder`): its own loader and prompts, told
+which SentEval task it embeds. Then the module-level :func:`prepare` and :func:`batcher` are the callbacks::
 
     import senteval
     from flow_plugin.integrations import senteval as flow_senteval
@@ -44,7 +44,6 @@ the MTEB tasks of this package.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -57,7 +56,6 @@ from flow_plugin._machine import cuda_available
 from flow_plugin.catalog.fitting import fit_calibrator
 from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, ForeignBase, RegistryModel, get_backbone,
                                           is_foreign_base, model_name_suffixes, spelled_model)
-from flow_plugin.data.tasks import OFFLINE_TASKS_BY_SENTEVAL_NAME
 from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.calibration import Calibrator
 
@@ -105,88 +103,6 @@ def check_task_runs_here(params: Any, task: str | None) -> None:
             f"SentEval's {task} with params['usepytorch'] = True trains its classifier on CUDA, and this machine "
             "has no CUDA device; set params['usepytorch'] = False (scikit-learn's logistic regression runs on a CPU)"
         )
-
-
-#: SentEval's tasks by the MTEB task type they are, for a base model that chooses its prompt by type (the rest:
-#: classification)
-TASK_TYPES = {"STS": ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"),
-              "PairClassification": ("MRPC", "SICKEntailment", "SNLI")}
-
-
-@functools.lru_cache(maxsize=None)
-def task_metadata(task: str | None) -> Any:
-    """The MTEB ``TaskMetadata`` a base model is told it embeds for SentEval's ``task``: named as the offline MTEB
-    task of the same data (``SentEvalSTS12``, ``SentEvalSICKR``), else ``SentEval<task>``, of the MTEB type it is
-    (:data:`TASK_TYPES`), so a model that picks its prompt by task name or type picks it as it would in MTEB."""
-    from mteb.abstasks.task_metadata import TaskMetadata  # heavy: MTEB, for a base outside the registry
-
-    name = task or ""
-    task_type = next((kind for kind, tasks in TASK_TYPES.items() if task in tasks), "Classification")
-    return TaskMetadata(name=OFFLINE_TASKS_BY_SENTEVAL_NAME.get(name, f"SentEval{name}"),
-                        description=f"SentEval's {name or 'task'}, as SentEval's engine reads it",
-                        reference="https://github.com/facebookresearch/SentEval",
-                        dataset={"path": f"senteval/{name}", "revision": "senteval"}, type=task_type, category="t2t",
-                        modalities=["text"], eval_splits=["test"], eval_langs=["eng-Latn"],
-                        main_score="cosine_spearman" if task_type == "STS" else "accuracy")
-
-
-class BaseModelEncoder:
-    """A base model outside the registry (a local sentence-transformers folder, a model MTEB loads by name, any
-    MTEB encoder) as SentEval's adapter encodes with it: through the base's own ``encode``, with the
-    :func:`task_metadata` of the task SentEval runs, each distinct sentence of the task once; the embeddings of the
-    most recent tasks are kept for the calls that follow (``prepare``'s fit, then ``batcher``'s batches), in the
-    calibrated MTEB model's memo (:class:`~flow_plugin.integrations.mteb.fits.EmbeddingMemo`)."""
-
-    def __init__(self, base: Any, batch_size: int | None = None) -> None:
-        # MTEB loads with a base outside the registry (the memo's module imports it)
-        from flow_plugin.integrations.mteb.fits import EmbeddingMemo
-
-        self.base, self.batch_size = base, batch_size
-        meta = getattr(base, "mteb_model_meta", None)
-        self.name = getattr(meta, "name", None) or type(base).__name__
-        self.task: str | None = None
-        self.memo = EmbeddingMemo()
-
-    @classmethod
-    def load(cls, base: str, encoder_options: Mapping[str, Any]) -> BaseModelEncoder:
-        """The base a spelling names (:func:`~flow_plugin.integrations.mteb.base_models.load_base`; the options
-        other than ``device``, ``batch_size`` and ``show_progress_bar`` apply to registry backbones only)."""
-        from flow_plugin.integrations.mteb.base_models import load_base  # heavy: loads MTEB
-
-        options = {key: value for key, value in encoder_options.items() if key not in ("batch_size",
-                                                                                      "show_progress_bar")}
-        return cls(load_base(base, **options), encoder_options.get("batch_size"))
-
-    @property
-    def device(self) -> str:
-        return str(getattr(getattr(self.base, "model", None), "device", "cpu"))
-
-    @property
-    def embedding_dim(self) -> int:
-        width = getattr(getattr(self.base, "mteb_model_meta", None), "embed_dim", None)
-        return width if isinstance(width, int) else int(self.encode(["."]).shape[1])
-
-    def for_task(self, task: str | None) -> None:
-        """Encode for ``task`` from now on."""
-        self.task = task
-
-    def encode(self, sentences: list[str], show_progress_bar: bool | None = None) -> np.ndarray:
-        # MTEB loads with a base outside the registry
-        from flow_plugin.integrations.mteb.compat import text_loader
-        from flow_plugin.integrations.mteb.fits import base_output
-
-        key = (self.task,)
-        kept = self.memo.tables.get(key, {})
-        missing = list(dict.fromkeys(sentence for sentence in sentences if sentence not in kept))
-        if missing:
-            metadata = task_metadata(self.task)
-            loader = text_loader(missing, metadata, **({"batch_size": self.batch_size} if self.batch_size else {}))
-            output = self.base.encode(loader, task_metadata=metadata, hf_split="test", hf_subset="default")
-            rows = base_output(output, len(missing), self.base, metadata.name)
-            self.memo.put(key, missing, rows)
-        if not sentences:
-            return np.empty((0, self.embedding_dim), dtype=np.float32)
-        return self.memo.get(key, sentences)
 
 
 class NotPreparedError(NotFittedError):
@@ -257,7 +173,8 @@ class SentEvalAdapter:
         MTEB loads by name (``"flow_plugin/intfloat/e5-small-v2-flow"``).
     backbone, calibrator:
         Instead of ``model``: a registry backbone (name or ``BackboneSpec``), a ``CachedEncoder``, a local
-        folder or MTEB model name, an MTEB encoder object or a :class:`BaseModelEncoder`, and a calibrator
+        folder or MTEB model name, an MTEB encoder object or a
+        :class:`~flow_plugin.integrations.mteb.senteval_base.BaseModelEncoder`, and a calibrator
         method (``"flow"``, ``"whiten"``, ...) or an unfitted ``Calibrator`` whose clone is fitted in each
         ``prepare``.
     calibrator_params:
@@ -277,9 +194,11 @@ class SentEvalAdapter:
         calibrator_params: dict[str, Any] | None = None,
         **encoder_options: Any,
     ) -> None:
-        # torch and scikit-learn load when an adapter is built (SentEval's prepare), not with this module
+        # torch, scikit-learn (and MTEB, for a base outside the registry) load when an adapter is built, not with
+        # this module
         from flow_plugin.encoding.cache import CachedEncoder
         from flow_plugin.catalog.builders import build_encoder, resolve
+        from flow_plugin.integrations.mteb.senteval_base import BaseModelEncoder
 
         if (model is None) == (backbone is None):
             raise InputError("give either a model name, or a backbone and a calibrator, not both or neither")
@@ -308,6 +227,8 @@ class SentEvalAdapter:
             spec = backbone if isinstance(backbone, BackboneSpec) else get_backbone(str(backbone))
             self.encoder = build_encoder(RegistryModel(spec, "raw"), options)
         base = self.encoder if isinstance(self.encoder, BaseModelEncoder) else None
+        #: the base outside the registry this adapter encodes with (told each task), or None
+        self.base_encoder = base
         self._template, method = _calibrator_template(calibrator, calibrator_params, spec,
                                                       base.device if base else str(self.encoder.backbone.device))
         self.method = method
@@ -345,8 +266,8 @@ class SentEvalAdapter:
         """Fit a fresh calibrator on ``samples``: every sentence of the task, as token lists."""
         task = _current_task(params)
         check_task_runs_here(params, task)
-        if isinstance(self.encoder, BaseModelEncoder):
-            self.encoder.for_task(task)
+        if self.base_encoder is not None:
+            self.base_encoder.for_task(task)
         sentences = _sentences_of(samples, "prepare samples")
         if not sentences:
             raise InputError(f"prepare got no sentences for task {task!r}; nothing to fit {self.name} on")
@@ -375,8 +296,8 @@ class SentEvalAdapter:
         sentences = _sentences_of(batch, "batch")
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
-        if isinstance(self.encoder, BaseModelEncoder):  # (shared by several adapters: this one's task)
-            self.encoder.for_task(self.prepared_task)
+        if self.base_encoder is not None:  # (shared by several adapters: this one's task)
+            self.base_encoder.for_task(self.prepared_task)
         embeddings = self.encoder.encode(sentences, show_progress_bar=False)
         return self.calibrator.transform(embeddings)
 
@@ -430,13 +351,10 @@ def batcher(params: Any, batch: Any) -> np.ndarray:
 __all__ = [
     "EMPTY_SENTENCE",
     "PARAMS_KEY",
-    "TASK_TYPES",
-    "BaseModelEncoder",
     "NotPreparedError",
     "SentEvalAdapter",
     "adapter_from_params",
     "batcher",
     "prepare",
-    "task_metadata",
     "tokens_to_sentence",
 ]

@@ -26,7 +26,8 @@ from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, ForeignBase
 from flow_plugin.errors import RegistryError
 from flow_plugin.integrations.mteb.task_resolver import offline_data_root
-from flow_plugin.integrations.senteval import BaseModelEncoder, SentEvalAdapter
+from flow_plugin.integrations.mteb.senteval_base import BaseModelEncoder
+from flow_plugin.integrations.senteval import SentEvalAdapter
 from flow_plugin.integrations.senteval_transfer import (TRANSFER_TASKS, evaluate_transfer, import_senteval,
                                                         resolve_classifier, senteval_commit, senteval_params)
 from flow_plugin.studies.runs import expand_runs, loadable_base

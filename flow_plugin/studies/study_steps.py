@@ -102,9 +102,8 @@ def study_tasks(data: str | os.PathLike[str] | None = None, names: Sequence[str]
     ``data`` (default: :func:`flow_plugin.data.roots.data_root`), a user's task its own folder. The data
     root (needed by the built-in tasks) and every file the tasks read are checked here, before anything runs, and a
     user's task is loaded (what cannot be scored is refused)."""
-    import mteb  # noqa: F401 -- before our task modules: MTEB's registry loads (and our hook registers) first
+    from flow_plugin.integrations.mteb.labelled_tasks import task_class  # heavy: loads MTEB
 
-    from flow_plugin.integrations.mteb.labelled_tasks import task_class
     entries = labelled_tasks()
     chosen = list(dict.fromkeys(names)) if names else list(entries)
     unknown = [name for name in chosen if name not in entries]

@@ -181,13 +181,11 @@ def plot_spectra(
         curves[label] = s / s[0]
 
     try:  # matplotlib is the optional plots extra, loaded only to draw
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # (its PNG is drawn by Agg, without pyplot's state)
     except ImportError as error:
         raise MissingExtraError(f"plot_spectra needs matplotlib ({error}): pip install 'flow-plugin[plots]'") from error
 
     fig = Figure(figsize=(6.4, 4.2), dpi=120)
-    FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     for label, s in curves.items():
         idx = np.arange(1, s.shape[0] + 1)

@@ -118,9 +118,13 @@ def main_score_of(items: ItemScores) -> float:
         if name != "accuracy":
             raise DataFolderError(f"{items.meta['task']}: recomputing {name} from items is not supported")
         return float(np.mean(arrays["predictions"] == arrays["gold"][None, :]))
-    if kind == "PairClassification":
-        from sklearn.metrics import average_precision_score  # heavy: scikit-learn takes seconds to import
+    if kind in ("Retrieval", "Reranking"):
+        measure = retrieval_measure(name)
+        return float(np.mean(arrays[measure]))
+    # the other types' scores are scikit-learn's (it takes seconds to import: here, not with this module)
+    from sklearn.metrics import adjusted_mutual_info_score, average_precision_score, v_measure_score
 
+    if kind == "PairClassification":
         if name != "max_ap":
             raise DataFolderError(f"{items.meta['task']}: recomputing {name} from items is not supported")
         gold = arrays["gold"]
@@ -131,8 +135,6 @@ def main_score_of(items: ItemScores) -> float:
             best.append(average_precision_score(gold, values if larger_is_closer else -values))
         return float(max(best))
     if kind == "Clustering":
-        from sklearn.metrics import adjusted_mutual_info_score, v_measure_score  # heavy: scikit-learn
-
         metric = {"v_measure": v_measure_score, "ami": adjusted_mutual_info_score}.get(name)
         if metric is None:
             raise DataFolderError(f"{items.meta['task']}: recomputing {name} from items is not supported")
@@ -140,9 +142,6 @@ def main_score_of(items: ItemScores) -> float:
         values = [metric(gold[level][draws[level, run]], assignments[level, run])
                   for level in range(draws.shape[0]) for run in range(draws.shape[1])]
         return float(np.mean(values))
-    if kind in ("Retrieval", "Reranking"):
-        measure = retrieval_measure(name)
-        return float(np.mean(arrays[measure]))
     raise DataFolderError(f"{items.meta['task']}: unknown task type {kind!r}")
 
 

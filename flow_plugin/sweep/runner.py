@@ -20,6 +20,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from flow_plugin.sweep.cluster import import_ray
 from flow_plugin.sweep.job import JobOutcome, run_job
 from flow_plugin.sweep.jobs import Job, Settings
 from flow_plugin.sweep.progress import read_attempts
@@ -98,9 +99,7 @@ def _remote_options(job: Job, resources: ResourcesTable, cuda: bool) -> dict[str
 
 def _job_error(error: BaseException) -> str:
     """One line for a job Ray could not finish."""
-    # Ray (the optional ray extra) loads when jobs run
-    import ray.exceptions
-
+    ray = import_ray()  # the optional ray extra, loaded when jobs run
     if isinstance(error, ray.exceptions.RayTaskError):
         cause = getattr(error, "cause", None)
         if cause is not None:
@@ -120,9 +119,7 @@ def run_jobs(jobs: list[Job], settings: Settings, resources: ResourcesTable, *, 
     """Submit ``jobs`` to the connected Ray and wait for them; ``total`` and ``done`` count the
     sweep's results (all, and done before it started) for the progress bar (on a terminal;
     elsewhere, a line each time the count changes)."""
-    # Ray (the optional ray extra) loads when jobs run
-    import ray
-
+    ray = import_ray()  # the optional ray extra, loaded when jobs run
     report = RunReport()
     show_bar = show_bar and sys.stderr.isatty()
     bar = tqdm(total=total, initial=done, unit="result", desc="sweep", file=sys.stderr, dynamic_ncols=True) if show_bar else None

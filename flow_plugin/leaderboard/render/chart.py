@@ -42,8 +42,7 @@ def render_png(compared: Compared) -> bytes:
     picture can be checked against the leaderboard. Without matplotlib (the ``plots``
     extra) this raises :class:`~flow_plugin.errors.MissingExtraError`."""
     try:  # matplotlib is an optional extra, loaded only to draw
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # (its PNG is drawn by Agg, without pyplot's state)
     except ImportError as error:
         raise MissingExtraError(
             f"the leaderboard chart needs matplotlib ({error}): pip install 'flow-plugin[plots]'"
@@ -52,7 +51,6 @@ def render_png(compared: Compared) -> bytes:
     labels, series = delta_series(compared)
     short = [label if label == "Avg" else task_label(label) for label in labels]
     figure = Figure(figsize=(max(6.0, 1.1 * len(labels) + 2.5), 4.2), dpi=110)
-    FigureCanvasAgg(figure)
     axes = figure.add_subplot(1, 1, 1)
     drawn: dict[str, Any] = {"labels": labels, "series": {}}
     if series:

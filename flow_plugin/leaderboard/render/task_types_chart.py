@@ -36,14 +36,15 @@ AUTO_COLOUR, FIXED_COLOUR = "#1f5fa8", "#b3400f"
 
 
 def _matplotlib() -> tuple[Any, Any]:
-    """(FigureCanvasAgg, Figure), or :class:`MissingExtraError` naming the extra."""
+    """(Figure, SymLogNorm): the matplotlib classes the pictures draw with (a figure saves its PNG through Agg,
+    without pyplot's state), or :class:`MissingExtraError` naming the extra."""
     try:  # matplotlib is an optional extra, loaded only to draw
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.colors import SymLogNorm
         from matplotlib.figure import Figure
     except ImportError as error:
         raise MissingExtraError(
             f"the task-types pictures need matplotlib ({error}): pip install 'flow-plugin[plots]'") from error
-    return FigureCanvasAgg, Figure
+    return Figure, SymLogNorm
 
 
 def column_label(column: str) -> str:
@@ -95,15 +96,12 @@ def _png(figure: Any, drawn: dict[str, Any]) -> bytes:
 def render_heatmap_png(board: TaskTypesBoard) -> bytes:
     """The board's heatmap as PNG bytes: Δ against raw, calibrator (rows) × task type and the average of the types
     (columns). Its "Description" chunk holds, per row and column, the value and the mark drawn."""
-    canvas, figure_class = _matplotlib()
-    from matplotlib.colors import SymLogNorm  # with the figure: matplotlib is optional
-
+    figure_class, SymLogNorm = _matplotlib()
     rows, columns = heatmap_rows(board), [*board.types, AVERAGE]
     cells = [[(row.delta or {}).get(column) for column in columns] for row in rows]
     largest = max([abs(found.delta) for line in cells for found in line if found is not None] + [LINEAR_WITHIN])
     norm = SymLogNorm(linthresh=LINEAR_WITHIN, vmin=-largest, vmax=largest, base=10)
     figure = figure_class(figsize=(2.3 + 1.0 * len(columns) + 1.1, 1.5 + 0.3 * max(len(rows), 1)), dpi=110)
-    canvas(figure)
     axes = figure.add_subplot(1, 1, 1)
     values = [[math.nan if found is None else found.delta for found in line] for line in cells]
     image = axes.imshow(values, cmap=COLOURS, norm=norm, aspect="auto", interpolation="nearest")
@@ -187,12 +185,11 @@ def render_summary_png(headlines: list[TypesHeadline]) -> bytes:
     """The calibration effect by task type across boards, as PNG bytes: per task type (a panel) and backbone (a
     line), auto's Δ against raw and the best fixed calibrator's (named), with their 95% intervals; a filled marker
     where the interval excludes 0. Its "Description" chunk holds what each panel draws."""
-    canvas, figure_class = _matplotlib()
+    figure_class, _ = _matplotlib()
     columns = summary_columns(headlines)
     ncols = min(3, len(columns))
     nrows = math.ceil(len(columns) / ncols)
     figure = figure_class(figsize=(3.9 * ncols, 1.2 + nrows * (0.5 * max(len(headlines), 1) + 0.8)), dpi=110)
-    canvas(figure)
     drawn: dict[str, Any] = {"columns": columns, "backbones": [headline.backbone for headline in headlines],
                              "auto": {}, "best_fixed": {}}
     for index, column in enumerate(columns):

@@ -37,9 +37,9 @@ def __getattr__(name: str) -> object:
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module 'flow_plugin' has no attribute {name!r}")
-    import importlib  # here, not at the top: the MTEB start-up hook imports this package in every process
-
-    value = getattr(importlib.import_module(module_name), name)
+    # the builtin import (importlib is not loaded at start-up, and the MTEB start-up hook imports this package in
+    # every process); with a fromlist it returns the named module itself
+    value = getattr(__import__(module_name, fromlist=[name]), name)
     globals()[name] = value
     return value
 

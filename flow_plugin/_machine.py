@@ -89,6 +89,14 @@ def bf16_kernel_family() -> str:
     return "emulated"
 
 
+def _torch() -> Any:
+    """The ``torch`` module, imported the first time a device is resolved or described."""
+    # torch is heavy: it loads here, not with the package's light rooms that import this module
+    import torch
+
+    return torch
+
+
 def resolve_device(device: Any = None) -> Any:
     """``None``/``"auto"`` -> CUDA when available, else CPU; anything else is checked and
     passed to torch. Asking for CUDA on a machine without it is an error that says so.
@@ -96,9 +104,7 @@ def resolve_device(device: Any = None) -> Any:
     >>> str(resolve_device("cpu"))
     'cpu'
     """
-    # torch loads when the machine is described, not with the package's light rooms
-    import torch
-
+    torch = _torch()
     if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if isinstance(device, int) and not isinstance(device, bool):
@@ -122,10 +128,7 @@ def resolve_device(device: Any = None) -> Any:
 
 def cuda_available() -> bool:
     """Whether torch sees a usable CUDA device."""
-    # torch loads when a device is resolved, not with the package's light rooms
-    import torch
-
-    return bool(torch.cuda.is_available())
+    return bool(_torch().cuda.is_available())
 
 
 def describe_machine(device: Any = None, precision: str | None = None,
@@ -143,9 +146,7 @@ def describe_machine(device: Any = None, precision: str | None = None,
     >>> info["device"], info["precision"], info["cpu_cores"] >= 1
     ('cpu', 'float32', True)
     """
-    # torch loads when a device is resolved, not with the package's light rooms
-    import torch
-
+    torch = _torch()
     info: dict[str, Any] = {
         "cpu": cpu_model(),
         "cpu_family": cpu_family(),

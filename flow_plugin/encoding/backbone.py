@@ -85,6 +85,15 @@ _ONE_THREAD_PER_BATCH = threading.Lock()
 DEVICE_BATCHES_PER_COPY = 32
 
 
+def _transformers() -> Any:
+    """The ``transformers`` module, imported the first time a model's config or weights load; its model classes
+    load on first use."""
+    # heavy (seconds with its modelling code): not with this module, which computes keys and plans without it
+    import transformers
+
+    return transformers
+
+
 def weights_unavailable(name: str, error: OSError, install_hint: str | None, source: str | None = None) -> WeightsUnavailableError:
     """The error for weights that Hugging Face could not load (``error``): one line, naming the
     install command when the weights come in a package (``install_hint``), else what to check."""
@@ -333,9 +342,7 @@ class Backbone:
     def config(self) -> Any:
         """The model's ``PretrainedConfig`` (loaded on first access; no weights)."""
         if self._config is None:
-            from transformers import AutoConfig  # heavy: transformers
-
-            config = self._from_pretrained(AutoConfig)
+            config = self._from_pretrained(_transformers().AutoConfig)
             self._check_width(config)
             self._config = config
         return self._config
@@ -374,13 +381,11 @@ class Backbone:
         with self._load_lock:
             if self._model is not None:
                 return self
-            from transformers import AutoModel, AutoTokenizer  # heavy: transformers
-
             logger.info("loading backbone %s (revision %s) on %s", self.model_name_or_path, self.revision, self.device)
-            tokenizer = self._from_pretrained(AutoTokenizer)
+            tokenizer = self._from_pretrained(_transformers().AutoTokenizer)
             # float32 master weights whatever dtype the checkpoint was saved in (many are fp16 or bf16):
             # ``precision`` alone decides what the Linear layers compute in; LayerNorms stay float32
-            model = self._from_pretrained(AutoModel, dtype=torch.float32)
+            model = self._from_pretrained(_transformers().AutoModel, dtype=torch.float32)
             self._check_width(model.config)
             self._check_length(tokenizer)
             self._install(self._prepared(model), tokenizer.pad_token_id)
@@ -444,12 +449,10 @@ class Backbone:
     def _probe_twin(self) -> Backbone:
         """A backbone like this one (device, precision, pooling, batch size) holding a randomly initialised model of
         this config, initialised on the device."""
-        from transformers import AutoModel  # heavy: transformers
-
         config = copy.deepcopy(self.config)
         with torch.random.fork_rng(devices=[]), torch.device(self.device):
             torch.manual_seed(0)
-            model = AutoModel.from_config(config, dtype=torch.float32)
+            model = _transformers().AutoModel.from_config(config, dtype=torch.float32)
         twin = Backbone(self.model_name_or_path, pooling=self.pooling, max_seq_length=self.max_seq_length,
                         batch_size=self.batch_size, device=self.device, precision=self.precision,
                         batch_plan=BATCH_PLAN, show_progress_bar=False)

@@ -46,25 +46,31 @@ def varlen_attention() -> Any:
     return varlen_attn
 
 
+def _attention_interface() -> Any:
+    """transformers' ``AttentionInterface`` (transformers >= 4.48), or ``None`` where this transformers has none."""
+    try:
+        # heavy (transformers' modelling code): loads when a model is set up, not with this module
+        from transformers import AttentionInterface
+    except ImportError:
+        return None
+    return AttentionInterface
+
+
 def unsupported_reason(config: Any) -> str | None:
     """Why a model of ``config`` cannot run packed, or ``None`` when it can (its encoder type; the attention
     registration transformers offers)."""
     model_type = getattr(config, "model_type", None)
     if model_type not in PACKED_MODEL_TYPES:
         return f"model type {model_type!r} is not one of {', '.join(PACKED_MODEL_TYPES)}"
-    try:
-        from transformers import AttentionInterface  # noqa: F401 -- transformers >= 4.48
-    except ImportError:
+    if _attention_interface() is None:
         return "this transformers has no AttentionInterface"
     return None
 
 
 def use_packed_attention(model: torch.nn.Module) -> None:
     """Make ``model`` attend within the sentences :func:`packed_hidden_states` names (registered once)."""
-    from transformers import AttentionInterface  # heavy: transformers
-
     if not _REGISTERED:
-        AttentionInterface.register(ATTENTION_NAME, _attention)
+        _attention_interface().register(ATTENTION_NAME, _attention)
         _REGISTERED.append(True)
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(ATTENTION_NAME)

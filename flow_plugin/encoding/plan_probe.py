@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import importlib.metadata
 import json
 import math
 import os
@@ -249,8 +250,6 @@ def plan_key(device: torch.device, config: Any, *, layers: int, pooling: str, pr
     """Everything a measurement depends on: the device (its name and compute capability on CUDA), torch's,
     CUDA's and transformers' versions, the model's shape (type, width, heads, feed-forward width, and the
     ``layers`` the pooling runs), the pooling, precision, batch size, sequence limit and the probe's version."""
-    import transformers  # heavy: loads with a model
-
     described: dict[str, Any] = {"type": device.type}
     if device.type == "cuda":
         described.update(name=torch.cuda.get_device_name(device), capability=list(torch.cuda.get_device_capability(device)),
@@ -258,7 +257,7 @@ def plan_key(device: torch.device, config: Any, *, layers: int, pooling: str, pr
     shape = {name: getattr(config, name, None) for name in ("model_type", "hidden_size", "num_attention_heads",
                                                             "intermediate_size")} | {"layers": int(layers)}
     return {"probe_version": PROBE_VERSION, "device": described, "torch": torch.__version__,
-            "transformers": transformers.__version__, "model": shape, "pooling": pooling, "precision": precision,
+            "transformers": importlib.metadata.version("transformers"), "model": shape, "pooling": pooling, "precision": precision,
             "batch_size": int(batch_size), "max_seq_length": int(max_seq_length)}
 
 

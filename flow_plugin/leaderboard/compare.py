@@ -422,8 +422,6 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
     when that was against the same reference and its deltas still match the board's scores. Returns the
     number of units given at least one newly computed interval."""
     # numpy and scipy load when intervals are computed (a merge), not to render a board or start the CLI
-    import numpy as np
-
     from flow_plugin.evaluation.intervals import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, METHOD, SharedBootstrap
 
     settings = IntervalMethod(method=METHOD, confidence=DEFAULT_CONFIDENCE if confidence is None else confidence,
@@ -440,7 +438,7 @@ def annotate_intervals(board: Leaderboard, pairs: Mapping[tuple[str, str], PairS
         first = next(iter(found.values()))[0]  # every unit is scored on the same gold scores
         bootstrap.add_set(task, first.subsets(first.gold), {
             key: [p.subsets(p.cosine) for p in scored] for key, scored in found.items()
-            if all(p.subset_sizes == first.subset_sizes and np.array_equal(p.gold, first.gold) for p in scored)})
+            if all(p.same_pairs(first) for p in scored)})
     computed = 0
     for unit in units:
         old, unit.record.intervals = unit.record.intervals, None

@@ -61,6 +61,10 @@ class PairScores:
         """``values`` (one per pair) cut into the subsets."""
         return np.split(np.asarray(values), np.cumsum(self.subset_sizes)[:-1])
 
+    def same_pairs(self, other: PairScores) -> bool:
+        """Whether ``other`` scores the same pairs: the same subsets and gold scores (so their cosines compare)."""
+        return self.subset_sizes == other.subset_sizes and bool(np.array_equal(self.gold, other.gold))
+
 
 def pairs_path(result_path: str | os.PathLike[str]) -> Path:
     """The per-pair file of an MTEB task result file."""

@@ -23,6 +23,7 @@ from flow_plugin.errors import DataFolderError, FlowPluginError, RegistryError
 from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 from flow_plugin.integrations.mteb.hook import register
 from flow_plugin.results import ResultStore
+from flow_plugin.results.files import load_task_result
 from flow_plugin.results.runs import result_run_key
 
 @dataclass(frozen=True)
@@ -58,7 +59,6 @@ def run_meta(run: Run) -> Any:
     # MTEB loads when tasks are resolved, not to read a sweep file
     import mteb
 
-
     register()
     return mteb.get_model(run.model, **run.kwargs).mteb_model_meta
 
@@ -68,12 +68,8 @@ def is_done(path: Path, task: Any, recorded: set[tuple[Any, ...]]) -> bool:
     key is among ``recorded`` (:meth:`~flow_plugin.results.store.ResultStore.recorded_run_keys`)."""
     if not path.is_file():
         return False
-    # MTEB loads when a result is checked, not to read a sweep file
-    from mteb.results import TaskResult
-
-
     try:
-        result = TaskResult.from_disk(path, load_historic_data=False)
+        result = load_task_result(path)  # (MTEB loads when a result is checked, not to read a sweep file)
     except Exception:  # noqa: BLE001 -- unreadable or truncated (not by a sweep: those are atomic): redo it
         return False
     return not result.get_missing_evaluations(task) and result_run_key(path) in recorded

@@ -63,14 +63,10 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _registration(requirements: list[str] | None = None) -> object:
-    """:mod:`.registration`, once the installed mteb and transformers are checked against the supported range
-    (:mod:`.versions`; ``requirements`` overrides it): that module imports task classes an MTEB release outside
-    the range may lack. Outside it, :class:`~flow_plugin.errors.UnsupportedVersionError`."""
-    # the version check reads installed metadata only; the registrations import MTEB's classes after it
-    from flow_plugin.integrations.mteb.versions import require_supported
-
-    require_supported(requirements)
+def _registration() -> object:
+    """:mod:`.registration`: it checks the installed mteb and transformers against the supported range before it
+    imports MTEB's classes (outside it, :class:`~flow_plugin.errors.UnsupportedVersionError`)."""
+    # our modules, and MTEB through them, load when MTEB's registries are whole: never at start-up
     import flow_plugin.integrations.mteb.registration as registration
 
     return registration
@@ -78,16 +74,17 @@ def _registration(requirements: list[str] | None = None) -> object:
 
 def register_models(module: object = None, requirements: list[str] | None = None) -> list[str]:
     """Add every registry model's ``ModelMeta`` to MTEB's model registry, and answer unknown ``flow_plugin/``
-    names with close names; return the names (:func:`.registration.register_models`)."""
-    names = _registration(requirements).register_models(module)  # type: ignore[attr-defined]
+    names with close names; return the names (:func:`.registration.register_models`; ``requirements`` overrides
+    the supported versions)."""
+    names = _registration().register_models(module, requirements)  # type: ignore[attr-defined]
     _registered.add(MODELS_MODULE)
     return names
 
 
 def register_tasks(module: object = None, requirements: list[str] | None = None) -> list[str]:
     """Add the offline STS, retrieval and labelled tasks to MTEB's task registry; return their names
-    (:func:`.registration.register_tasks`)."""
-    names = _registration(requirements).register_tasks(module)  # type: ignore[attr-defined]
+    (:func:`.registration.register_tasks`; ``requirements`` overrides the supported versions)."""
+    names = _registration().register_tasks(module, requirements)  # type: ignore[attr-defined]
     _registered.add(TASKS_MODULE)
     return names
 

@@ -80,9 +80,14 @@ def unknown_task_message(name: str, candidates: Iterable[str] | None = None) -> 
     return f"unknown task or benchmark {name!r}.{hint}"
 
 
-def _benchmark_tasks(name: str) -> list[Any] | None:
+def _mteb_tasks(name: str) -> list[Any] | None:
+    """MTEB's task of that name (alone in the list), else the tasks of MTEB's benchmark of that name, else None."""
     import mteb  # heavy: not to parse the command line
 
+    try:
+        return [mteb.get_task(name)]
+    except (KeyError, ValueError):
+        pass
     try:
         # quiet: some mteb releases (2.18.11) build every benchmark, warning for each beta task, before they
         # answer that a name is none of them
@@ -91,15 +96,6 @@ def _benchmark_tasks(name: str) -> list[Any] | None:
     except (KeyError, ValueError):
         return None
     return list(benchmark.tasks)
-
-
-def _mteb_task(name: str) -> Any | None:
-    import mteb  # heavy: not to parse the command line
-
-    try:
-        return mteb.get_task(name)
-    except (KeyError, ValueError):
-        return None
 
 
 def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str]) -> Path:
@@ -135,9 +131,7 @@ def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = No
             from flow_plugin.integrations.mteb.sts_tasks import get_offline_task  # heavy: MTEB
 
             resolved.append(get_offline_task(name, data_dir=root))
-        elif (task := _mteb_task(name)) is not None:
-            resolved.append(task)
-        elif (tasks := _benchmark_tasks(name)) is not None:
+        elif (tasks := _mteb_tasks(name)) is not None:
             resolved.extend(tasks)
         else:
             unknown.append(name)

@@ -13,8 +13,6 @@ an unsupported release may lack is imported.
 
 from __future__ import annotations
 
-from typing import Any
-
 from flow_plugin.integrations.mteb.versions import require_supported
 
 require_supported()
@@ -34,19 +32,13 @@ from flow_plugin.integrations.mteb.sts_tasks import TASK_CLASSES, configured_dat
 from flow_plugin.results.recovery import set_aside_if_stale, set_aside_if_truncated  # noqa: E402
 
 
-def load_model(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:
-    """Every registry model's ``ModelMeta.loader``: builds the model with
-    :func:`~flow_plugin.integrations.mteb.base_models.load_registry_name`."""
-    return load_registry_name(model_name, revision, **kwargs)
-
-
 def register_models(module: object = None, requirements: list[str] | None = None) -> list[str]:
     """Add every registry model's ``ModelMeta`` to MTEB's model registry (``module``, else the installed one), and
     answer unknown ``flow_plugin/`` names with close names (a calibrator on an MTEB model or a local folder, a
     registry folder added since: :func:`~flow_plugin.integrations.mteb.base_models.resolve_spelling`); return the
     names. ``requirements`` overrides the supported versions checked first."""
     require_supported(requirements)
-    names = add_models(all_model_metas(load_model), module)
+    names = add_models(all_model_metas(load_registry_name), module)  # each built by MTEB through the one loader
     refuse_unknown_names(MODEL_PREFIX, resolve_spelling)
     return names
 

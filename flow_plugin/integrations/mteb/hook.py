@@ -4,9 +4,9 @@ MTEB has no plugin entry point: ``MODEL_REGISTRY`` is built from MTEB's own modu
 ``_TASKS_REGISTRY`` from ``mteb.tasks``. The installed file ``flow_plugin_mteb.pth``
 (site-packages) calls :func:`install` at interpreter start-up. ``install`` only appends a
 tiny import finder to ``sys.meta_path``: nothing else is imported and nothing is read, so
-a Python process that never imports MTEB pays nothing measurable. Once MTEB's registry
-modules have executed and MTEB's package is whole (and no module of flow-plugin is half loaded),
-the finder's callbacks add (:mod:`.registration`):
+a Python process that never imports MTEB pays nothing measurable. Once MTEB's task registry
+module has executed, and for the models once MTEB's package is whole (and in both cases once no module
+of flow-plugin is half loaded), the finder's callbacks add (:mod:`.registration`):
 
 - a ``ModelMeta`` for every registry model name (``mteb.get_model_meta`` /
   ``mteb.get_model`` / ``mteb run -m flow_plugin/...``), and a calibrator on any other model by its
@@ -48,6 +48,10 @@ MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
 MTEB_PACKAGE = "mteb"
+#: registrations that wait for MTEB's package to be whole, not only for their registry module: the models' run
+#: where MTEB's result cache (which the registration's modules import) is whole too. The tasks' run as soon as
+#: their registry is, so that every task object MTEB builds afterwards, its own mock tasks included, is tracked.
+AFTER_MTEB = (MODELS_MODULE,)
 #: the modules whose import the finder watches besides MTEB's: flow-plugin's own
 OUR_PACKAGE = "flow_plugin."
 
@@ -123,23 +127,21 @@ def _run_callback(name: str, module: object, requirements: list[str] | None = No
         return False
 
 
-def _waiting(finished: str | None = None) -> bool:
-    """True while MTEB's package or one of flow-plugin's modules, other than ``finished``, is executing (imported,
-    not yet whole): the registrations import our modules and MTEB's, and one half loaded lacks the names defined
-    below its imports."""
-    for name, module in list(sys.modules.items()):
-        if name != finished and (name == MTEB_PACKAGE or name.startswith(OUR_PACKAGE)):
-            if getattr(getattr(module, "__spec__", None), "_initializing", False):
-                return True
+def _waiting(name: str, finished: str | None = None) -> bool:
+    """True while registration ``name`` must wait: one of flow-plugin's modules (or, for :data:`AFTER_MTEB`,
+    MTEB's package) other than ``finished`` is executing (imported, not yet whole). The registrations import our
+    modules, and one half loaded lacks the names defined below its imports."""
+    for loading, module in list(sys.modules.items()):
+        watched = loading.startswith(OUR_PACKAGE) or (loading == MTEB_PACKAGE and name in AFTER_MTEB)
+        if watched and loading != finished and getattr(getattr(module, "__spec__", None), "_initializing", False):
+            return True
     return False
 
 
 def run_deferred(finished: str | None = None) -> None:
     """Run the registrations deferred while MTEB or our modules loaded, unless one other than ``finished`` (the
     module that just became whole) is still executing."""
-    if _waiting(finished):
-        return
-    for name in [name for name in _CALLBACKS if name in _deferred]:
+    for name in [name for name in _CALLBACKS if name in _deferred and not _waiting(name, finished)]:
         _run_callback(name, _deferred.pop(name))
 
 
@@ -160,7 +162,7 @@ class _LoaderWithCallback:
         if self._name not in _CALLBACKS:  # MTEB or one of our modules is whole: what waited for it may register
             if _deferred:
                 run_deferred(self._name)
-        elif _waiting():  # inside MTEB's own import, or one of ours is importing MTEB: wait until they are whole
+        elif _waiting(self._name):  # one of ours is importing MTEB (or, for the models, MTEB is): wait for it
             _deferred[self._name] = module
         else:
             _run_callback(self._name, module)

@@ -294,6 +294,19 @@ def test_importing_one_of_our_mteb_modules_before_mteb_still_registers_everythin
     assert "could not register" not in done.stderr, done.stderr[-2000:]
 
 
+def test_task_objects_mteb_builds_while_it_imports_are_tracked() -> None:
+    """MTEB builds its mock task grid while ``import mteb`` runs, after its task registry is whole: the task
+    registration runs then, not once MTEB's package is whole, so those objects are tracked too (a calibrated model
+    reads the text of the object being evaluated; an untracked one was a TaskCorpusError)."""
+    code = ("import mteb; from mteb.mocks import MOCK_TASK_TEST_GRID; "
+            "from flow_plugin.integrations.mteb.compat import live_task; "
+            "print(sum(live_task(task.metadata.name) is None for task in MOCK_TASK_TEST_GRID), "
+            "len(MOCK_TASK_TEST_GRID))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    untracked, built = done.stdout.split() if done.returncode == 0 else (None, None)
+    assert untracked == "0" and int(built) > 10, done.stderr[-2000:]
+
+
 # ------------------------------------------------------------------ fit records once per task
 @pytest.mark.parametrize("task_class", [MockRetrievalTask, MockMultilingualSTSTask],
                          ids=["two-splits-four-calls", "two-subsets"])

@@ -233,6 +233,14 @@ def test_importing_the_adapter_imports_neither_senteval_nor_torch() -> None:
     assert out.strip() == "[]"
 
 
+def test_an_adapter_on_a_registry_backbone_leaves_mteb_unloaded() -> None:
+    """MTEB loads for a base outside the registry only (its encoder wraps an MTEB model), not for a registry one."""
+    code = (f"import sys; from flow_plugin.integrations.senteval import SentEvalAdapter; "
+            f"adapter = SentEvalAdapter({MODEL!r}, precision='float32'); print(adapter.name, 'mteb' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == [MODEL, "False"], out.stderr[-2000:]
+
+
 @pytest.mark.skipif(__import__("flow_plugin._machine", fromlist=["cuda_available"]).cuda_available(),
                     reason="the check only refuses on machines without CUDA")
 def test_tasks_that_would_assert_cuda_after_the_embedding_pass_are_refused_up_front() -> None:

@@ -105,6 +105,21 @@ def check_task_runs_here(params: Any, task: str | None) -> None:
         )
 
 
+def base_encoder(base: Any, encoder_options: Mapping[str, Any]) -> Any:
+    """The encoder of a base outside the registry
+    (:class:`~flow_plugin.integrations.mteb.senteval_base.BaseModelEncoder`): loaded from its spelling (a local
+    sentence-transformers folder or a model MTEB loads by name, with ``encoder_options``), wrapped around an MTEB
+    encoder object, or ``base`` itself when it is one already."""
+    # MTEB loads for a base outside the registry only: not with this module, nor for a registry backbone
+    from flow_plugin.integrations.mteb.senteval_base import BaseModelEncoder
+
+    if isinstance(base, BaseModelEncoder):
+        return base
+    if isinstance(base, str):
+        return BaseModelEncoder.load(base.removeprefix(MODEL_PREFIX), encoder_options)
+    return BaseModelEncoder(base, encoder_options.get("batch_size"))
+
+
 class NotPreparedError(NotFittedError):
     """``batcher`` was called before ``prepare`` fitted a calibrator for the current task."""
 
@@ -194,11 +209,9 @@ class SentEvalAdapter:
         calibrator_params: dict[str, Any] | None = None,
         **encoder_options: Any,
     ) -> None:
-        # torch, scikit-learn (and MTEB, for a base outside the registry) load when an adapter is built, not with
-        # this module
+        # torch and scikit-learn load when an adapter is built (SentEval's prepare), not with this module
         from flow_plugin.encoding.cache import CachedEncoder
         from flow_plugin.catalog.builders import build_encoder, resolve
-        from flow_plugin.integrations.mteb.senteval_base import BaseModelEncoder
 
         if (model is None) == (backbone is None):
             raise InputError("give either a model name, or a backbone and a calibrator, not both or neither")
@@ -216,17 +229,15 @@ class SentEvalAdapter:
             raise InputError(f"unknown SentEvalAdapter argument(s) {', '.join(map(repr, sorted(unknown)))}; "
                              f"encoder options are {', '.join(EncoderOptions.names())}")
 
-        spec = None
-        if isinstance(backbone, (CachedEncoder, BaseModelEncoder)):
+        spec = base = None
+        if isinstance(backbone, CachedEncoder):
             self.encoder = backbone
-        elif isinstance(backbone, str) and is_foreign_base(backbone.removeprefix(MODEL_PREFIX)):
-            self.encoder = BaseModelEncoder.load(backbone.removeprefix(MODEL_PREFIX), encoder_options)
-        elif not isinstance(backbone, (str, BackboneSpec)) and callable(getattr(backbone, "encode", None)):  # MTEB's
-            self.encoder = BaseModelEncoder(backbone, options.batch_size)
+        elif (isinstance(backbone, str) and is_foreign_base(backbone.removeprefix(MODEL_PREFIX))) or (
+                not isinstance(backbone, (str, BackboneSpec)) and callable(getattr(backbone, "encode", None))):
+            self.encoder = base = base_encoder(backbone, encoder_options)  # a spelling or an MTEB encoder
         else:
             spec = backbone if isinstance(backbone, BackboneSpec) else get_backbone(str(backbone))
             self.encoder = build_encoder(RegistryModel(spec, "raw"), options)
-        base = self.encoder if isinstance(self.encoder, BaseModelEncoder) else None
         #: the base outside the registry this adapter encodes with (told each task), or None
         self.base_encoder = base
         self._template, method = _calibrator_template(calibrator, calibrator_params, spec,
@@ -354,6 +365,7 @@ __all__ = [
     "NotPreparedError",
     "SentEvalAdapter",
     "adapter_from_params",
+    "base_encoder",
     "batcher",
     "prepare",
     "tokens_to_sentence",

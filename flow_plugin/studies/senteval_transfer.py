@@ -26,8 +26,7 @@ from flow_plugin.calibration.names import STUDY_CALIBRATORS
 from flow_plugin.catalog.registry import MODEL_NAME_SUFFIXES, ForeignBase
 from flow_plugin.errors import RegistryError
 from flow_plugin.integrations.mteb.task_resolver import offline_data_root
-from flow_plugin.integrations.mteb.senteval_base import BaseModelEncoder
-from flow_plugin.integrations.senteval import SentEvalAdapter
+from flow_plugin.integrations.senteval import SentEvalAdapter, base_encoder
 from flow_plugin.integrations.senteval_transfer import (TRANSFER_TASKS, evaluate_transfer, import_senteval,
                                                         resolve_classifier, senteval_commit, senteval_params)
 from flow_plugin.studies.runs import expand_runs, loadable_base
@@ -103,7 +102,7 @@ def run_transfer(
     report = TransferReport(base.name, chosen, shown, senteval_commit(senteval))
     runs = expand_runs(base, list(dict.fromkeys(calibrators)), seeds=seeds)
     options = {"show_progress_bar": False, **(encoder_options or {})}
-    encoder = BaseModelEncoder.load(base.name, options) if isinstance(base, ForeignBase) else base
+    encoder = base_encoder(base.name, options) if isinstance(base, ForeignBase) else base
     calibrator_of = {run.model: run.model.removeprefix(base.model_name("raw")).lstrip("-") or "raw" for run in runs}
     adapters = [SentEvalAdapter(backbone=encoder, calibrator=calibrator_of[run.model],
                                 calibrator_params=run.kwargs.get("calibrator_params"), **options) for run in runs]

@@ -287,7 +287,8 @@ def report(cells: list[Cell], scored: list[LeftOut], final: Rule, judged: dict[f
               f"{cell.signals.get('whitening_stability', 1.0):.2f}; Δ {_delta(cell, before):+.2f} → "
               f"{_delta(cell, after):+.2f})" for cell, before, after in stepped]
     lines += ["", "## The rule each fold fitted", "",
-              "| left out | loss weight | threshold | floor | ranking | pairs | labels |", "|---|---:|---:|---:|---|---|---|"]
+              "| left out | loss weight | threshold | floor | ranking | pairs | labels |",
+              "|---|---:|---:|---:|---|---|---|"]
     for dataset in sorted({item.cell.dataset for item in scored}):
         item = next(item for item in scored if item.cell.dataset == dataset)
         table = " | ".join("/".join(item.rule.choices[family]) for family in ("ranking", "pairs", "labels"))

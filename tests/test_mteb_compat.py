@@ -117,11 +117,8 @@ def test_a_failing_registration_is_one_line_and_never_breaks_mteb(
 
 
 # ------------------------------------------------------------------ unknown flow_plugin/ names
-@pytest.mark.parametrize("first", ["flow_plugin.integrations.mteb.compat", "flow_plugin.integrations.mteb.sts_tasks",
-                                   "flow_plugin.integrations.mteb.retrieval_tasks",
-                                   "flow_plugin.integrations.mteb.labelled_tasks",
-                                   "flow_plugin.integrations.mteb.registration", "flow_plugin.integrations.mteb.meta",
-                                   "flow_plugin.integrations.mteb.calibrated", "flow_plugin.integrations.mteb.base_models"])
+@pytest.mark.parametrize("first", [f"flow_plugin.integrations.mteb.{name}" for name in (
+    "compat", "sts_tasks", "retrieval_tasks", "labelled_tasks", "registration", "meta", "calibrated", "base_models")])
 def test_our_tasks_and_models_are_registered_whichever_module_imports_mteb_first(first: str) -> None:
     code = (f"import {first}, mteb, sys; mteb.get_tasks(tasks=['SentEvalSTS12', 'GlueQNLIRetrieval', "
             "'FlowPluginMRClassification']); mteb.get_model_meta('flow_plugin/minilm-l6-flow'); print('registered')")

@@ -257,8 +257,8 @@ def plan_key(device: torch.device, config: Any, *, layers: int, pooling: str, pr
     shape = {name: getattr(config, name, None) for name in ("model_type", "hidden_size", "num_attention_heads",
                                                             "intermediate_size")} | {"layers": int(layers)}
     return {"probe_version": PROBE_VERSION, "device": described, "torch": torch.__version__,
-            "transformers": importlib.metadata.version("transformers"), "model": shape, "pooling": pooling, "precision": precision,
-            "batch_size": int(batch_size), "max_seq_length": int(max_seq_length)}
+            "transformers": importlib.metadata.version("transformers"), "model": shape, "pooling": pooling,
+            "precision": precision, "batch_size": int(batch_size), "max_seq_length": int(max_seq_length)}
 
 
 def _cache_file(folder: Path, key: dict[str, Any]) -> Path:

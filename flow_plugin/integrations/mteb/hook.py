@@ -48,9 +48,10 @@ MODELS_MODULE = "mteb.models.model_implementations"
 TASKS_MODULE = "mteb.get_tasks"
 
 MTEB_PACKAGE = "mteb"
-#: registrations that wait for MTEB's package to be whole, not only for their registry module: the models' run
-#: where MTEB's result cache (which the registration's modules import) is whole too. The tasks' run as soon as
-#: their registry is, so that every task object MTEB builds afterwards, its own mock tasks included, is tracked.
+#: registrations that wait for MTEB's package to be whole, not only for their registry module. MTEB's model
+#: registry finishes loading while its result cache (which the registration imports) is still half loaded, so the
+#: models' registration waits; the tasks' runs as soon as their registry is whole (the result cache is by then), so
+#: that every task object MTEB builds afterwards, its own mock tasks included, is tracked.
 AFTER_MTEB = (MODELS_MODULE,)
 #: the modules whose import the finder watches besides MTEB's: flow-plugin's own
 OUR_PACKAGE = "flow_plugin."

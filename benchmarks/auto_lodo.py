@@ -302,7 +302,7 @@ def measure_signals(backbone: str, data: str, cache_dir: str | None) -> dict[str
     loads), as its fit record keeps them, with the fit's distinct sentences."""
     from flow_plugin.catalog.labelled_tasks import labelled_tasks
     from flow_plugin.catalog.registry import BackboneSpec, RegistryModel, get_base
-    from flow_plugin.integrations.mteb.base_models import calibrate, load_base, registry_model, with_call_cache
+    from flow_plugin.integrations.mteb.base_models import calibrate, load_base, registry_model
     from flow_plugin.studies.study_steps import load_task
     from flow_plugin.studies.task_types import STUDY_MAX_FIT_SENTENCES
 
@@ -311,7 +311,7 @@ def measure_signals(backbone: str, data: str, cache_dir: str | None) -> dict[str
         model = registry_model(RegistryModel(base, "auto"), cache_dir=cache_dir, precision="float32",
                                max_fit_sentences=cap)
     else:
-        model = calibrate(with_call_cache(load_base(backbone), cache_dir), "auto", max_fit_sentences=cap)
+        model = calibrate(load_base(backbone, cache_dir=cache_dir), "auto", max_fit_sentences=cap)
     found = {}
     for name in labelled_tasks():
         record = model.prepare(load_task(name, data))[0]

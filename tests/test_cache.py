@@ -143,12 +143,11 @@ def test_a_bad_batch_size_is_refused_before_anything_enters_the_cache(tiny_bert_
 )
 def test_nothing_invalid_is_written_to_the_disk_cache(tiny_bert_dir: Path, tmp_path: Path, damage: str,
                                                       problem: str) -> None:
-    """The one function that writes a shard checks what it writes as the reader checks what it reads."""
-    from flow_plugin.encoding.cache import text_digest
+    """The one function that keeps a block checks what it keeps as the reader checks what it reads."""
     from flow_plugin.errors import InputError
 
     encoder = make_encoder(tiny_bert_dir, tmp_path)
-    digests = [text_digest(text) for text in ("one", "two", "three")]
+    texts = ["one", "two", "three"]
     embeddings = np.ones((3, 32), dtype=np.float32)
     if damage in ("nan", "inf"):
         embeddings[1, 5] = np.nan if damage == "nan" else np.inf
@@ -159,7 +158,7 @@ def test_nothing_invalid_is_written_to_the_disk_cache(tiny_bert_dir: Path, tmp_p
     else:
         embeddings = embeddings.astype(np.float64)
     with pytest.raises(InputError, match=f"not written to the embedding cache.*{problem}"):
-        encoder._write_shard(digests, embeddings)
-    assert not list(tmp_path.rglob("shard-*.npz"))
-    encoder._write_shard(digests, np.ones((3, 32), dtype=np.float32))  # valid arrays are written
+        encoder.cache.embed(texts, lambda new: embeddings)
+    assert not list(tmp_path.rglob("shard-*.npz")) and len(encoder) == 0
+    encoder.cache.embed(texts, lambda new: np.ones((3, 32), dtype=np.float32))  # valid arrays are written
     assert len(list(tmp_path.rglob("shard-*.npz"))) == 1

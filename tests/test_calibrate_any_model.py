@@ -75,7 +75,7 @@ def test_raw_calibration_scores_what_mteb_scores_the_bare_model_with_its_prompts
 def test_a_cache_folder_gives_each_call_of_a_loaded_model_once_and_bit_for_bit(minilm_path: Path, subset_root: Path,
                                                                                tmp_path: Path,
                                                                                caplog: pytest.LogCaptureFixture) -> None:
-    from flow_plugin.integrations.mteb.base_models import CachedBase
+    from flow_plugin.integrations.mteb.base_encoders import CachedBase
 
     names = ["FlowPluginQNLIReranking", ONE_PER_TYPE["Classification"]]
     bare = scores_of(wrapper(minilm_path), tasks(subset_root, names))
@@ -93,8 +93,9 @@ def test_a_cache_folder_gives_each_call_of_a_loaded_model_once_and_bit_for_bit(m
     assert first_whiten == whitened and fit_encoded > 0  # the fit's own call was new; MTEB's calls were not
     assert cached("whiten") == (whitened, 0)
     assert cached("raw", None)[1] > 0  # other prompts are another model: nothing of the prompted one is served
-    prompted = CachedBase(CountingWrapper(wrapper(minilm_path)), tmp_path).store.folder
-    damaged = sorted(prompted.glob("*.npz"))[0]  # one of the prompted model's calls (not the other model's)
+    prompted = CachedBase(CountingWrapper(wrapper(minilm_path)), tmp_path).cache.folder
+    damaged = next(path for path in sorted(prompted.rglob("shard-*.npz"))  # one of the prompted model's calls
+                   if "call" in json.loads(str(np.load(path)["header"])))
     damaged.write_bytes(b"not an archive")
     with caplog.at_level("WARNING"):
         again, encoded_again = cached("raw")
@@ -105,15 +106,15 @@ def test_a_cache_folder_gives_each_call_of_a_loaded_model_once_and_bit_for_bit(m
 def test_a_local_folder_edited_in_place_is_another_cache_key(minilm_path: Path, tmp_path: Path) -> None:
     from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
-    from flow_plugin.integrations.mteb.base_models import CachedBase
+    from flow_plugin.integrations.mteb.base_encoders import CachedBase
 
     folder = tmp_path / "my-model"
     shutil.copytree(minilm_path, folder)
-    before = CachedBase(SentenceTransformerEncoderWrapper(str(folder)), tmp_path / "cache").store
+    before = CachedBase(SentenceTransformerEncoderWrapper(str(folder)), tmp_path / "cache").cache
     config = folder / "sentence_bert_config.json"
     config.write_text(json.dumps({**json.loads(config.read_text()), "max_seq_length": 32}))
-    after = CachedBase(SentenceTransformerEncoderWrapper(str(folder)), tmp_path / "cache").store
-    assert before.model_key["weights"] == after.model_key["weights"]  # the same weights ...
+    after = CachedBase(SentenceTransformerEncoderWrapper(str(folder)), tmp_path / "cache").cache
+    assert before.key["weights"] == after.key["weights"]  # the same weights ...
     assert after.folder != before.folder  # ... cut at 32 tokens now: never served the 256-token embeddings
 
 
@@ -156,7 +157,7 @@ def test_each_side_is_fitted_as_mteb_embeds_it_and_the_base_embeds_each_text_onc
                                                      task_metadata=task.metadata, hf_split="test",
                                                      hf_subset="default", prompt_type=compat.prompt_type(side)))
                for side in ("query", "document")}
-    stored = model.fits.memo.get((task.metadata.name, "default", "query"), loader_texts)
+    stored = model.fits.base.kept(loader_texts, task.metadata, "default", "query")
     # alone or in a batch of the fit, a text's float32 embedding differs by padding's rounding (measured: at most
     # 7e-8); with the other side's prompt it differs by far more (about 0.1)
     np.testing.assert_allclose(stored, as_side["query"], atol=1e-5)

@@ -68,13 +68,17 @@ def test_a_base_models_output_is_checked_where_it_enters_on_every_calibrator(fau
 
 
 def test_a_faulty_base_behind_a_cache_folder_leaves_nothing_in_the_cache(subset_root: Path, tmp_path: Path) -> None:
-    from flow_plugin.integrations.mteb.base_models import with_call_cache
+    from flow_plugin.integrations.mteb.base_encoders import loaded_base
 
-    cached = with_call_cache(FaultyBase("one row more"), tmp_path / "cache")
+    def run(fault: str, folder: Path) -> None:
+        mteb.evaluate(flow_plugin.calibrate(loaded_base(FaultyBase(fault), folder), "raw"),
+                      [task_class(PAIRS)(data_dir=subset_root)], cache=None, co2_tracker=False, show_progress_bar=False)
+
     with pytest.raises(EncoderOutputError):
-        mteb.evaluate(flow_plugin.calibrate(cached, "raw"), [task_class(PAIRS)(data_dir=subset_root)], cache=None,
-                      co2_tracker=False, show_progress_bar=False)
-    assert not [path for path in (tmp_path / "cache").rglob("*") if path.is_file() and path.suffix == ".npy"]
+        run("one row more", tmp_path / "cache")
+    assert not list((tmp_path / "cache").rglob("shard-*.npz"))
+    run("none", tmp_path / "sound")  # the same base without the fault: each of its calls is kept
+    assert list((tmp_path / "sound").rglob("shard-*.npz"))
 
 
 # ------------------------------------------------------------------ a changed local model folder

@@ -1,27 +1,30 @@
-"""Embedding cache: each sentence goes through a backbone once per process (and, with a
-cache folder, once ever), whatever number of calibrators reads it.
+"""The embedding cache: what a model gave for a text, kept so that no text goes through the model twice.
 
-``CachedEncoder`` wraps a :class:`~flow_plugin.encoding.backbone.Backbone`. It deduplicates its
-input, serves known sentences from memory, and encodes only the new ones. With a
-``cache_dir`` it also keeps them on disk:
+:class:`EmbeddingCache` is the one store. It holds the embeddings of one model (named by its *key*: weights,
+loader, pooling, precision, prompts, library versions) in blocks, per *context* (what the model is told besides
+the text: the task, subset and side a model with prompts embeds for; none for a registry backbone). A block is
+either
 
-    <cache_dir>/<digest of the backbone key>/key.json         the key, for humans
-    <cache_dir>/<digest of the backbone key>/shard-<id>.npz   sha256 of each text + embeddings
+- *texts*: rows for texts embedded for their own sake, each of which later serves that text again in its context
+  (a backbone's sentences, a fit's text); or
+- *a call*: the rows a model returned for one ``encode`` call, which serve that same call again (the same texts in
+  the same batches, split and keywords), bit for bit.
 
-A shard is written atomically, once, and carries its key and a checksum of its arrays;
-its arrays are checked (shape, float32, finite) before it is written and after it is read.
-A shard that cannot be read, belongs to another key, or fails a check is reported,
-removed and recomputed, never trusted.
+In memory it keeps every context, or those of the most recent tasks (``memory_tasks``). With a ``cache_dir`` each
+block is also a shard on disk, read back by the next process:
 
-``shared_encoder`` returns one ``CachedEncoder`` per backbone key in the process, so the
-six variants of a backbone share one model in memory and one embedding per sentence.
+    <cache_dir>/<digest of the model key>/key.json                           the key, for humans
+    <cache_dir>/<digest of the model key>/shard-<id>.npz                     a block without context
+    <cache_dir>/<digest of the model key>/<digest of the context>/shard-<id>.npz
 
-``CallStore`` keeps whole ``encode`` calls of a model we do not run ourselves (a model MTEB loads, with its
-own prompts and batching): a call made again with the same inputs returns the embeddings stored the first
-time, bit for bit what the model returned then. Layout, checks and atomic writes are those of the shards:
+A shard is written atomically, once, with its key, context, call and a checksum of its arrays; its arrays are
+checked (shape, float32, finite) before it is written and after it is read. A shard that cannot be read, belongs to
+another key or context, or fails a check is reported, removed and recomputed, never trusted.
 
-    <cache_dir>/calls-<digest of the model key>/key.json          the model key, for humans
-    <cache_dir>/calls-<digest of the model key>/<call digest>.npz  the call key + its embeddings
+:class:`CachedEncoder` is a registry backbone behind such a cache, and :func:`shared_encoder` returns one per
+backbone key in the process, so the variants of a backbone share one model in memory and one embedding per
+sentence. A model MTEB loads sits behind one through
+:class:`flow_plugin.integrations.mteb.base_encoders.CachedBase`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import logging
 import os
 import threading
 import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +59,7 @@ def text_digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
-def key_digest(key: dict[str, Any]) -> str:
+def key_digest(key: Mapping[str, Any]) -> str:
     """A short, stable digest of a JSON-ready key (its folder or file name)."""
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -66,35 +71,283 @@ def _arrays_checksum(*arrays: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def _write_archive(path: Path, key: dict[str, Any], header: dict[str, Any], **arrays: np.ndarray) -> None:
-    """Write ``header`` and ``arrays`` as one ``.npz`` at ``path``, atomically, with the folder's ``key.json``
-    (written once, for humans); an ``OSError`` (an :class:`~flow_plugin.errors.OutputError`) when it cannot."""
-    buffer = io.BytesIO()
-    np.savez(buffer, header=np.array(json.dumps(header)), **arrays)
-    if not (path.parent / "key.json").exists():
-        atomic_write_json(path.parent / "key.json", key)
-    atomic_write_bytes(path, buffer.getvalue())
+class _Rows:
+    """The blocks of one context: each block an (n, d) array, as it was computed or read. ``where`` maps a text's
+    digest to ``block << 32 | row`` (text blocks only), ``calls`` a call's digest to its block; a lookup is a few
+    vectorised gathers per block instead of stacking one small array per text."""
+
+    def __init__(self) -> None:
+        self.blocks: list[np.ndarray] = []
+        self.where: dict[bytes, int] = {}
+        self.calls: dict[str, int] = {}
+        self.loaded = False
+
+    def add(self, digests: Sequence[bytes], embeddings: np.ndarray, call: str | None) -> None:
+        block = len(self.blocks)
+        self.blocks.append(embeddings)
+        if call is not None:
+            self.calls.setdefault(call, block)
+            return
+        for row, digest in enumerate(digests):
+            self.where.setdefault(digest, block << 32 | row)  # a known text keeps its row
+
+    def gather(self, digests: Sequence[bytes]) -> np.ndarray:
+        codes = np.fromiter((self.where[digest] for digest in digests), dtype=np.int64, count=len(digests))
+        blocks, rows = codes >> 32, codes & 0xFFFFFFFF
+        output = np.empty((len(digests), self.blocks[int(blocks[0])].shape[1]), dtype=np.float32)
+        for block in np.unique(blocks):
+            chosen = blocks == block
+            output[chosen] = self.blocks[int(block)][rows[chosen]]
+        return output
+
+
+class EmbeddingCache:
+    """What one model gave for each text and each call, in memory and, with a folder, on disk (module doc).
+
+    Parameters
+    ----------
+    key:
+        JSON-ready: everything that decides the model's output apart from the texts and their context (weights,
+        loader, pooling, precision, prompts, library versions).
+    cache_dir:
+        The cache folder; ``None``: memory only.
+    owner:
+        The model's name, for messages.
+    width:
+        Gives the embedding width, called once when it is first needed; ``None``: that of the first rows kept.
+    memory_tasks:
+        How many tasks' contexts memory keeps (the most recently used; a context's task is its ``"task"``; the
+        folder keeps them all); ``None``: every context.
+
+    Attributes
+    ----------
+    n_computed : int
+        Rows the model computed and the cache kept.
+    n_served : int
+        Rows served from the cache.
+    """
+
+    def __init__(self, key: Mapping[str, Any], cache_dir: str | os.PathLike[str] | None = None, *, owner: str,
+                 width: Callable[[], int] | None = None, memory_tasks: int | None = None) -> None:
+        self.key = dict(key)
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
+        self.owner, self.memory_tasks = owner, memory_tasks
+        self._width_of, self._width = width, None
+        self._contexts: OrderedDict[str, tuple[dict[str, Any], _Rows]] = OrderedDict()
+        self._digests: dict[str, bytes] = {}  # text -> sha256, so a text is hashed once (unbounded memory only)
+        self._lock = threading.RLock()
+        self._writable = True
+        self.n_computed = self.n_served = 0
+
+    @property
+    def folder(self) -> Path | None:
+        """The key's folder (``None``: memory only)."""
+        return None if self.cache_dir is None else self.cache_dir / key_digest(self.key)
+
+    @property
+    def width(self) -> int | None:
+        if self._width is None and self._width_of is not None:
+            self._width = int(self._width_of())
+        return self._width
+
+    def __len__(self) -> int:
+        """The texts kept in memory, over every context."""
+        return sum(len(rows.where) for _, rows in self._contexts.values())
+
+    # ------------------------------------------------------------------ texts
+    def embed(self, texts: Sequence[str], compute: Callable[[list[str]], np.ndarray],
+              context: Mapping[str, Any] | None = None) -> np.ndarray:
+        """The rows of ``texts`` in their order: each text not kept yet is computed once, by ``compute`` (given
+        the new texts, it returns their rows), checked and kept."""
+        texts = check_sentences(texts)
+        with self._lock:
+            rows = self._rows(context)
+            digests = [self._digest(text) for text in texts]
+            new: dict[bytes, str] = {}
+            for digest, text in zip(digests, texts):
+                if digest not in rows.where and digest not in new:
+                    new[digest] = text
+            if new:
+                self._keep(rows, context, list(new), compute(list(new.values())), None)
+            self.n_computed += len(new)
+            self.n_served += len(texts) - len(new)
+            if not texts:
+                return np.empty((0, self.width or 0), dtype=np.float32)
+            return rows.gather(digests)
+
+    def get(self, texts: Sequence[str], context: Mapping[str, Any] | None = None) -> np.ndarray | None:
+        """The rows of ``texts`` when every one of them is kept (as texts, :meth:`embed`), else ``None``."""
+        with self._lock:
+            rows = self._rows(context)
+            digests = [self._digest(text) for text in texts]
+            if not digests or any(digest not in rows.where for digest in digests):
+                return None
+            self.n_served += len(digests)
+            return rows.gather(digests)
+
+    # ------------------------------------------------------------------ whole calls
+    def get_call(self, call: str, n_rows: int, context: Mapping[str, Any] | None = None) -> np.ndarray | None:
+        """The rows kept for the call ``call`` (a digest of it), or ``None``."""
+        with self._lock:
+            rows = self._rows(context)
+            block = rows.calls.get(call)
+            if block is None or rows.blocks[block].shape[0] != n_rows:
+                return None
+            self.n_served += n_rows
+            return rows.blocks[block]
+
+    def put_call(self, call: str, texts: Sequence[str], embeddings: np.ndarray,
+                 context: Mapping[str, Any] | None = None) -> None:
+        """Keep the rows a model returned for one call (``texts``: the call's texts, in order)."""
+        with self._lock:
+            rows = self._rows(context)
+            self._keep(rows, context, [self._digest(text) for text in texts], embeddings, call)
+            self.n_computed += len(texts)
+
+    # ------------------------------------------------------------------ memory
+    def _digest(self, text: str) -> bytes:
+        if self.memory_tasks is not None:
+            return text_digest(text)
+        digest = self._digests.get(text)
+        if digest is None:
+            digest = self._digests[text] = text_digest(text)
+        return digest
+
+    def _rows(self, context: Mapping[str, Any] | None) -> _Rows:
+        """The rows of ``context``, read from the folder on first use; the least recent tasks' leave memory."""
+        wanted = dict(context or {})
+        name = key_digest(wanted) if wanted else ""
+        if name not in self._contexts:
+            self._contexts[name] = (wanted, _Rows())
+        self._contexts.move_to_end(name)
+        if self.memory_tasks is not None:
+            tasks = list(dict.fromkeys(kept.get("task") for kept, _ in self._contexts.values()))
+            stale = set(tasks[:-self.memory_tasks])
+            for other in [other for other, (kept, _) in self._contexts.items() if kept.get("task") in stale]:
+                del self._contexts[other]
+        rows = self._contexts[name][1]
+        if not rows.loaded:
+            rows.loaded = True
+            self._load(wanted, rows)
+        return rows
+
+    def _context_folder(self, context: Mapping[str, Any]) -> Path | None:
+        folder = self.folder
+        return None if folder is None or not context else folder / key_digest(context)
+
+    def _keep(self, rows: _Rows, context: Mapping[str, Any] | None, digests: list[bytes], embeddings: np.ndarray,
+              call: str | None) -> None:
+        """Check new rows (an error if they are no valid block), keep them, and write them to the folder; a folder
+        that cannot be written leaves them in memory (with one warning), so the run's work is never lost."""
+        hashes = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(digests), 32)
+        embeddings = np.asarray(embeddings)
+        problem = self._arrays_problem(hashes, embeddings)
+        if problem:  # checked with or without a folder: memory keeps only what passed here
+            raise InputError(f"embeddings of {self.owner} not written to the embedding cache "
+                             f"{self.folder or '(memory)'}: {problem} (shape {np.shape(embeddings)}); "
+                             "nothing invalid is cached")
+        self._width = embeddings.shape[1]
+        rows.add(digests, embeddings, call)
+        folder = self._context_folder(context or {}) or self.folder
+        if folder is None or not self._writable:
+            return
+        header = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": self.key, "count": len(digests),
+                  "checksum": _arrays_checksum(hashes, embeddings)}
+        if context:
+            header["context"] = dict(context)
+        if call is not None:
+            header["call"] = call
+        try:
+            self._write(folder, header, hashes=hashes, embeddings=embeddings)
+        except OSError as error:
+            self._writable = False
+            logger.warning("embedding cache folder %s cannot be written (%s); this run keeps its embeddings in "
+                           "memory only", folder, error)
+
+    def _arrays_problem(self, hashes: np.ndarray, embeddings: np.ndarray) -> str | None:
+        """What makes these arrays no valid block of this cache (None: nothing); checked on every shard read and
+        before every block is kept."""
+        width = self.width
+        if hashes.ndim != 2 or hashes.shape[1] != 32 or embeddings.ndim != 2 or \
+                embeddings.shape[0] != hashes.shape[0] or (width is not None and embeddings.shape[1] != width):
+            return (f"shapes {hashes.shape} and {embeddings.shape} do not fit "
+                    f"{width if width is not None else 'd'}-dimensional embeddings")
+        if embeddings.dtype != np.float32:
+            return f"embeddings of dtype {embeddings.dtype}, not float32"
+        if not np.isfinite(embeddings).all():
+            return "non-finite embeddings"
+        return None
+
+    # ------------------------------------------------------------------ disk
+    def _write(self, folder: Path, header: dict[str, Any], **arrays: np.ndarray) -> None:
+        """One shard, written atomically, with the key folder's ``key.json`` and a context folder's
+        ``context.json`` (written once, for humans); an ``OSError`` when it cannot."""
+        buffer = io.BytesIO()
+        np.savez(buffer, header=np.array(json.dumps(header)), **arrays)
+        for path, value in ((self.folder / "key.json", self.key), (folder / "context.json", header.get("context"))):
+            if value is not None and not path.exists():
+                atomic_write_json(path, value)
+        atomic_write_bytes(folder / f"shard-{uuid.uuid4().hex}.npz", buffer.getvalue())
+
+    def _load(self, context: dict[str, Any], rows: _Rows) -> None:
+        folder = self._context_folder(context) or self.folder
+        if folder is None or not folder.is_dir():
+            return
+        try:
+            shards = sorted(folder.glob("shard-*.npz"))
+        except OSError as error:
+            logger.warning("embedding cache folder %s cannot be read (%s); embeddings are computed anew", folder, error)
+            return
+        for shard in shards:
+            problem = self._read_shard(shard, context, rows)
+            if not problem:
+                continue
+            try:
+                shard.unlink(missing_ok=True)
+            except OSError as error:
+                logger.warning("embedding cache file %s ignored (%s) and cannot be removed (%s); it will be "
+                               "recomputed", shard, problem, error)
+            else:
+                logger.warning("embedding cache file %s ignored and removed (%s); it will be recomputed", shard, problem)
+
+    def _read_shard(self, shard: Path, context: dict[str, Any], rows: _Rows) -> str | None:
+        """Merge one shard into ``rows``; return why it was rejected, or ``None``."""
+        try:
+            with np.load(shard, allow_pickle=False) as archive:
+                header = json.loads(str(archive["header"]))
+                hashes, embeddings = archive["hashes"], archive["embeddings"]
+        except Exception as error:  # noqa: BLE001 -- any unreadable file is simply not trusted
+            return f"unreadable: {type(error).__name__}: {error}"
+        if header.get("format") != CACHE_FORMAT or header.get("version") != CACHE_VERSION:
+            return f"format {header.get('format')!r} version {header.get('version')!r}"
+        if header.get("key") != self.key or header.get("context", {}) != context:
+            return f"it belongs to another key {header.get('key')} or context {header.get('context')}"
+        problem = self._arrays_problem(hashes, embeddings)
+        if problem:
+            return problem
+        if header.get("checksum") != _arrays_checksum(hashes, embeddings):
+            return "checksum mismatch"
+        self._width = embeddings.shape[1]
+        rows.add([digest.tobytes() for digest in hashes], embeddings, header.get("call"))
+        return None
 
 
 class CachedEncoder:
-    """A backbone behind a per-sentence embedding cache (memory, plus disk if ``cache_dir``)."""
+    """A backbone behind an :class:`EmbeddingCache` (memory, plus disk if ``cache_dir``): each new text goes through
+    the backbone once."""
 
     def __init__(self, backbone: Backbone, cache_dir: str | os.PathLike[str] | None = None) -> None:
         self.backbone = backbone
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else None
-        # Embeddings are kept as the (n, d) blocks they were computed or read in; ``_where``
-        # maps a text's digest to ``block << 32 | row``. A lookup is then a few vectorised
-        # gathers per block instead of stacking one small array per sentence.
-        self._blocks: list[np.ndarray] = []
-        self._where: dict[bytes, int] = {}
-        self._digests: dict[str, bytes] = {}  # text -> sha256, so a text is hashed once
-        self._lock = threading.Lock()
-        self._disk_loaded = False
-        self._disk_writable = True
-        #: sentences the backbone actually encoded (each unique text counts once)
-        self.n_encoded = 0
-        #: sentences served from the cache
-        self.n_cache_hits = 0
+        self._cache: EmbeddingCache | None = None
+
+    @property
+    def cache(self) -> EmbeddingCache:
+        """The backbone's cache (made on first use: its key may measure the precision ``auto`` stands for)."""
+        if self._cache is None:
+            self._cache = EmbeddingCache(self.key, self.cache_dir, owner=self.backbone.name,
+                                         width=lambda: self.backbone.embedding_dim)
+        return self._cache
 
     @property
     def key(self) -> dict[str, Any]:
@@ -106,230 +359,28 @@ class CachedEncoder:
 
     @property
     def key_folder(self) -> Path | None:
-        if self.cache_dir is None:
-            return None
-        return self.cache_dir / key_digest(self.key)
+        return self.cache.folder
+
+    @property
+    def n_encoded(self) -> int:
+        """Sentences the backbone encoded (each unique text once)."""
+        return self.cache.n_computed
+
+    @property
+    def n_cache_hits(self) -> int:
+        """Sentences served from the cache."""
+        return self.cache.n_served
 
     def __len__(self) -> int:
-        return len(self._where)
+        return len(self.cache)
 
-    def _add_block(self, digests: list[bytes], embeddings: np.ndarray) -> None:
-        """Keep ``embeddings`` (one row per digest) for later lookups; known digests keep their row."""
-        block = len(self._blocks) << 32
-        self._blocks.append(embeddings)
-        for row, digest in enumerate(digests):
-            self._where.setdefault(digest, block | row)
-
-    def _lookup(self, digests: list[bytes]) -> np.ndarray:
-        codes = np.fromiter((self._where[digest] for digest in digests), dtype=np.int64, count=len(digests))
-        blocks, rows = codes >> 32, codes & 0xFFFFFFFF
-        width = self._blocks[int(blocks[0])].shape[1]  # (not embedding_dim: that may read the model config)
-        output = np.empty((len(digests), width), dtype=np.float32)
-        for block in np.unique(blocks):
-            where = blocks == block
-            output[where] = self._blocks[int(block)][rows[where]]
-        return output
-
-    def _digest(self, text: str) -> bytes:
-        digest = self._digests.get(text)
-        if digest is None:
-            digest = self._digests[text] = text_digest(text)
-        return digest
-
-    # ------------------------------------------------------------------ disk
-    def _load_disk(self) -> None:
-        folder = self.key_folder
-        self._disk_loaded = True
-        if folder is None or not folder.is_dir():
-            return
-        try:
-            shards = sorted(folder.glob("shard-*.npz"))
-        except OSError as error:
-            logger.warning("embedding cache folder %s cannot be read (%s); embeddings are computed anew", folder, error)
-            return
-        for shard in shards:
-            problem = self._read_shard(shard)
-            if problem:
-                try:
-                    shard.unlink(missing_ok=True)
-                except OSError as error:
-                    logger.warning("embedding cache file %s ignored (%s) and cannot be removed (%s); it will be "
-                                   "recomputed", shard, problem, error)
-                else:
-                    logger.warning("embedding cache file %s ignored and removed (%s); it will be recomputed", shard, problem)
-
-    def _read_shard(self, shard: Path) -> str | None:
-        """Merge one shard into memory; return why it was rejected, or ``None``."""
-        try:
-            with np.load(shard, allow_pickle=False) as archive:
-                header = json.loads(str(archive["header"]))
-                hashes = archive["hashes"]
-                embeddings = archive["embeddings"]
-        except Exception as error:  # noqa: BLE001 -- any unreadable file is simply not trusted
-            return f"unreadable: {type(error).__name__}: {error}"
-        if header.get("format") != CACHE_FORMAT or header.get("version") != CACHE_VERSION:
-            return f"format {header.get('format')!r} version {header.get('version')!r}"
-        if header.get("key") != self.key:
-            return f"it belongs to another backbone key {header.get('key')}"
-        problem = self._arrays_problem(hashes, embeddings)
-        if problem:
-            return problem
-        if header.get("checksum") != _arrays_checksum(hashes, embeddings):
-            return "checksum mismatch"
-        self._add_block([digest.tobytes() for digest in hashes], embeddings)
-        return None
-
-    def _arrays_problem(self, hashes: np.ndarray, embeddings: np.ndarray) -> str | None:
-        """What makes these arrays no valid shard of this key (None: nothing); checked on every
-        shard read and before every shard is written."""
-        dim = self.embedding_dim
-        if hashes.ndim != 2 or hashes.shape[1] != 32 or embeddings.shape != (hashes.shape[0], dim):
-            return f"shapes {hashes.shape} and {embeddings.shape} do not fit {dim}-dimensional embeddings"
-        if embeddings.dtype != np.float32:
-            return f"embeddings of dtype {embeddings.dtype}, not float32"
-        if not np.isfinite(embeddings).all():
-            return "non-finite embeddings"
-        return None
-
-    def _write_shard(self, digests: list[bytes], embeddings: np.ndarray) -> None:
-        """Check new embeddings (an error if they are no valid shard), then keep them on disk too;
-        a folder that cannot be written leaves them in memory (with one warning), so the run's
-        work is never lost."""
-        if not digests:
-            return
-        hashes = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(len(digests), 32)
-        problem = self._arrays_problem(hashes, np.asarray(embeddings))
-        if problem:  # checked with or without a folder: encode() keeps in memory only what passed here
-            raise InputError(f"embeddings of {self.backbone.name} not written to the embedding cache "
-                             f"{self.key_folder or '(memory)'}: {problem} (shape {np.shape(embeddings)}); "
-                             "nothing invalid is cached")
-        folder = self.key_folder
-        if folder is None or not self._disk_writable:
-            return
-        header = {
-            "format": CACHE_FORMAT,
-            "version": CACHE_VERSION,
-            "key": self.key,
-            "count": len(digests),
-            "checksum": _arrays_checksum(hashes, embeddings),
-        }
-        try:
-            _write_archive(folder / f"shard-{uuid.uuid4().hex}.npz", self.key, header, hashes=hashes,
-                           embeddings=embeddings)
-        except OSError as error:
-            self._disk_writable = False
-            logger.warning("embedding cache folder %s cannot be written (%s); this run keeps its embeddings in "
-                           "memory only", folder, error)
-
-    # ------------------------------------------------------------------ encoding
     def encode(self, sentences: list[str], *, batch_size: int | None = None,
                show_progress_bar: bool | None = None) -> np.ndarray:
         """Pooled embeddings in input order; the backbone sees each new unique text once.
         ``batch_size`` is checked even when every sentence is cached."""
         batch_size = check_batch_size(batch_size)
-        sentences = check_sentences(sentences)
-        with self._lock:
-            digests = [self._digest(text) for text in sentences]
-            if not self._disk_loaded:
-                self._load_disk()
-            new: dict[bytes, str] = {}
-            known = self._where
-            for digest, text in zip(digests, sentences):
-                if digest not in known and digest not in new:
-                    new[digest] = text
-            if new:
-                embeddings = self.backbone.encode(list(new.values()), batch_size=batch_size,
-                                                  show_progress_bar=show_progress_bar)
-                self._write_shard(list(new), embeddings)  # (checks them first)
-                self._add_block(list(new), embeddings)
-            self.n_encoded += len(new)
-            self.n_cache_hits += len(sentences) - len(new)
-            if not sentences:
-                return np.empty((0, self.embedding_dim), dtype=np.float32)
-            return self._lookup(digests)
-
-
-class CallStore:
-    """The embeddings of whole ``encode`` calls of one model, on disk (see the module's docstring).
-
-    A call key is JSON-ready: the texts (a digest of them, in their batches), the task, split, subset, side
-    and keywords of the call. A stored file that cannot be read, belongs to another key or fails a check
-    (rows, floating dtype, finite, checksum) is removed and the call computed again; embeddings that fail a
-    check are returned to the caller but never stored.
-
-    Parameters
-    ----------
-    model_key:
-        JSON-ready: everything that determines the model's output apart from the call (weights, loader,
-        prompts, device, dtype, library versions).
-    cache_dir:
-        The embedding cache folder.
-    """
-
-    def __init__(self, model_key: dict[str, Any], cache_dir: str | os.PathLike[str]) -> None:
-        self.model_key = model_key
-        self.folder = Path(cache_dir).expanduser() / f"calls-{key_digest(model_key)}"
-        self._writable = True
-        #: calls served from disk, and calls computed and stored
-        self.n_hits = self.n_stored = 0
-
-    def _path(self, call_key: dict[str, Any]) -> Path:
-        return self.folder / f"{key_digest(call_key)}.npz"
-
-    def get(self, call_key: dict[str, Any], n_rows: int) -> np.ndarray | None:
-        """The stored embeddings of this call (``n_rows`` rows), or ``None``."""
-        path = self._path(call_key)
-        if not path.is_file():
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                header, embeddings = json.loads(str(archive["header"])), archive["embeddings"]
-        except Exception as error:  # noqa: BLE001 -- any unreadable file is simply not trusted
-            problem: str | None = f"unreadable: {type(error).__name__}: {error}"
-        else:
-            problem = self._problem(embeddings, n_rows)
-            if header.get("format") != CACHE_FORMAT or header.get("model") != self.model_key or \
-                    header.get("call") != call_key:
-                problem = "it belongs to another model or call"
-            elif not problem and header.get("checksum") != _arrays_checksum(embeddings):
-                problem = "checksum mismatch"
-        if problem:
-            logger.warning("embedding cache file %s ignored and removed (%s); the call is computed again", path,
-                           problem)
-            path.unlink(missing_ok=True)
-            return None
-        self.n_hits += 1
-        return embeddings
-
-    def put(self, call_key: dict[str, Any], embeddings: np.ndarray, n_rows: int) -> None:
-        """Store a call's embeddings (checked first; a folder that cannot be written: one warning, then memory
-        only for the rest of the run)."""
-        problem = self._problem(embeddings, n_rows)
-        if problem:
-            logger.warning("embeddings of a call not stored in the embedding cache %s: %s", self.folder, problem)
-            return
-        if not self._writable:
-            return
-        header = {"format": CACHE_FORMAT, "model": self.model_key, "call": call_key,
-                  "checksum": _arrays_checksum(embeddings)}
-        try:
-            _write_archive(self._path(call_key), self.model_key, header, embeddings=embeddings)
-        except OSError as error:
-            self._writable = False
-            logger.warning("embedding cache folder %s cannot be written (%s); this run computes its calls again",
-                           self.folder, error)
-            return
-        self.n_stored += 1
-
-    @staticmethod
-    def _problem(embeddings: np.ndarray, n_rows: int) -> str | None:
-        if embeddings.ndim != 2 or embeddings.shape[0] != n_rows:
-            return f"shape {embeddings.shape} for {n_rows} inputs"
-        if embeddings.dtype.kind != "f":
-            return f"dtype {embeddings.dtype}, not floating point"
-        if not np.isfinite(embeddings).all():
-            return "non-finite embeddings"
-        return None
+        return self.cache.embed(sentences, lambda new: self.backbone.encode(new, batch_size=batch_size,
+                                                                             show_progress_bar=show_progress_bar))
 
 
 _SHARED: dict[tuple[Any, ...], CachedEncoder] = {}

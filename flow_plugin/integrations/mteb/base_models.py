@@ -12,25 +12,20 @@ one). ``flow_plugin/<backbone>`` alone is a registry backbone's raw embeddings.
 
 The spelling's rules live in :func:`flow_plugin.catalog.registry.spelled_model`.
 
-With an embedding cache folder (``FLOW_PLUGIN_CACHE_DIR``, ``--cache-dir``), a base MTEB loads sits behind
-:class:`CachedBase`: each of its ``encode`` calls is computed once and read back afterwards, bit for bit (a
-registry backbone caches per sentence, in its encoder).
+A base MTEB loads sits behind :class:`~flow_plugin.integrations.mteb.base_encoders.CachedBase`, in the embedding
+cache folder when there is one (``FLOW_PLUGIN_CACHE_DIR``, ``--cache-dir``); a registry backbone caches per sentence,
+in its encoder.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
-import importlib.metadata
-import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import mteb
 import numpy as np
-from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ModelMeta
 from mteb.models.sentence_transformer_wrapper import SentenceTransformerEncoderWrapper
 
@@ -42,18 +37,17 @@ from flow_plugin.catalog.registry import (MODEL_PREFIX, BackboneSpec, RegistryMo
                                           raw_spelling_hint, spelled_model)
 from flow_plugin.data.fit_corpus import FIT_ARGUMENTS
 from flow_plugin.encoding.backbone import weights_unavailable
-from flow_plugin.encoding.cache import CallStore
-from flow_plugin.encoding.options import EncoderOptions, default_cache_dir
+from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import FlowPluginError, InputError, RegistryError, UnknownModelError, did_you_mean
 from flow_plugin.integrations.mteb.calibrated import CalibratedModel
-from flow_plugin.integrations.mteb.fits import base_output, has_more_than_text, texts_of
+from flow_plugin.integrations.mteb.base_encoders import BaseEncoder, loaded_base, texts_of
 from flow_plugin.integrations.mteb.meta import backbone_meta, calibrated_meta
 
 #: the keywords a calibrated model's loader takes besides the encoder options
 MODEL_ARGUMENTS: tuple[str, ...] = ("calibrator", "calibrator_params", "embed_dim", *FIT_ARGUMENTS, *IDENTITY_ARGUMENTS)
 
 
-class RegistryEncoder(AbsEncoder):
+class RegistryEncoder(BaseEncoder):
     """A registry backbone as an MTEB encoder: the frozen encoder, its pooling and the embedding cache
     (:func:`flow_plugin.catalog.builders.build_encoder`); ``flow_plugin/<backbone>``'s raw embeddings."""
 
@@ -76,95 +70,12 @@ class RegistryEncoder(AbsEncoder):
             return np.empty((0, self.spec.embedding_dim), dtype=np.float32)
         return self.encoder.encode(texts, batch_size=kwargs.get("batch_size"))
 
+    def embed(self, texts: list[str], task_metadata: Any, hf_subset: str, side: str | None,
+              batch_size: int | None = None) -> np.ndarray:
+        return self.encoder.encode(texts, batch_size=batch_size)  # no prompts: one row per text, whatever the task
 
-class CachedBase(AbsEncoder):
-    """A base model MTEB loads, behind an on-disk :class:`~flow_plugin.encoding.cache.CallStore`: an ``encode``
-    call made before (the same texts in the same batches, task, split, subset, side and keywords, on the same
-    weights, loader, prompts, device and library versions) returns the embeddings the model returned then, so
-    every calibrator of a study reads one pass of the model over each call. A call whose batches carry more than
-    text (an instruction, an image), or keywords that are not plain values, always reaches the model."""
-
-    def __init__(self, base: Any, cache_dir: str | os.PathLike[str]) -> None:
-        self.base, self.model = base, getattr(base, "model", None)  # model: the torch module, where it has one
-        self.mteb_model_meta = base.mteb_model_meta
-        self.store = CallStore(_model_key(base), cache_dir)
-
-    def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
-               **kwargs: Any) -> Any:
-        options = {key: value for key, value in sorted(kwargs.items()) if key != "show_progress_bar"}
-        plain = all(isinstance(value, (str, int, float, bool, type(None))) for value in options.values())
-        if not plain or has_more_than_text(inputs):
-            return self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
-                                    prompt_type=prompt_type, **kwargs)
-        digest, n_rows = _batches_digest(inputs)
-        call = {"task": task_metadata.name, "split": hf_split, "subset": hf_subset,
-                "side": getattr(prompt_type, "value", prompt_type), "options": options, "texts": digest}
-        stored = self.store.get(call, n_rows)
-        if stored is not None:
-            return stored
-        output = self.base.encode(inputs, task_metadata=task_metadata, hf_split=hf_split, hf_subset=hf_subset,
-                                  prompt_type=prompt_type, **kwargs)
-        base_output(output, n_rows, self.base, task_metadata.name)  # nothing invalid enters the cache
-        if hasattr(output, "detach") and str(output.dtype) != "torch.bfloat16":
-            self.store.put(call, output.detach().cpu().numpy(), n_rows)
-        elif isinstance(output, np.ndarray):
-            self.store.put(call, output, n_rows)
-        return output
-
-
-def _batches_digest(inputs: Any) -> tuple[str, int]:
-    """A digest of a call's texts in their batches, and how many there are."""
-    digest, count = hashlib.sha256(), 0
-    batches = [inputs] if isinstance(inputs, (list, tuple)) else [batch["text"] for batch in inputs]
-    for batch in batches:
-        digest.update(b"\x1e%d" % len(batch))
-        for text in batch:
-            digest.update(b"\x1f" + str(text).encode("utf-8"))
-        count += len(batch)
-    return digest.hexdigest(), count
-
-
-def _model_key(base: Any) -> dict[str, Any]:
-    """What determines a base's output apart from the call: its loader, name, revision, loader keywords and
-    prompts, the library versions; for a torch module its architecture (``repr``), sequence limit and a
-    fingerprint of its weights (a strided sample of every tensor, with names, shapes, dtypes and devices); for a
-    local folder the name, size and modification time of each of its files."""
-    meta = base.mteb_model_meta
-    key: dict[str, Any] = {
-        "loader": f"{type(base).__module__}.{type(base).__qualname__}", "name": meta.name, "revision": meta.revision,
-        "loader_kwargs": {name: repr(value) for name, value in sorted((meta.loader_kwargs or {}).items())},
-        "prompts": repr(getattr(base, "model_prompts", None)),
-        "versions": {package: _version(package) for package in ("mteb", "sentence-transformers", "transformers",
-                                                                "torch")}}
-    module = getattr(base, "model", None)
-    if hasattr(module, "state_dict"):
-        weights = hashlib.sha256()
-        for name, tensor in module.state_dict().items():
-            flat = tensor.detach().reshape(-1)
-            weights.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}{tensor.device}".encode())
-            weights.update(flat[::max(1, flat.numel() // 1024)].float().cpu().numpy().tobytes())
-        key["weights"] = weights.hexdigest()
-        key["architecture"] = "" if " at 0x" in repr(module) else repr(module)
-        key["max_seq_length"] = getattr(module, "max_seq_length", None)
-    if meta.name and Path(meta.name).is_dir():  # a local folder: its files as they are now (configs, tokenizer)
-        files = sorted(path for path in Path(meta.name).rglob("*") if path.is_file())
-        key["files"] = hashlib.sha256(repr([(str(path.relative_to(meta.name)), path.stat().st_size,
-                                              path.stat().st_mtime_ns) for path in files]).encode()).hexdigest()
-    return key
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def with_call_cache(base: Any, cache_dir: str | os.PathLike[str] | None = None) -> Any:
-    """``base`` behind a :class:`CachedBase` when there is a cache folder (``cache_dir``, else
-    ``FLOW_PLUGIN_CACHE_DIR``), else ``base`` itself."""
-    folder = cache_dir if cache_dir is not None else default_cache_dir()
-    return base if folder is None else CachedBase(base, folder)
+    def kept(self, texts: list[str], task_metadata: Any, hf_subset: str, side: str | None) -> np.ndarray | None:
+        return self.encoder.cache.get(texts)
 
 
 def refuse_encoder_options(base: str, encoder_options: Iterable[str]) -> None:
@@ -176,10 +87,12 @@ def refuse_encoder_options(base: str, encoder_options: Iterable[str]) -> None:
 
 def load_base(base: str, revision: str | None = None, device: str | None = None, **encoder_options: Any) -> Any:
     """The base model a spelling names: a registry backbone, a local sentence-transformers folder, or a model
-    MTEB loads by name (with its own prompts); ``encoder_options`` reach a registry backbone only."""
+    MTEB loads by name (with its own prompts, behind the embedding cache: ``cache_dir``, else
+    ``$FLOW_PLUGIN_CACHE_DIR``, else memory); the other ``encoder_options`` reach a registry backbone only."""
     registry = default_registry()
     if base in registry:
         return RegistryEncoder(registry[base], device=device, **encoder_options)
+    cache_dir = encoder_options.pop("cache_dir", None)
     refuse_encoder_options(base, encoder_options)
     if is_folder(base):
         folder = local_model_folder(base)
@@ -189,10 +102,10 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
                              "since; evaluate it as it is (no revision), or restore the folder")
         wrapper = SentenceTransformerEncoderWrapper(str(folder), device=device)
         wrapper.mteb_model_meta = wrapper.mteb_model_meta.model_copy(update={"revision": current})
-        return with_call_cache(wrapper)
+        return loaded_base(wrapper, cache_dir)
 
     try:
-        return with_call_cache(_from_mteb(base, lambda: mteb.get_model(base, revision, device=device)))
+        return loaded_base(_from_mteb(base, lambda: mteb.get_model(base, revision, device=device)), cache_dir)
     except OSError as error:  # its files: neither in the Hugging Face cache nor to be had from the Hub
         if isinstance(error, FlowPluginError):
             raise
@@ -323,6 +236,5 @@ def _load_spelled(base: str, name: str, revision: str | None = None, **kwargs: A
     return load_calibrated(base, revision, **kwargs)
 
 
-__all__ = ["MODEL_ARGUMENTS", "CachedBase", "RegistryEncoder", "base_meta", "calibrate", "load_base", "load_calibrated",
-           "load_registry_name", "refuse_encoder_options", "registry_model", "resolve_spelling",
-           "with_call_cache"]
+__all__ = ["MODEL_ARGUMENTS", "RegistryEncoder", "base_meta", "calibrate", "load_base", "load_calibrated",
+           "load_registry_name", "refuse_encoder_options", "registry_model", "resolve_spelling"]

@@ -37,7 +37,8 @@ from flow_plugin.data.fit_corpus import FitSettings
 from flow_plugin.errors import InputError, InputTypeError
 from flow_plugin.results.fits import write_task_fits
 from flow_plugin.integrations.mteb.compat import live_task
-from flow_plugin.integrations.mteb.fits import TaskFits, base_output, count_inputs, texts_of
+from flow_plugin.integrations.mteb.base_encoders import base_output, count_inputs, texts_of
+from flow_plugin.integrations.mteb.fits import TaskFits
 from flow_plugin.integrations.mteb.meta import calibrated_meta
 
 logger = logging.getLogger(__name__)

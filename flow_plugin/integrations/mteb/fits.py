@@ -16,8 +16,9 @@ with the task's metadata and, for each part of the corpus, the ``prompt_type`` M
 queries and the documents together (one space for both sides, the default: docs/evidence.md gives the
 measurement), or ``"per-side"``, one calibrator per side.
 
-Those embeddings are kept (:class:`EmbeddingMemo`, per task, subset and side) and serve MTEB's later calls for
-the same texts: calibration adds the fit, not a second pass of the base model over the task.
+Those embeddings are kept in the base's embedding cache (:mod:`.base_encoders`, per task, subset and side) and
+serve MTEB's later calls for the same texts: calibration adds the fit, not a second pass of the base model over
+the task.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import mteb
@@ -35,19 +34,16 @@ import numpy as np
 
 from flow_plugin._io import file_sha256
 from flow_plugin._machine import StageTimes
-from flow_plugin._validation import check_sentences
 from flow_plugin.calibration import Calibrator
 from flow_plugin.catalog.fitting import FitRecord, canonical_order, canonical_permutation, fit_embeddings
 from flow_plugin.data.fit_corpus import EVAL_SPLITS, PER_CALL, FitSettings, read_sentence_file
 from flow_plugin.data.sampling import CorpusPart, sample_corpus
-from flow_plugin.errors import DataFolderError, EncoderOutputError, InputError
+from flow_plugin.errors import InputError
 from flow_plugin.integrations.mteb import compat
+from flow_plugin.integrations.mteb.base_encoders import as_base_encoder, base_output, has_more_than_text
 from flow_plugin.integrations.mteb.corpus import TaskCorpusError, fit_subset, target_corpus
 
 logger = logging.getLogger(__name__)
-
-#: tasks whose embeddings the memo keeps at once (MTEB evaluates one task at a time)
-MEMO_TASKS = 2
 
 
 @dataclass
@@ -56,36 +52,15 @@ class Fit:
     record: FitRecord
 
 
-@dataclass
-class EmbeddingMemo:
-    """The base model's embeddings of the texts a fit read, per (task, subset, side), for the calls that follow;
-    the most recent :data:`MEMO_TASKS` tasks are kept."""
-
-    tables: OrderedDict[tuple[Any, ...], dict[str, np.ndarray]] = field(default_factory=OrderedDict)
-
-    def put(self, key: tuple[Any, ...], texts: Sequence[str], embeddings: np.ndarray) -> None:
-        self.tables.setdefault(key, {}).update(zip(texts, embeddings))
-        self.tables.move_to_end(key)
-        tasks = list(dict.fromkeys(stored[0] for stored in self.tables))
-        for stale in [stored for stored in self.tables if stored[0] in tasks[:-MEMO_TASKS]]:
-            del self.tables[stale]
-
-    def get(self, key: tuple[Any, ...], texts: Sequence[str]) -> np.ndarray | None:
-        table = self.tables.get(key)
-        if table is None or not texts or any(text not in table for text in texts):
-            return None
-        return np.stack([table[text] for text in texts])
-
-
 class TaskFits:
     """The fitted calibrators of one calibrated model, keyed by (task, subset[, side]), and their records."""
 
     def __init__(self, base: Any, template: Calibrator, model_name: str, settings: FitSettings) -> None:
-        self.base, self.template, self.model_name, self.settings = base, template, model_name, settings
+        self.base = as_base_encoder(base)  # a base the user built: in memory only
+        self.template, self.model_name, self.settings = template, model_name, settings
         self.fits: dict[tuple[Any, ...], Fit] = {}
         self.records: list[FitRecord] = []
         self.tasks: dict[str, Any] = {}  # task name -> the task object our loop prepared
-        self.memo = EmbeddingMemo()
         #: seconds spent embedding with the base model ("encode") and fitting ("fit")
         self.times = StageTimes()
 
@@ -198,24 +173,14 @@ class TaskFits:
     # ------------------------------------------------------------------ the base model's embeddings
     def embed_texts(self, texts: list[str], task_metadata: Any, hf_subset: str, side: str | None) -> np.ndarray:
         """The base model's embeddings of ``texts`` for this task and side (as MTEB's calls will get them)."""
-        key = (task_metadata.name, hf_subset, side)
-        found = self.memo.get(key, texts)
-        if found is not None:
-            return found
-        loader = compat.text_loader(texts, task_metadata)
         with self.times.measure("encode"):
-            output = self.base.encode(loader, task_metadata=task_metadata, hf_split=_split(task_metadata),
-                                      hf_subset=hf_subset, prompt_type=compat.prompt_type(side))
-        embeddings = base_output(output, len(texts), self.base, task_metadata.name)
-        self.memo.put(key, texts, embeddings)
-        return embeddings
+            return self.base.embed(texts, task_metadata, hf_subset, side)
 
     def embed_call(self, inputs: Any, texts: list[str], task_metadata: Any, hf_split: str, hf_subset: str,
                    side: str | None, **kwargs: Any) -> np.ndarray:
-        """The base model's embeddings for one MTEB call: from the memo when the fit embedded every text of it,
-        else from the base model (given MTEB's own batches, with any fields besides the text)."""
-        key = (task_metadata.name, hf_subset, side)
-        found = None if has_more_than_text(inputs) else self.memo.get(key, texts)
+        """The base model's embeddings for one MTEB call: those the fit kept when it embedded every text of it,
+        else the base model's (given MTEB's own batches, with any fields besides the text)."""
+        found = None if has_more_than_text(inputs) else self.base.kept(texts, task_metadata, hf_subset, side)
         if found is not None:
             return found
         with self.times.measure("encode"):
@@ -258,78 +223,9 @@ def _announce(record: FitRecord) -> None:
         print(f"flow-plugin: {record.summary()}", file=sys.stderr, flush=True)
 
 
-def base_output(output: Any, n_inputs: int, base: Any, task: str | None) -> np.ndarray:
-    """What a base model's ``encode()`` returned for ``n_inputs`` texts, checked where it enters flow-plugin and
-    given as a (n_inputs, d) float32 NumPy array (torch tensors on any device included): anything else (another
-    number of rows, text, NaN or inf) is an :class:`~flow_plugin.errors.EncoderOutputError` naming the model,
-    the task and what came back, whatever the calibrator (``raw`` included)."""
-    if hasattr(output, "detach"):
-        output = output.detach().float().cpu().numpy()
-    try:
-        array = np.asarray(output)
-    except (TypeError, ValueError) as error:  # ragged rows
-        return _refuse(base, task, n_inputs, f"rows that are not one array ({error})")
-    if array.dtype.kind not in "biuf":
-        return _refuse(base, task, n_inputs, f"{array.dtype} values, not numbers")
-    if array.ndim != 2 or array.shape[0] != n_inputs:
-        return _refuse(base, task, n_inputs, f"an array of shape {array.shape}, not ({n_inputs}, d)")
-    array = array.astype(np.float32, copy=False)
-    bad = ~np.isfinite(array).all(axis=1)
-    if bad.any():
-        first = int(np.flatnonzero(bad)[0])
-        return _refuse(base, task, n_inputs, f"NaN or inf in {int(bad.sum())} row(s) (the first: row {first})")
-    return array
-
-
-def _refuse(base: Any, task: str | None, n_inputs: int, what: str) -> np.ndarray:
-    meta = getattr(base, "mteb_model_meta", None)
-    name = getattr(meta, "name", None) or type(base).__name__
-    raise EncoderOutputError(f"the base model {name} returned {what} for {n_inputs} input text(s) of task "
-                             f"{task or 'unknown'}: its encode() must return one row of finite numbers per "
-                             "input; check the model (its weights, precision, or a wrapper's encode)")
-
-
-def texts_of(inputs: Any) -> list[str]:
-    """The texts of an MTEB DataLoader (batches with a "text" column), or of a plain list."""
-    if isinstance(inputs, (list, tuple)):
-        return check_sentences(inputs)
-    texts: list[str] = []
-    for batch in inputs:
-        if not isinstance(batch, dict) or "text" not in batch:
-            raise DataFolderError(f"expected MTEB batches with a 'text' column, got {type(batch).__name__}")
-        texts.extend(batch["text"])
-    return check_sentences(texts)
-
-
-def count_inputs(inputs: Any) -> int:
-    """How many items a call gives a model: a plain list's length, or the rows of MTEB's batches (any columns)."""
-    if isinstance(inputs, (list, tuple)):
-        return len(inputs)
-    return sum(len(next(iter(batch.values()), ())) if isinstance(batch, dict) else len(batch) for batch in inputs)
-
-
-def has_more_than_text(inputs: Any) -> bool:
-    """Whether MTEB's batches carry something the model reads besides the text (an instruction, an image ...)."""
-    if isinstance(inputs, (list, tuple)):
-        return False
-    read = {"text", "id", "query", "title", "body"}  # the text, and the fields MTEB builds it from
-    return any(set(batch) - read for batch in _first(inputs))
-
-
-def _first(inputs: Iterable[Any]) -> list[Any]:
-    for batch in inputs:
-        return [batch]
-    return []
-
-
 def _eval_splits(task: Any) -> list[str]:
     """The splits MTEB scores ``task`` on (a run's own choice, ``eval_splits=``, else its metadata's)."""
     return list(getattr(task, "eval_splits", None) or task.metadata.eval_splits)
 
 
-def _split(task_metadata: Any) -> str:
-    splits = list(getattr(task_metadata, "eval_splits", None) or ["test"])
-    return str(splits[0])
-
-
-__all__ = ["EmbeddingMemo", "Fit", "TaskFits", "base_output", "count_inputs", "has_more_than_text", "texts_of"]
+__all__ = ["Fit", "TaskFits"]

@@ -23,7 +23,7 @@ from flow_plugin.encoding.cpu_kernels import precision_of
 from flow_plugin.encoding.options import CACHE_DIR_ENV, EncoderOptions
 from flow_plugin.errors import DatasetUnavailableError
 from flow_plugin.evaluation.blas_threads import evaluator_threads
-from flow_plugin.integrations.mteb.base_models import with_call_cache
+from flow_plugin.integrations.mteb.base_encoders import loaded_base
 from flow_plugin.integrations.mteb.calibrated import CalibratedModel
 from flow_plugin.integrations.mteb.compat import (HUB_DATA_ERRORS, evaluator_is_random, fresh_evaluator_state,
                                                   locked_result_cache, reseeded, track_task)
@@ -86,7 +86,7 @@ class ModelEvaluation:
 def load_model(model_name: str, options: EncoderOptions, loader_kwargs: dict[str, Any]) -> Any:
     """The calibrated model a name spells (a plain MTEB model name: its raw calibration), loaded by MTEB."""
     if not model_name.startswith(MODEL_PREFIX):
-        return CalibratedModel(with_call_cache(mteb.get_model(model_name, device=options.device), options.cache_dir),
+        return CalibratedModel(loaded_base(mteb.get_model(model_name, device=options.device), options.cache_dir),
                                "raw")
     with _loader_cache_dir(options.cache_dir):
         return mteb.get_model(model_name, device=options.device, **loader_kwargs)

@@ -15,9 +15,8 @@ import numpy as np
 from mteb.abstasks.task_metadata import TaskMetadata
 
 from flow_plugin.data.tasks import OFFLINE_TASKS_BY_SENTEVAL_NAME
+from flow_plugin.integrations.mteb.base_encoders import as_base_encoder
 from flow_plugin.integrations.mteb.base_models import load_base
-from flow_plugin.integrations.mteb.compat import text_loader
-from flow_plugin.integrations.mteb.fits import EmbeddingMemo, base_output
 
 
 #: SentEval's tasks by the MTEB task type they are, for a base model that chooses its prompt by type (the rest:
@@ -44,16 +43,15 @@ def task_metadata(task: str | None) -> Any:
 class BaseModelEncoder:
     """A base model outside the registry (a local sentence-transformers folder, a model MTEB loads by name, any
     MTEB encoder) as SentEval's adapter encodes with it: through the base's own ``encode``, with the
-    :func:`task_metadata` of the task SentEval runs, each distinct sentence of the task once; the embeddings of the
-    most recent tasks are kept for the calls that follow (``prepare``'s fit, then ``batcher``'s batches), in the
-    calibrated MTEB model's memo (:class:`~flow_plugin.integrations.mteb.fits.EmbeddingMemo`)."""
+    :func:`task_metadata` of the task SentEval runs, each distinct sentence of the task once; the base's embedding
+    cache (:mod:`~flow_plugin.integrations.mteb.base_encoders`) keeps them for the calls that follow
+    (``prepare``'s fit, then ``batcher``'s batches)."""
 
     def __init__(self, base: Any, batch_size: int | None = None) -> None:
-        self.base, self.batch_size = base, batch_size
+        self.base, self.batch_size = as_base_encoder(base), batch_size
         meta = getattr(base, "mteb_model_meta", None)
         self.name = getattr(meta, "name", None) or type(base).__name__
         self.task: str | None = None
-        self.memo = EmbeddingMemo()
 
     @classmethod
     def load(cls, base: str, encoder_options: Mapping[str, Any]) -> BaseModelEncoder:
@@ -77,18 +75,9 @@ class BaseModelEncoder:
         self.task = task
 
     def encode(self, sentences: list[str], show_progress_bar: bool | None = None) -> np.ndarray:
-        key = (self.task,)
-        kept = self.memo.tables.get(key, {})
-        missing = list(dict.fromkeys(sentence for sentence in sentences if sentence not in kept))
-        if missing:
-            metadata = task_metadata(self.task)
-            loader = text_loader(missing, metadata, **({"batch_size": self.batch_size} if self.batch_size else {}))
-            output = self.base.encode(loader, task_metadata=metadata, hf_split="test", hf_subset="default")
-            rows = base_output(output, len(missing), self.base, metadata.name)
-            self.memo.put(key, missing, rows)
         if not sentences:
             return np.empty((0, self.embedding_dim), dtype=np.float32)
-        return self.memo.get(key, sentences)
+        return self.base.embed(sentences, task_metadata(self.task), "default", None, batch_size=self.batch_size)
 
 
 __all__ = ["TASK_TYPES", "BaseModelEncoder", "task_metadata"]

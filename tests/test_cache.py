@@ -162,3 +162,60 @@ def test_nothing_invalid_is_written_to_the_disk_cache(tiny_bert_dir: Path, tmp_p
     assert not list(tmp_path.rglob("shard-*.npz")) and len(encoder) == 0
     encoder.cache.embed(texts, lambda new: np.ones((3, 32), dtype=np.float32))  # valid arrays are written
     assert len(list(tmp_path.rglob("shard-*.npz"))) == 1
+
+
+# ------------------------------------------------------------------ the one store, any model: contexts and calls
+def _rows_of(texts: list[str]) -> np.ndarray:
+    """A model's rows for ``texts``: each text's own, whatever the batch (the counts say what was computed)."""
+    return np.stack([np.full(4, float(len(text)), dtype=np.float32) + np.arange(4, dtype=np.float32)
+                     for text in texts])
+
+
+def test_a_context_is_another_entry_and_memory_keeps_the_latest_tasks(tmp_path: Path) -> None:
+    from flow_plugin.encoding.cache import EmbeddingCache
+
+    computed: list[str] = []
+
+    def compute(texts: list[str]) -> np.ndarray:
+        computed.extend(texts)
+        return _rows_of(texts)
+
+    cache = EmbeddingCache({"model": "m"}, tmp_path, owner="m", memory_tasks=2)
+    query = {"task": "A", "subset": "default", "side": "query"}
+    document = {**query, "side": "document"}
+    cache.embed(["x", "y"], compute, query)
+    cache.embed(["x", "y"], compute, document)  # another prompt: computed again
+    assert computed == ["x", "y", "x", "y"] and cache.get(["y", "x"], query) is not None
+    for task in ("B", "C"):  # two newer tasks push task A out of memory ...
+        cache.embed(["z"], compute, {**query, "task": task})
+    assert len(cache) == 2
+    computed.clear()
+    np.testing.assert_array_equal(cache.embed(["y", "x"], compute, query), _rows_of(["y", "x"]))
+    assert computed == []  # ... and its folder gives it back
+    memory_only = EmbeddingCache({"model": "m"}, None, owner="m", memory_tasks=1)
+    memory_only.embed(["x"], compute, query)
+    memory_only.embed(["x"], compute, {**query, "task": "B"})
+    assert memory_only.get(["x"], query) is None  # without a folder, an evicted task is computed again
+
+
+def test_a_call_is_served_only_to_the_same_call_and_a_shard_only_to_its_context(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from flow_plugin.encoding.cache import EmbeddingCache, key_digest
+
+    context = {"task": "A", "subset": "default", "side": None}
+    writer = EmbeddingCache({"model": "m"}, tmp_path, owner="m")
+    returned = _rows_of(["a", "bb"]) + np.float32(1e-7)  # what the model returned for this very call
+    writer.put_call("call-1", ["a", "bb"], returned, context)
+    reader = EmbeddingCache({"model": "m"}, tmp_path, owner="m")
+    np.testing.assert_array_equal(reader.get_call("call-1", 2, context), returned)  # bit for bit
+    assert reader.get_call("call-2", 2, context) is None and reader.get(["a", "bb"], context) is None
+    assert reader.get_call("call-1", 2, {**context, "task": "B"}) is None
+    shard = next(writer.folder.rglob("shard-*.npz"))
+    other = {**context, "side": "query"}
+    moved = writer.folder / key_digest(other)
+    moved.mkdir()
+    shard = shard.rename(moved / shard.name)  # a shard of one context placed in another's folder
+    with caplog.at_level(logging.WARNING, logger="flow_plugin.encoding.cache"):
+        assert EmbeddingCache({"model": "m"}, tmp_path, owner="m").get_call("call-1", 2, other) is None
+    assert "another key" in caplog.text and not shard.exists()

@@ -48,3 +48,15 @@ def test_the_older_per_part_variables_are_read_with_a_warning_naming_the_new_one
 def test_a_part_that_is_not_one_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown data part 'mteb-data'; the parts: senteval, glue"):
         data_part("mteb-data")
+
+
+def test_a_commands_data_folder_reaches_the_labelled_tasks(subset_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``flow-plugin eval --data DIR -t FlowPluginTRECClassification`` reads DIR, given as the data root or as its
+    SentEval folder (before, the labelled tasks came from MTEB's registry and read the configured root only)."""
+    from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
+
+    monkeypatch.delenv(DATA_ENV, raising=False)
+    for given in (subset_root, subset_root / "senteval"):
+        (task,) = resolve_tasks(["FlowPluginTRECClassification"], data=given)
+        assert task.data_dir == subset_root
+        task.check_files()

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from flow_plugin.catalog.labelled_tasks import unknown_task_hint
+from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
 from flow_plugin.data.roots import DATA_ENV, data_part
 from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.errors import DataFolderError, RegistryError
@@ -112,25 +112,34 @@ def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str
     return resolve_senteval_root(folder)
 
 
+def _labelled_root(data: str | os.PathLike[str]) -> Path:
+    """The data root the labelled tasks read, from ``--data``: the folder itself, or the parent of the SentEval
+    folder (containing downstream/) when that is what was given."""
+    folder = Path(data).expanduser()
+    return folder.parent if (folder / "downstream").is_dir() else folder
+
+
 def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = None) -> list[Any]:
     """MTEB task objects for ``names`` (names or task objects, kept as given), in order.
 
-    Offline tasks read ``data`` (else the data root's ``senteval/``); MTEB's tasks load
-    their data when evaluated. Every unknown name is reported, with close names, before
+    Offline tasks read ``data`` (the STS sets: its SentEval folder, else the data root's ``senteval/``; the labelled
+    tasks: the data root it is or holds, else the configured one); MTEB's tasks load their data when evaluated. Every unknown name is reported, with close names, before
     anything is loaded.
     """
     register()  # idempotent: the offline tasks are in MTEB's registry even with the hook off
     offline = [name for name in names if isinstance(name, str) and name in OFFLINE_TASKS]
     root = offline_data_root(data, offline) if offline else None
+    labelled = labelled_tasks() if data is not None else {}  # given a data root, they read it (not the default)
     resolved: list[Any] = []
     unknown: list[str] = []
     for name in names:
         if not isinstance(name, str):
             resolved.append(name)
-        elif name in OFFLINE_TASKS:
-            from flow_plugin.integrations.mteb.sts_tasks import get_offline_task  # heavy: MTEB
+        elif name in OFFLINE_TASKS or name in labelled:
+            from flow_plugin.integrations.mteb import labelled_tasks as tables, sts_tasks  # heavy: MTEB
 
-            resolved.append(get_offline_task(name, data_dir=root))
+            resolved.append(sts_tasks.get_offline_task(name, data_dir=root) if name in OFFLINE_TASKS
+                            else tables.task_class(name)(data_dir=_labelled_root(data)))
         elif (tasks := _mteb_tasks(name)) is not None:
             resolved.extend(tasks)
         else:

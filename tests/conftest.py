@@ -128,7 +128,7 @@ def tiny_backbone(tmp_path: Path, tiny_bert_dir: Path) -> Iterator[str]:
     default_registry(refresh=True)
     clear_shared_encoders()
     yield "tiny"
-    for name, value in saved.items():  # (`flow-plugin eval --cache-dir` sets FLOW_PLUGIN_CACHE_DIR for its process)
+    for name, value in saved.items():
         if value is None:
             os.environ.pop(name, None)
         else:

@@ -330,6 +330,30 @@ def test_flow_plugin_eval_cli(senteval_dir: Path, minilm_path: Path, tmp_path: P
                  "--output-folder", str(tmp_path)]) == 2
 
 
+def test_eval_keeps_embeddings_in_its_cache_folder_and_names_no_result_by_it(
+        senteval_dir: Path, minilm_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--cache-dir`` reaches a registry backbone and a base MTEB loads as a loader argument, which MTEB would
+    make an experiment of its own: no result is filed by where its embeddings were kept."""
+    import shutil
+
+    from flow_plugin.cli.main import main
+
+    monkeypatch.delenv("FLOW_PLUGIN_CACHE_DIR", raising=False)
+    folder, cache, output = tmp_path / "my-model", tmp_path / "cache", tmp_path / "out"
+    shutil.copytree(minilm_path, folder)
+    models = ["flow_plugin/minilm-l6-sn", f"flow_plugin/{folder}-sn"]
+    code = main(["eval", *[part for model in models for part in ("-m", model)], "--data", str(senteval_dir),
+                 "-t", "SentEvalSTS13", "--output-folder", str(output), "--cache-dir", str(cache)])
+    assert code == 0 and "FLOW_PLUGIN_CACHE_DIR" not in os.environ
+    for model in models:
+        path = result_file(output, model, "SentEvalSTS13")
+        meta = json.loads((path.parent / "model_meta.json").read_text())
+        assert "cache" not in str(path.relative_to(output)) and "cache_dir" not in meta["experiment_kwargs"]
+        assert "cache_dir" not in (meta.get("loader_kwargs") or {})
+    assert list(cache.glob("*/shard-*.npz"))  # the backbone's sentences
+    assert list(cache.glob("*/*/shard-*.npz"))  # the folder's, per task, subset and side
+
+
 def test_transform_output_matches_library_path(sts13_six_variants, senteval_dir: Path) -> None:
     """The MTEB wrapper is a thin layer: its embeddings equal backbone -> fitted calibrator."""
     models, _ = sts13_six_variants

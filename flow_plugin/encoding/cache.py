@@ -308,7 +308,8 @@ class EmbeddingCache:
                 logger.warning("embedding cache file %s ignored (%s) and cannot be removed (%s); it will be "
                                "recomputed", shard, problem, error)
             else:
-                logger.warning("embedding cache file %s ignored and removed (%s); it will be recomputed", shard, problem)
+                logger.warning("embedding cache file %s ignored and removed (%s); it will be recomputed", shard,
+                               problem)
 
     def _read_shard(self, shard: Path, context: dict[str, Any], rows: _Rows) -> str | None:
         """Merge one shard into ``rows``; return why it was rejected, or ``None``."""

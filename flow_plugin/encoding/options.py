@@ -47,6 +47,9 @@ BF16_MIN_SPEEDUP = 1.2
 DEFAULT_BATCH_SIZE = 64
 #: Environment variable that turns the on-disk embedding cache on for every shared encoder.
 CACHE_DIR_ENV = "FLOW_PLUGIN_CACHE_DIR"
+#: The options that change no embedding (where embeddings are kept, whether progress shows): given to a model's
+#: loader, they name no result (a calibrated model leaves them out of the experiment MTEB files results under).
+UNNAMED_OPTIONS: tuple[str, ...] = ("cache_dir", "show_progress_bar")
 #: The folder under a run's output where a bench, a study or a sweep keeps its embeddings unless told otherwise.
 CACHE_SUBFOLDER = "embedding-cache"
 

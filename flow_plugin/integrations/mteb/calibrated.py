@@ -34,6 +34,7 @@ from flow_plugin.calibration import make_calibrator
 from flow_plugin.catalog.registry import spell_model
 from flow_plugin.catalog.task_type_effects import caution
 from flow_plugin.data.fit_corpus import FitSettings
+from flow_plugin.encoding.options import UNNAMED_OPTIONS
 from flow_plugin.errors import InputError, InputTypeError
 from flow_plugin.results.fits import write_task_fits
 from flow_plugin.integrations.mteb.compat import live_task
@@ -105,9 +106,11 @@ class CalibratedModel(AbsEncoder):
     @mteb_model_meta.setter
     def mteb_model_meta(self, meta: ModelMeta) -> None:
         settled = getattr(self.base, "settled_kwargs", None)
-        if callable(settled) and settled():
-            meta = meta.model_copy(update={"experiment_kwargs": {**dict(meta.experiment_kwargs or {}), **settled()}})
-        self._meta = meta
+        named = {key: value for key, value in {**dict(meta.experiment_kwargs or {}),
+                                               **(settled() if callable(settled) else {})}.items()
+                 if key not in UNNAMED_OPTIONS}  # a cache folder given to MTEB's loader names no result
+        loader = {key: value for key, value in dict(meta.loader_kwargs or {}).items() if key not in UNNAMED_OPTIONS}
+        self._meta = meta.model_copy(update={"experiment_kwargs": named or None, "loader_kwargs": loader})
 
     @property
     def name(self) -> str:

@@ -9,8 +9,7 @@ cache, then writes the fit and run records beside every result computed now.
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import mteb
 from flow_plugin._machine import StageTimes, describe_machine
 from flow_plugin.catalog.registry import MODEL_PREFIX
 from flow_plugin.encoding.cpu_kernels import precision_of
-from flow_plugin.encoding.options import CACHE_DIR_ENV, EncoderOptions
+from flow_plugin.encoding.options import EncoderOptions
 from flow_plugin.errors import DatasetUnavailableError
 from flow_plugin.evaluation.blas_threads import evaluator_threads
 from flow_plugin.integrations.mteb.base_encoders import loaded_base
@@ -30,29 +29,6 @@ from flow_plugin.integrations.mteb.compat import (HUB_DATA_ERRORS, evaluator_is_
 from flow_plugin.results import ResultStore
 from flow_plugin.results.files import EVALUATOR_SEEDS_FOLDER
 from flow_plugin.results.fits import write_task_fits
-
-
-@contextlib.contextmanager
-def _loader_cache_dir(cache_dir: str | os.PathLike[str] | None) -> Iterator[None]:
-    """``cache_dir`` for the model MTEB's loader builds, for the duration of the load.
-
-    Every keyword of ``mteb.get_model`` becomes an experiment parameter and names a result
-    folder of its own; where embeddings are kept changes no number, so it reaches the loader as
-    ``$FLOW_PLUGIN_CACHE_DIR`` (read by :func:`flow_plugin.encoding.cache.shared_encoder` when the
-    model builds its encoder), set here and restored: the one place flow-plugin writes it.
-    """
-    if cache_dir is None:
-        yield
-        return
-    saved = os.environ.get(CACHE_DIR_ENV)
-    os.environ[CACHE_DIR_ENV] = str(cache_dir)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(CACHE_DIR_ENV, None)
-        else:
-            os.environ[CACHE_DIR_ENV] = saved
 
 
 @dataclass
@@ -88,8 +64,9 @@ def load_model(model_name: str, options: EncoderOptions, loader_kwargs: dict[str
     if not model_name.startswith(MODEL_PREFIX):
         return CalibratedModel(loaded_base(mteb.get_model(model_name, device=options.device), options.cache_dir),
                                "raw")
-    with _loader_cache_dir(options.cache_dir):
-        return mteb.get_model(model_name, device=options.device, **loader_kwargs)
+    # the cache folder names no result: CalibratedModel leaves it out of the experiment MTEB files results under
+    cache = {} if options.cache_dir is None else {"cache_dir": str(options.cache_dir)}
+    return mteb.get_model(model_name, device=options.device, **loader_kwargs, **cache)
 
 
 def evaluate_with_seeds(model_name: str, model: Any, tasks: Sequence[Any], output: Path, overwrite: bool,

@@ -219,3 +219,16 @@ def test_a_call_is_served_only_to_the_same_call_and_a_shard_only_to_its_context(
     with caplog.at_level(logging.WARNING, logger="flow_plugin.encoding.cache"):
         assert EmbeddingCache({"model": "m"}, tmp_path, owner="m").get_call("call-1", 2, other) is None
     assert "another key" in caplog.text and not shard.exists()
+
+
+def test_folders_of_a_layout_no_longer_read_are_pointed_out_once(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from flow_plugin.encoding.cache import EmbeddingCache
+
+    (tmp_path / "calls-0123abcd").mkdir()  # whole calls of a model MTEB loads, as an earlier version kept them
+    (tmp_path / "calls-0123abcd" / "key.json").write_text("{}")
+    with caplog.at_level(logging.WARNING, logger="flow_plugin.encoding.cache"):
+        for _ in range(2):  # two caches on the folder, one process: one warning
+            EmbeddingCache({"model": "m"}, tmp_path, owner="m").embed(["a"], _rows_of)
+    assert caplog.text.count("does not read") == 1 and "calls-0123abcd" in caplog.text
+    assert "delete them" in caplog.text and (tmp_path / "calls-0123abcd").is_dir()  # pointed out, not removed

@@ -290,6 +290,8 @@ class EmbeddingCache:
         atomic_write_bytes(folder / f"shard-{uuid.uuid4().hex}.npz", buffer.getvalue())
 
     def _load(self, context: dict[str, Any], rows: _Rows) -> None:
+        if self.cache_dir is not None:
+            _point_out_unread(self.cache_dir)
         folder = self._context_folder(context) or self.folder
         if folder is None or not folder.is_dir():
             return
@@ -331,6 +333,26 @@ class EmbeddingCache:
         self._width = embeddings.shape[1]
         rows.add([digest.tobytes() for digest in hashes], embeddings, header.get("call"))
         return None
+
+
+#: the cache folders whose unread folders this process has pointed out
+_POINTED_OUT: set[Path] = set()
+
+
+def _point_out_unread(cache_dir: Path) -> None:
+    """Once per process and cache folder: a warning naming its ``calls-*`` folders (whole calls of a model MTEB
+    loads, in a layout this version does not read), which only take space."""
+    if cache_dir in _POINTED_OUT:
+        return
+    _POINTED_OUT.add(cache_dir)
+    try:
+        unread = sorted(path.name for path in cache_dir.glob("calls-*") if path.is_dir())
+    except OSError:
+        return
+    if unread:
+        logger.warning("embedding cache folder %s holds %d folder(s) in a layout this flow-plugin does not read (%s): "
+                       "their calls are computed again and kept in the current layout; delete them to free their "
+                       "space", cache_dir, len(unread), ", ".join(unread[:3]) + (", ..." if len(unread) > 3 else ""))
 
 
 class CachedEncoder:

@@ -194,14 +194,14 @@ class EmbeddingCache:
             if block is None or rows.blocks[block].shape[0] != n_rows:
                 return None
             self.n_served += n_rows
-            return rows.blocks[block]
+            return rows.blocks[block].copy()  # the caller may change what it is given; the cache stays as kept
 
     def put_call(self, call: str, texts: Sequence[str], embeddings: np.ndarray,
                  context: Mapping[str, Any] | None = None) -> None:
-        """Keep the rows a model returned for one call (``texts``: the call's texts, in order)."""
+        """Keep a copy of the rows a model returned for one call (``texts``: the call's texts, in order)."""
         with self._lock:
             rows = self._rows(context)
-            self._keep(rows, context, [self._digest(text) for text in texts], embeddings, call)
+            self._keep(rows, context, [self._digest(text) for text in texts], np.array(embeddings), call)
             self.n_computed += len(texts)
 
     # ------------------------------------------------------------------ memory

@@ -231,9 +231,10 @@ class EmbeddingCache:
             self._load(wanted, rows)
         return rows
 
-    def _context_folder(self, context: Mapping[str, Any]) -> Path | None:
+    def _context_folder(self, context: Mapping[str, Any] | None) -> Path | None:
+        """Where the shards of ``context`` are: the key's folder, or a folder of its own in it for a context."""
         folder = self.folder
-        return None if folder is None or not context else folder / key_digest(context)
+        return folder / key_digest(context) if folder is not None and context else folder
 
     def _keep(self, rows: _Rows, context: Mapping[str, Any] | None, digests: list[bytes], embeddings: np.ndarray,
               call: str | None) -> None:
@@ -248,7 +249,7 @@ class EmbeddingCache:
                              "nothing invalid is cached")
         self._width = embeddings.shape[1]
         rows.add(digests, embeddings, call)
-        folder = self._context_folder(context or {}) or self.folder
+        folder = self._context_folder(context)
         if folder is None or not self._writable:
             return
         header = {"format": CACHE_FORMAT, "version": CACHE_VERSION, "key": self.key, "count": len(digests),
@@ -292,7 +293,7 @@ class EmbeddingCache:
     def _load(self, context: dict[str, Any], rows: _Rows) -> None:
         if self.cache_dir is not None:
             _point_out_unread(self.cache_dir)
-        folder = self._context_folder(context) or self.folder
+        folder = self._context_folder(context)
         if folder is None or not folder.is_dir():
             return
         try:

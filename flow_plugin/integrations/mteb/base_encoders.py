@@ -65,7 +65,7 @@ class CachedBase(BaseEncoder):
         self.base, self.model = base, getattr(base, "model", None)  # model: the torch module, where it has one
         self.mteb_model_meta = base.mteb_model_meta
         self.cache = EmbeddingCache(model_key(base) if cache_dir is not None else {}, cache_dir,
-                                    owner=_name(base), memory_tasks=MEMORY_TASKS)
+                                    owner=base_name(base), memory_tasks=MEMORY_TASKS)
 
     def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
                **kwargs: Any) -> Any:
@@ -190,12 +190,13 @@ def base_output(output: Any, n_inputs: int, base: Any, task: str | None) -> np.n
 
 
 def _refuse(base: Any, task: str | None, n_inputs: int, what: str) -> np.ndarray:
-    raise EncoderOutputError(f"the base model {_name(base)} returned {what} for {n_inputs} input text(s) of task "
+    raise EncoderOutputError(f"the base model {base_name(base)} returned {what} for {n_inputs} input text(s) of task "
                              f"{task or 'unknown'}: its encode() must return one row of finite numbers per "
                              "input; check the model (its weights, precision, or a wrapper's encode)")
 
 
-def _name(base: Any) -> str:
+def base_name(base: Any) -> str:
+    """A base's name: its ``ModelMeta``'s, else its class's."""
     return getattr(getattr(base, "mteb_model_meta", None), "name", None) or type(base).__name__
 
 
@@ -241,5 +242,5 @@ def first_split(task_metadata: Any) -> str:
     return str(splits[0])
 
 
-__all__ = ["MEMORY_TASKS", "BaseEncoder", "CachedBase", "as_base_encoder", "base_output", "count_inputs",
+__all__ = ["MEMORY_TASKS", "BaseEncoder", "CachedBase", "as_base_encoder", "base_name", "base_output", "count_inputs",
            "first_split", "has_more_than_text", "loaded_base", "model_key", "texts_of"]

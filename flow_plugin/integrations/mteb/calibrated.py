@@ -38,7 +38,7 @@ from flow_plugin.encoding.options import UNNAMED_OPTIONS
 from flow_plugin.errors import InputError, InputTypeError
 from flow_plugin.results.fits import write_task_fits
 from flow_plugin.integrations.mteb.compat import live_task
-from flow_plugin.integrations.mteb.base_encoders import base_output, count_inputs, texts_of
+from flow_plugin.integrations.mteb.base_encoders import base_name, base_output, count_inputs, texts_of
 from flow_plugin.integrations.mteb.fits import TaskFits
 from flow_plugin.integrations.mteb.meta import calibrated_meta
 
@@ -115,8 +115,7 @@ class CalibratedModel(AbsEncoder):
     @property
     def name(self) -> str:
         """The model's spelling (``flow_plugin/<base>-<calibrator>``; raw: the base's own name)."""
-        base = getattr(getattr(self.base, "mteb_model_meta", None), "name", None) or type(self.base).__name__
-        return spell_model(base, self.calibrator)
+        return spell_model(base_name(self.base), self.calibrator)
 
     @property
     def is_raw(self) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 from mteb.abstasks.task_metadata import TaskMetadata
 
 from flow_plugin.data.tasks import OFFLINE_TASKS_BY_SENTEVAL_NAME
-from flow_plugin.integrations.mteb.base_encoders import as_base_encoder
+from flow_plugin.integrations.mteb.base_encoders import as_base_encoder, base_name
 from flow_plugin.integrations.mteb.base_models import load_base
 
 
@@ -49,8 +49,7 @@ class BaseModelEncoder:
 
     def __init__(self, base: Any, batch_size: int | None = None) -> None:
         self.base, self.batch_size = as_base_encoder(base), batch_size
-        meta = getattr(base, "mteb_model_meta", None)
-        self.name = getattr(meta, "name", None) or type(base).__name__
+        self.name = base_name(base)
         self.task: str | None = None
 
     @classmethod

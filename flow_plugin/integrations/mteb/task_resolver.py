@@ -123,8 +123,8 @@ def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = No
     """MTEB task objects for ``names`` (names or task objects, kept as given), in order.
 
     Offline tasks read ``data`` (the STS sets: its SentEval folder, else the data root's ``senteval/``; the labelled
-    tasks: the data root it is or holds, else the configured one); MTEB's tasks load their data when evaluated. Every unknown name is reported, with close names, before
-    anything is loaded.
+    tasks: the data root it is or holds, else the configured one); MTEB's tasks load their data when evaluated.
+    Every unknown name is reported, with close names, before anything is loaded.
     """
     register()  # idempotent: the offline tasks are in MTEB's registry even with the hook off
     offline = [name for name in names if isinstance(name, str) and name in OFFLINE_TASKS]

@@ -51,12 +51,15 @@ def test_a_part_that_is_not_one_is_refused() -> None:
 
 
 def test_a_commands_data_folder_reaches_the_labelled_tasks(subset_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``flow-plugin eval --data DIR -t FlowPluginTRECClassification`` reads DIR, given as the data root or as its
-    SentEval folder (before, the labelled tasks came from MTEB's registry and read the configured root only)."""
+    """``flow-plugin eval --data DIR -t FlowPluginTRECClassification`` reads DIR, given as the data root, its
+    SentEval folder or that folder's downstream/ (the forms the STS sets accept), and a root without SentEval's
+    sets as it is."""
     from flow_plugin.integrations.mteb.task_resolver import resolve_tasks
 
     monkeypatch.delenv(DATA_ENV, raising=False)
-    for given in (subset_root, subset_root / "senteval"):
+    for given in (subset_root, subset_root / "senteval", subset_root / "senteval" / "downstream"):
         (task,) = resolve_tasks(["FlowPluginTRECClassification"], data=given)
         assert task.data_dir == subset_root
         task.check_files()
+    (task,) = resolve_tasks(["FlowPluginBanking77Retrieval"], data=subset_root / "mteb")
+    assert task.data_dir == subset_root / "mteb"  # not a SentEval form: read as given

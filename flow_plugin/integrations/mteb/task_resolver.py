@@ -113,10 +113,16 @@ def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str
 
 
 def _labelled_root(data: str | os.PathLike[str]) -> Path:
-    """The data root the labelled tasks read, from ``--data``: the folder itself, or the parent of the SentEval
-    folder (containing downstream/) when that is what was given."""
+    """The data root the labelled tasks read, from ``--data``: the parent of the SentEval folder when ``data`` is
+    one of the forms :func:`~flow_plugin.data.senteval.resolve_senteval_root` accepts (the data root, the SentEval
+    folder, its ``downstream/``), else the folder itself (a root without SentEval's sets)."""
+    from flow_plugin.data.senteval import resolve_senteval_root  # numpy: not with the CLI
+
     folder = Path(data).expanduser()
-    return folder.parent if (folder / "downstream").is_dir() else folder
+    try:
+        return resolve_senteval_root(folder).parent
+    except DataFolderError:
+        return folder
 
 
 def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = None) -> list[Any]:

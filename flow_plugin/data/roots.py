@@ -3,7 +3,8 @@
 The data root holds ``senteval/`` (SentEval's ``downstream/``: the STS sets and the classification files),
 ``glue/`` (GLUE QNLI) and ``mteb/`` (the Banking77 files): the layout of the shared data folder.
 ``$FLOW_PLUGIN_SHARED_DATA`` names it; a command's ``--data`` or a task's ``data_dir`` wins over it. Every reader
-takes its part of it through :func:`data_part`.
+takes its part of it through :func:`data_part`; :func:`resolve_senteval_root` finds the SentEval folder in any of
+the forms a user may name it by.
 
 ``FLOW_PLUGIN_SENTEVAL_DATA`` and ``FLOW_PLUGIN_GLUE_DATA`` (one part each) are still read when
 ``FLOW_PLUGIN_SHARED_DATA`` is unset, with a warning that names the variable to set instead.
@@ -25,6 +26,8 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+
+from flow_plugin.errors import DataFolderError, InputTypeError
 
 #: the environment variable that names the data root
 DATA_ENV = "FLOW_PLUGIN_SHARED_DATA"
@@ -87,4 +90,31 @@ def _older_variable(part: str) -> Path | None:
     return Path(value).expanduser()
 
 
-__all__ = ["DATA_ENV", "PARTS", "data_part", "data_root"]
+def resolve_senteval_root(path: str | os.PathLike[str]) -> Path:
+    """Return the SentEval data folder, i.e. the folder that contains ``downstream/``.
+
+    ``path`` may be that folder (SentEval's ``task_path``, e.g. ``shared/data/senteval``), the
+    ``downstream`` folder itself, or the data root holding ``senteval/`` (:mod:`flow_plugin.data.roots`).
+    Anything else raises :class:`DataFolderError`.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputTypeError(f"SentEval root must be a path, got {type(path).__name__}")
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise DataFolderError(f"SentEval data folder {root} does not exist")
+    if not root.is_dir():
+        raise DataFolderError(f"SentEval data folder {root} is not a folder")
+    if (root / "downstream").is_dir():
+        return root
+    if root.name == "downstream" and ((root / "STS").is_dir() or (root / "SICK").is_dir()):
+        return root.parent
+    if (root / "senteval" / "downstream").is_dir():  # the data root (flow_plugin.data.roots)
+        return root / "senteval"
+    raise DataFolderError(
+        f"{root} is not a SentEval data folder: expected a folder containing downstream/ "
+        f"(SentEval's task_path, e.g. .../senteval) or the downstream/ folder itself "
+        f"(containing STS/ or SICK/), or the data folder holding senteval/"
+    )
+
+
+__all__ = ["DATA_ENV", "PARTS", "data_part", "data_root", "resolve_senteval_root"]

@@ -37,6 +37,7 @@ from typing import Union
 import numpy as np
 
 from flow_plugin._io import read_text_lines
+from flow_plugin.data.roots import resolve_senteval_root
 from flow_plugin.data.tasks import SENTEVAL_STS_TASKS, SENTEVAL_TASKS
 from flow_plugin.errors import DataFolderError, InputError, InputTypeError
 
@@ -230,33 +231,6 @@ def canonical_task(task: str) -> str:
 def available_splits(task: str) -> tuple[str, ...]:
     """Splits that exist for ``task``: ``("test",)`` for STS12-16, train/dev/test otherwise."""
     return _SPLITS[canonical_task(task)]
-
-
-def resolve_senteval_root(path: PathLike) -> Path:
-    """Return the SentEval data folder, i.e. the folder that contains ``downstream/``.
-
-    ``path`` may be that folder (SentEval's ``task_path``, e.g. ``shared/data/senteval``), the
-    ``downstream`` folder itself, or the data root holding ``senteval/`` (:mod:`flow_plugin.data.roots`).
-    Anything else raises :class:`DataFolderError`.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        raise InputTypeError(f"SentEval root must be a path, got {type(path).__name__}")
-    root = Path(path).expanduser()
-    if not root.exists():
-        raise DataFolderError(f"SentEval data folder {root} does not exist")
-    if not root.is_dir():
-        raise DataFolderError(f"SentEval data folder {root} is not a folder")
-    if (root / "downstream").is_dir():
-        return root
-    if root.name == "downstream" and ((root / "STS").is_dir() or (root / "SICK").is_dir()):
-        return root.parent
-    if (root / "senteval" / "downstream").is_dir():  # the data root (flow_plugin.data.roots)
-        return root / "senteval"
-    raise DataFolderError(
-        f"{root} is not a SentEval data folder: expected a folder containing downstream/ "
-        f"(SentEval's task_path, e.g. .../senteval) or the downstream/ folder itself "
-        f"(containing STS/ or SICK/), or the data folder holding senteval/"
-    )
 
 
 def _read_lines(path: Path) -> list[str]:

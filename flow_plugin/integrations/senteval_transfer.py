@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin._machine import cuda_available
+from flow_plugin.data.roots import resolve_senteval_root
 from flow_plugin.errors import InputError, MissingExtraError
 from flow_plugin.evaluation.blas_threads import evaluator_threads
 
@@ -133,8 +134,6 @@ def evaluate_transfer(adapter: Any, task_path: str | os.PathLike[str], tasks: Se
     """SentEval's results (task -> its dict: ``acc``, ``devacc``, ``ndev``, ``ntest``; MRPC's ``f1``) for one
     adapter; ``on_task(task, result, seconds)`` is called after each task. SentEval's scikit-learn fits run on
     the BLAS threads :func:`flow_plugin.evaluation.blas_threads.blas_threads` measures as the faster."""
-    from flow_plugin.data.senteval import resolve_senteval_root  # numpy: not to parse
-
     unknown = [task for task in tasks if task not in TRANSFER_TASKS]
     if unknown:
         raise InputError(f"unknown SentEval transfer task(s) {', '.join(unknown)}; choose from {', '.join(TRANSFER_TASKS)}")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flow_plugin.catalog.labelled_tasks import labelled_tasks, unknown_task_hint
-from flow_plugin.data.roots import DATA_ENV, data_part
+from flow_plugin.data.roots import DATA_ENV, data_part, resolve_senteval_root
 from flow_plugin.data.tasks import OFFLINE_TASKS
 from flow_plugin.errors import DataFolderError, RegistryError
 from flow_plugin.integrations.mteb.hook import register
@@ -101,8 +101,6 @@ def _mteb_tasks(name: str) -> list[Any] | None:
 def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str]) -> Path:
     """The SentEval folder the offline tasks ``offline`` read: ``data``, else
     the data root's ``senteval/`` (``$FLOW_PLUGIN_SHARED_DATA``); an error naming the tasks when neither is given."""
-    from flow_plugin.data.senteval import resolve_senteval_root  # numpy: not with the CLI
-
     folder = data if data is not None else data_part("senteval", beside_checkout=False)
     if folder is None:
         raise DataFolderError(
@@ -114,10 +112,8 @@ def offline_data_root(data: str | os.PathLike[str] | None, offline: Sequence[str
 
 def _labelled_root(data: str | os.PathLike[str]) -> Path:
     """The data root the labelled tasks read, from ``--data``: the parent of the SentEval folder when ``data`` is
-    one of the forms :func:`~flow_plugin.data.senteval.resolve_senteval_root` accepts (the data root, the SentEval
+    one of the forms :func:`~flow_plugin.data.roots.resolve_senteval_root` accepts (the data root, the SentEval
     folder, its ``downstream/``), else the folder itself (a root without SentEval's sets)."""
-    from flow_plugin.data.senteval import resolve_senteval_root  # numpy: not with the CLI
-
     folder = Path(data).expanduser()
     try:
         return resolve_senteval_root(folder).parent

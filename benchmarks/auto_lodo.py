@@ -31,6 +31,7 @@ seeds); a type's mean over its tasks takes the tasks' intervals as independent n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from flow_plugin.calibration.auto import (CANDIDATES, DEFAULT_THRESHOLD, FAMILIES, FITTED_FAMILIES, RULES, STEP_DOWN,
                                           Rule)
+from flow_plugin.calibration.signals import Signals
 
 #: the weights a loss may count with against a gain of the same size; the fit chooses one (:func:`choose_loss_weight`)
 LOSS_WEIGHTS = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
@@ -50,6 +52,10 @@ KEPT_GAIN = 0.5
 #: the thresholds and floors the fit tries: a coarse grid (a finer one splits a backbone's own tasks by noise)
 THRESHOLDS = (*(round(0.05 * step, 2) for step in range(1, 13)), 1.01)
 FLOORS = (0.0, 0.6, 0.7, 0.8, 0.9)
+#: the guards the fit may choose from (:func:`choose_guard`): none, or a signal auto measures at fit time and the side
+#: of its range on an entry's tasks that a task may not pass
+GUARDS: tuple[tuple[str, str] | None, ...] = (None, *((field.name, side) for field in dataclasses.fields(Signals)
+                                                      for side in ("high", "low")))
 
 
 @dataclass(frozen=True)
@@ -120,8 +126,44 @@ def fit_rule(cells: list[Cell], loss_weight: float, keep: float | None = None) -
     tied = [t for t in THRESHOLDS if scored[t, floor] == (best_key, choices)]
     low, high = threshold_gap(cells, tied)
     if keep is not None and low < keep <= high:
-        return Rule(keep, floor, choices)
-    return Rule(round((low + high) / 2, 3) if high > low else high, floor, choices)
+        return Rule(keep, floor, choices, guard=None, support={})
+    return Rule(round((low + high) / 2, 3) if high > low else high, floor, choices, guard=None, support={})
+
+
+def guarded(rule: Rule, cells: list[Cell], guard: tuple[str, str] | None) -> Rule:
+    """``rule`` (fitted on ``cells``) with ``guard``: the guard signal's range over the cells of each fitted family
+    and regime, where the entry was learned."""
+    if guard is None:
+        return dataclasses.replace(rule, guard=None, support={})
+    support = {}
+    for family in FITTED_FAMILIES:
+        ranges = []
+        for regime in (0, 1):
+            values = [cell.signals[guard[0]] for cell in cells if cell.family == family
+                      and int(cell.signals["anisotropy"] >= rule.threshold) == regime]
+            ranges.append((min(values), max(values)) if values else None)
+        support[family] = tuple(ranges)
+    return dataclasses.replace(rule, guard=guard, support=support)
+
+
+def choose_guard(cells: list[Cell]) -> tuple[tuple[str, str] | None, dict[tuple[str, str] | None, tuple[int, int]]]:
+    """The guard of :data:`GUARDS` whose rules, fitted without one dataset of ``cells`` at a time (each with its own
+    loss weight), meet the targets on the most left-out tasks (ties: fewer significantly below raw, then no guard,
+    then the list's order); and each guard's (meeting, significantly below) counts."""
+    folds = leave_one_dataset_out(cells)
+    judged = {}
+    for guard in GUARDS:
+        scored = [_rescored(item, cells, guard) for item in folds]
+        judged[guard] = (sum(not item.misses() for item in scored), sum(item.delta[2] < 0 for item in scored))
+    best = max(GUARDS, key=lambda guard: (judged[guard][0], -judged[guard][1], guard is None, -GUARDS.index(guard)))
+    return best, judged
+
+
+def _rescored(item: LeftOut, cells: list[Cell], guard: tuple[str, str] | None) -> LeftOut:
+    """``item``'s fold rule with ``guard`` (its range from the fold's training cells), applied to its cell again."""
+    training = [cell for cell in cells if cell.dataset != item.cell.dataset]
+    rule = guarded(item.rule, training, guard)
+    return LeftOut(item.cell, rule, chosen(item.cell, rule), item.loss_weight)
 
 
 def weigh_losses(cells: list[Cell]) -> dict[float, tuple[int, int]]:
@@ -224,14 +266,18 @@ class LeftOut:
         return problems
 
 
-def leave_one_dataset_out(cells: list[Cell], loss_weight: float | None = None) -> list[LeftOut]:
+def leave_one_dataset_out(cells: list[Cell], loss_weight: float | None = None,
+                          with_guard: bool = False) -> list[LeftOut]:
     """Each cell scored by the rule fitted without its dataset; ``loss_weight`` fixes the loss weight of every fold
-    (default: each fold chooses its own, :func:`choose_loss_weight`, without the left-out dataset)."""
+    (default: each fold chooses its own, :func:`choose_loss_weight`, without the left-out dataset); ``with_guard``:
+    each fold also chooses its guard (:func:`choose_guard`) without it (else the rules are unguarded)."""
     scored = []
     for dataset in sorted({cell.dataset for cell in cells}):
         training = [cell for cell in cells if cell.dataset != dataset]
         weight = choose_loss_weight(weigh_losses(training)) if loss_weight is None else loss_weight
         rule = fit_rule(training, weight)
+        if with_guard:
+            rule = guarded(rule, training, choose_guard(training)[0])
         scored += [LeftOut(cell, rule, chosen(cell, rule), weight) for cell in cells if cell.dataset == dataset]
     return scored
 
@@ -244,17 +290,12 @@ def _mean_interval(values: list[tuple[float, float, float]]) -> tuple[float, flo
 
 
 def report(cells: list[Cell], scored: list[LeftOut], final: Rule, judged: dict[float, tuple[int, int]],
-           weight: float) -> str:
+           weight: float, guards: dict[tuple[str, str] | None, tuple[int, int]]) -> str:
     """The validation as Markdown: the rule fitted on every dataset with the loss weight ``weight`` that ``judged``
-    (the table of :func:`weigh_losses`) chose, then the left-out Δ per backbone and type, the cells that miss a
-    target, and the rule each fold chose."""
-    below, above = nearest_anisotropies(cells, final.threshold, final.threshold)
-    lines = ["## The rule fitted on every dataset", "",
-             f"- loss weight: {weight} (a loss counts {weight:g} times a gain of the same size; chosen below)",
-             f"- threshold (anisotropy): {final.threshold} (the measured anisotropies nearest it: {below} below, "
-             f"{above} at or above; any threshold between them makes the same choices)",
-             f"- whitening's split-half stability floor: {final.stability_floor}"]
-    lines += [f"- {family}: isotropic → {pair[0]}, anisotropic → {pair[1]}" for family, pair in final.choices.items()]
+    (the table of :func:`weigh_losses`) chose and the guard ``guards`` (:func:`choose_guard`'s table) chose, then the
+    left-out Δ per backbone and type, the cells that miss a target, where the safeguards changed a choice, and the
+    rule each fold chose."""
+    lines = _rule_lines(cells, final, weight)
     lines += ["", "## The loss weight, chosen by dataset", "",
               "Each weight's rules, fitted without one dataset at a time on every dataset: how many left-out tasks",
               "meet the targets, and how many are significantly below raw. The most meeting wins (ties: fewer",
@@ -262,10 +303,53 @@ def report(cells: list[Cell], scored: list[LeftOut], final: Rule, judged: dict[f
               "without its left-out dataset.", "", "| loss weight | left-out tasks meeting the targets | "
               "significantly below raw |", "|---:|---:|---:|"]
     lines += [f"| {w:g} | {meets} of {len(cells)} | {losses} |" for w, (meets, losses) in judged.items()]
-    lines += ["", "## Left out: auto's Δ against raw per backbone and task type", "",
-              "Each task scored by the rule fitted without its dataset; the mean over the type's tasks, 95% interval.",
-              "", "| Backbone | Task type | tasks | auto (left out) | best fixed candidate per task (mean) |",
-              "|---|---|---:|---:|---:|"]
+    lines += ["", "## The guard, chosen by dataset", "",
+              "Each guard on the rules above (each fitted without one dataset, with its own loss weight), its range",
+              "taken from the fold's own tasks: how many left-out tasks meet the targets, and how many are",
+              "significantly below raw. The most meeting wins (ties: fewer significant losses, then no guard); each",
+              "fold below chose its own guard the same way, without its left-out dataset.", "",
+              "| guard | left-out tasks meeting the targets | significantly below raw |", "|---|---:|---:|"]
+    lines += [f"| {_guard_name(guard)} | {meets} of {len(cells)} | {losses} |"
+              for guard, (meets, losses) in guards.items()]
+    lines += _left_out_lines(scored)
+    lines += _changed_lines(cells, final)
+    lines += ["", "## The rule each fold fitted", "",
+              "| left out | loss weight | threshold | floor | guard | ranking | pairs | labels |",
+              "|---|---:|---:|---:|---|---|---|---|"]
+    for dataset in sorted({item.cell.dataset for item in scored}):
+        item = next(item for item in scored if item.cell.dataset == dataset)
+        table = " | ".join("/".join(item.rule.choices[family]) for family in ("ranking", "pairs", "labels"))
+        lines.append(f"| {dataset} | {item.loss_weight:g} | {item.rule.threshold} | {item.rule.stability_floor} | "
+                     f"{_guard_name(item.rule.guard)} | {table} |")
+    return "\n".join(lines) + "\n"
+
+
+def _guard_name(guard: tuple[str, str] | None) -> str:
+    return "none" if guard is None else f"{guard[0]}, {guard[1]}"
+
+
+def _rule_lines(cells: list[Cell], final: Rule, weight: float) -> list[str]:
+    below, above = nearest_anisotropies(cells, final.threshold, final.threshold)
+    lines = ["## The rule fitted on every dataset", "",
+             f"- loss weight: {weight} (a loss counts {weight:g} times a gain of the same size; chosen below)",
+             f"- threshold (anisotropy): {final.threshold} (the measured anisotropies nearest it: {below} below, "
+             f"{above} at or above; any threshold between them makes the same choices)",
+             f"- whitening's split-half stability floor: {final.stability_floor}",
+             f"- guard: {_guard_name(final.guard)} (chosen below)"]
+    for family, pair in final.choices.items():
+        ranges = final.support.get(family)
+        seen = "" if not ranges or final.guard is None else (
+            f" ({final.guard[0]} on their tasks: " + ", ".join("none" if bounds is None else f"{bounds[0]}-{bounds[1]}"
+                                                              for bounds in ranges) + ")")
+        lines.append(f"- {family}: isotropic → {pair[0]}, anisotropic → {pair[1]}{seen}")
+    return lines
+
+
+def _left_out_lines(scored: list[LeftOut]) -> list[str]:
+    lines = ["", "## Left out: auto's Δ against raw per backbone and task type", "",
+             "Each task scored by the rule fitted without its dataset; the mean over the type's tasks, 95% interval.",
+             "", "| Backbone | Task type | tasks | auto (left out) | best fixed candidate per task (mean) |",
+             "|---|---|---:|---:|---:|"]
     grouped: dict[tuple[str, str], list[LeftOut]] = defaultdict(list)
     for item in scored:
         grouped[(item.cell.backbone, item.cell.task_type)].append(item)
@@ -279,22 +363,28 @@ def report(cells: list[Cell], scored: list[LeftOut], final: Rule, judged: dict[f
     lines += ["", f"## Targets: {len(scored) - len(missed)} of {len(scored)} left-out tasks meet them", ""]
     lines += [f"- {item.cell.backbone}, {item.cell.task} ({item.cell.dataset} left out): auto chose {item.choice}: "
               f"{'; '.join(problems)}" for item, problems in missed]
-    unguarded = Rule(final.threshold, 0.0, final.choices)
-    stepped = [(cell, chosen(cell, unguarded), chosen(cell, final)) for cell in cells
-               if chosen(cell, unguarded) != chosen(cell, final)]
-    lines += ["", f"## Where the safeguard changed the fitted rule's choice: {len(stepped)} of {len(cells)} tasks", ""]
-    lines += [f"- {cell.backbone}, {cell.task}: {before} → {after} (whitening's split-half stability "
-              f"{cell.signals.get('whitening_stability', 1.0):.2f}; Δ {_delta(cell, before):+.2f} → "
-              f"{_delta(cell, after):+.2f})" for cell, before, after in stepped]
-    lines += ["", "## The rule each fold fitted", "",
-              "| left out | loss weight | threshold | floor | ranking | pairs | labels |",
-              "|---|---:|---:|---:|---|---|---|"]
-    for dataset in sorted({item.cell.dataset for item in scored}):
-        item = next(item for item in scored if item.cell.dataset == dataset)
-        table = " | ".join("/".join(item.rule.choices[family]) for family in ("ranking", "pairs", "labels"))
-        lines.append(f"| {dataset} | {item.loss_weight:g} | {item.rule.threshold} | {item.rule.stability_floor} | "
-                     f"{table} |")
-    return "\n".join(lines) + "\n"
+    stepped = [item for item in scored if item.choice != chosen(item.cell, _unguarded(item.rule))]
+    lines += ["", f"## Where the safeguards changed a left-out task's choice: {len(stepped)} of {len(scored)}", ""]
+    lines += [_change_line(item.cell, item.rule) for item in stepped]
+    return lines
+
+
+def _changed_lines(cells: list[Cell], final: Rule) -> list[str]:
+    """The tasks of the boards on which the final rule's safeguards change its table's choice (none, for a guard:
+    its ranges hold every task it was fitted on)."""
+    stepped = [cell for cell in cells if chosen(cell, final) != chosen(cell, _unguarded(final))]
+    lines = ["", f"## Where the safeguards changed the final rule's choice: {len(stepped)} of {len(cells)} tasks", ""]
+    return lines + [_change_line(cell, final) for cell in stepped]
+
+
+def _unguarded(rule: Rule) -> Rule:
+    return dataclasses.replace(rule, stability_floor=0.0, guard=None, support={})
+
+
+def _change_line(cell: Cell, rule: Rule) -> str:
+    before, (after, why) = chosen(cell, _unguarded(rule)), rule.decide(cell.family, cell.signals)
+    return (f"- {cell.backbone}, {cell.task}: {before} → {after} ({why}; Δ {_delta(cell, before):+.2f} → "
+            f"{_delta(cell, after):+.2f})")
 
 
 def measure_signals(backbone: str, data: str, cache_dir: str | None) -> dict[str, dict[str, float]]:
@@ -341,8 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     cells = read_cells(args.boards, json.loads(args.signals.read_text(encoding="utf-8")))
     judged = weigh_losses(cells)
     weight = choose_loss_weight(judged)
-    final = fit_rule(cells, weight, keep=DEFAULT_THRESHOLD)
-    text = report(cells, leave_one_dataset_out(cells), final, judged, weight)
+    guard, guards = choose_guard(cells)
+    final = guarded(fit_rule(cells, weight, keep=DEFAULT_THRESHOLD), cells, guard)
+    text = report(cells, leave_one_dataset_out(cells, with_guard=True), final, judged, weight, guards)
     print(text)
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.auto_lodo import choose_loss_weight, chosen, fit_rule, read_cells, weigh_losses
+from benchmarks.auto_lodo import (choose_guard, choose_loss_weight, chosen, fit_rule, guarded, read_cells,
+                                  weigh_losses)
 from flow_plugin.calibration import make_calibrator
-from flow_plugin.calibration.auto import (DEFAULT_STABILITY_FLOOR, DEFAULT_THRESHOLD, FAMILIES, RULES, AutoCalibrator,
-                                          anisotropy)
+from flow_plugin.calibration.auto import (DEFAULT_STABILITY_FLOOR, DEFAULT_THRESHOLD, FAMILIES, GUARD, RULES, SUPPORT,
+                                          AutoCalibrator, Rule, anisotropy)
 from flow_plugin.errors import InputError
 
 
@@ -34,7 +35,7 @@ def test_anisotropy_is_the_mean_cosine_between_two_rows() -> None:
 @pytest.mark.parametrize("offset", [0.0, 6.0])
 def test_the_choice_follows_the_family_and_the_anisotropy(task_type: str | None, offset: float) -> None:
     X = cone(offset=offset)
-    auto = AutoCalibrator(task_type=task_type, stability_floor=0.0).fit(X)  # the table alone (no safeguard)
+    auto = AutoCalibrator(task_type=task_type, stability_floor=0.0, guard=False).fit(X)  # the table alone
     family = FAMILIES.get(task_type or "", "pairs")
     assert (auto.family_, auto.choice_) == (family, RULES[family][int(offset > 0)])
     chosen = make_calibrator(auto.choice_).fit(X)
@@ -48,6 +49,8 @@ def test_a_bad_threshold_or_task_type_is_one_line() -> None:
         AutoCalibrator(threshold=2).fit(cone())
     with pytest.raises(InputError, match="task_type must be an MTEB task type name or None, got 3"):
         AutoCalibrator(task_type=3).fit(cone())  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="guard must be True or False, got 'yes'"):
+        AutoCalibrator(guard="yes").fit(cone())  # type: ignore[arg-type]
 
 
 def test_auto_saves_and_loads_its_choice(tmp_path: Path) -> None:
@@ -101,12 +104,34 @@ def test_whitenings_split_half_stability_grows_with_the_sentences_per_direction(
 
 
 def test_the_safeguard_steps_a_whitening_like_choice_down_and_says_why() -> None:
-    from flow_plugin.calibration.auto import Rule
-
     rule = Rule(threshold=0.3, stability_floor=0.8, choices={"ranking": ("whiten", "whiten")})
     assert rule.decide("ranking", {"anisotropy": 0.5, "whitening_stability": 0.9})[0] == "whiten"
     choice, why = rule.decide("ranking", {"anisotropy": 0.5, "whitening_stability": 0.5})
     assert choice == "remove-mean-dir" and "split-half stability 0.50 < 0.8" in why
+
+
+def test_the_guard_steps_down_where_the_text_lies_past_the_entrys_tasks() -> None:
+    """A whitening-like entry applies within the range its guard signal spanned on the tasks it was fitted on; past
+    that side of it, auto steps down and says why; a gentle entry, or one without a range (sts), is kept."""
+    rule = Rule(threshold=0.3, choices={"ranking": ("sn", "whiten"), "sts": ("raw", "whiten")},
+                guard=("whitening_change", "high"), support={"ranking": (None, (0.3, 0.45))})
+    inside, past = {"anisotropy": 0.5, "whitening_change": 0.45}, {"anisotropy": 0.5, "whitening_change": 0.49}
+    assert rule.decide("ranking", inside)[0] == "whiten"
+    choice, why = rule.decide("ranking", past)
+    assert choice == "remove-mean-dir" and "whitening_change 0.490 above 0.45" in why and why.count("above") == 1
+    assert rule.decide("ranking", {**past, "anisotropy": 0.1})[0] == "sn"  # the isotropic entry: no range, gentle
+    assert rule.decide("sts", past)[0] == "whiten"
+    low = Rule(threshold=0.3, choices=rule.choices, guard=("whitening_change", "low"), support=rule.support)
+    assert low.decide("ranking", past)[0] == "whiten" and low.decide("ranking", {**past, "whitening_change": 0.2})[0] \
+        == "remove-mean-dir"
+
+
+def test_auto_records_where_its_guard_stepped_down_and_can_be_told_not_to() -> None:
+    X = cone()  # a synthetic cone: its whitening keeps more of the raw neighbourhoods than any board task's did
+    guarded_fit = AutoCalibrator(task_type="Retrieval").fit(X)
+    assert guarded_fit.signals_[GUARD[0]] > SUPPORT["ranking"][1][1]
+    assert guarded_fit.choice_ == "remove-mean-dir" and f"{GUARD[0]} " in guarded_fit.reason_
+    assert AutoCalibrator(task_type="Retrieval", guard=False).fit(X).choice_ == RULES["ranking"][1]
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,6 +155,10 @@ def test_autos_rule_is_the_one_fitted_on_the_published_boards() -> None:
     middle = fit_rule(cells, weight)  # the gap's middle, where a first fit puts it: the same choices
     assert [chosen(cell, middle) for cell in cells] == [chosen(cell, rule) for cell in cells]
     assert fit_rule(cells, weight, keep=1.0) == middle  # a threshold outside the gap would change choices
+    guard = choose_guard(cells)[0]  # the guard too, chosen leaving datasets out; its ranges hold every board task
+    final = guarded(rule, cells, guard)
+    assert (final.guard, dict(final.support)) == (GUARD, SUPPORT)
+    assert [chosen(cell, final) for cell in cells] == [chosen(cell, rule) for cell in cells]
 
 
 def test_the_loss_weight_is_the_one_whose_left_out_tasks_meet_the_targets_most_often() -> None:

@@ -16,22 +16,27 @@ Clustering
 sts: STS                        ``["sts"][0]``                          ``["sts"][1]``
 ==============================  ======================================  =========================================
 
-Where the entry is whitening-like, a safeguard reads whitening's split-half stability (:mod:`.signals`) and steps
-down to a gentler calibrator (:data:`STEP_DOWN`) while it is below ``stability_floor``. A task of another type, or
-none given (``task_type=None``), counts as "pairs". Labels are never read. The threshold, the floor and the ranking,
-pairs and labels entries are fitted on the task-types boards and checked leave one dataset out
-(``benchmarks/auto_lodo.py``, docs/gentle.md); the sts entry comes from the STS boards.
+Where the entry is whitening-like, two safeguards may step it down to a gentler calibrator (:data:`STEP_DOWN`):
+whitening's split-half stability (:mod:`.signals`) below ``stability_floor`` (off by default), and the guard: the
+:data:`GUARD` signal past the range it spanned on the tasks the entry was fitted on (:data:`SUPPORT`), where the
+entry's evidence does not reach. A task of another type, or none given (``task_type=None``), counts as "pairs".
+Labels are never read. The threshold, the floor, the guard and the ranking, pairs and labels entries are fitted on
+the task-types boards and checked leave one dataset out (``benchmarks/auto_lodo.py``, docs/gentle.md); the sts
+entry comes from the STS boards, and has no range.
 
 Examples
 --------
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
 >>> cone = (rng.normal(size=(400, 16)) + 6.0).astype(np.float32)  # every embedding near one direction
->>> auto = AutoCalibrator(task_type="Retrieval").fit(cone)
+>>> auto = AutoCalibrator(task_type="Retrieval", guard=False).fit(cone)  # the table alone
 >>> round(auto.anisotropy_, 2) > 0.9, auto.choice_
 (True, 'soft-whiten')
->>> guarded = AutoCalibrator(task_type="Retrieval", stability_floor=0.7).fit(cone)  # few sentences per direction
->>> guarded.choice_, "split-half stability" in guarded.reason_
+>>> unstable = AutoCalibrator(task_type="Retrieval", stability_floor=0.7, guard=False).fit(cone)
+>>> unstable.choice_, "split-half stability" in unstable.reason_  # few sentences per direction
+('remove-mean-dir', True)
+>>> guarded = AutoCalibrator(task_type="Retrieval").fit(cone)  # a cone unlike any task of the boards
+>>> guarded.choice_, "the most of the tasks this entry was fitted on" in guarded.reason_
 ('remove-mean-dir', True)
 >>> AutoCalibrator(task_type="Classification").fit(rng.normal(size=(400, 16)).astype(np.float32)).choice_
 'raw'
@@ -72,17 +77,32 @@ DEFAULT_THRESHOLD = 0.26
 #: steps down to a gentler calibrator (:data:`STEP_DOWN`)
 DEFAULT_STABILITY_FLOOR = 0.0
 CANDIDATES, STEP_DOWN = AUTO_CANDIDATES, AUTO_STEP_DOWN
+#: the signal whose range bounds where a fitted whitening-like entry applies, and the side a task may not pass
+#: (``"high"``: above the range's top; ``"low"``: below its bottom); ``benchmarks/auto_lodo.py`` chooses both by dataset
+GUARD: tuple[str, str] | None = ("whitening_change", "high")
+#: family -> the GUARD signal's (lowest, highest) value over the boards' tasks each entry was fitted on, per regime
+#: (isotropic, anisotropic); ``None``: no task. The "sts" entry is fitted elsewhere and has no range.
+SUPPORT: dict[str, tuple[tuple[float, float] | None, tuple[float, float] | None]] = {
+    "ranking": ((0.4852, 0.6604), (0.2778, 0.4624)),
+    "pairs": ((0.493, 0.631), (0.2896, 0.4888)),
+    "labels": ((0.3438, 0.6542), (0.134, 0.5386)),
+}
 
 
 @dataclass(frozen=True)
 class Rule:
     """What auto chooses for a task of a family, from the label-free signals of its fit embeddings: the table's
     entry for the family and the embeddings' anisotropy, stepped down (:data:`STEP_DOWN`) while the choice is
-    whitening-like and whitening's split-half stability is below ``stability_floor``."""
+    whitening-like and either whitening's split-half stability is below ``stability_floor`` or the ``guard`` signal
+    lies outside ``support``, the range it spanned on the tasks the entry was fitted on (the entry's evidence does
+    not reach that far)."""
 
     threshold: float = DEFAULT_THRESHOLD
     stability_floor: float = DEFAULT_STABILITY_FLOOR
     choices: Mapping[str, tuple[str, str]] = field(default_factory=lambda: dict(RULES))
+    guard: tuple[str, str] | None = GUARD
+    support: Mapping[str, tuple[tuple[float, float] | None, tuple[float, float] | None]] = field(
+        default_factory=lambda: dict(SUPPORT))
 
     def decide(self, family: str, signals: Mapping[str, float]) -> tuple[str, str]:
         """(the calibrator, why in one clause) for a task of ``family`` whose signals are ``signals``."""
@@ -90,10 +110,28 @@ class Rule:
         choice = self.choices[family][int(anisotropic)]
         why = f"anisotropy {signals['anisotropy']:.3f} {'>=' if anisotropic else '<'} {self.threshold}"
         stability = signals.get("whitening_stability", 1.0)
-        while choice in STEP_DOWN and stability < self.stability_floor:
-            choice = STEP_DOWN[choice]
-            why += f", whitening's split-half stability {stability:.2f} < {self.stability_floor}: gentler"
+        unstable = f"whitening's split-half stability {stability:.2f} < {self.stability_floor}"
+        for clause in (unstable if stability < self.stability_floor else "",
+                       self.beyond_support(family, int(anisotropic), signals)):
+            if clause and choice in STEP_DOWN:
+                while choice in STEP_DOWN:
+                    choice = STEP_DOWN[choice]
+                why += f", {clause}: {choice}"
         return choice, why
+
+    def beyond_support(self, family: str, regime: int, signals: Mapping[str, float]) -> str:
+        """Where the guard signal lies past the range of the entry's tasks, in one clause ("": within it, or no
+        guard, range or signal)."""
+        bounds = self.support.get(family, (None, None))[regime]
+        if self.guard is None or bounds is None or self.guard[0] not in signals:
+            return ""
+        name, side = self.guard
+        value, (low, high) = signals[name], bounds
+        if side == "high" and value > high:
+            return f"{name} {value:.3f} above {high}, the most of the tasks this entry was fitted on"
+        if side == "low" and value < low:
+            return f"{name} {value:.3f} below {low}, the least of the tasks this entry was fitted on"
+        return ""
 #: fewest distinct sentences whose embeddings ``auto`` measures: with fewer it keeps the raw embeddings, and says so
 MIN_MEASURED_SENTENCES = 32
 
@@ -108,6 +146,12 @@ class AutoCalibrator(Calibrator, method="auto"):
         calibrated model sets it per task. ``None``: unknown (the "pairs" rule).
     threshold:
         The anisotropy from which the embeddings count as anisotropic (default :data:`DEFAULT_THRESHOLD`).
+    stability_floor:
+        Whitening's split-half stability a whitening-like choice needs (default :data:`DEFAULT_STABILITY_FLOOR`,
+        off); below it, auto steps down to a gentler calibrator.
+    guard:
+        Step a whitening-like choice down where the :data:`GUARD` signal lies past the range it spanned on the tasks
+        the table's entry was fitted on (:data:`SUPPORT`); ``False``: the table alone.
 
     Attributes
     ----------
@@ -126,10 +170,11 @@ class AutoCalibrator(Calibrator, method="auto"):
     EFFECTIVE_ATTRIBUTES: ClassVar[tuple[str, ...]] = ("choice_", "anisotropy_", "family_", "reason_", "signals_")
 
     def __init__(self, task_type: str | None = None, threshold: float = DEFAULT_THRESHOLD,
-                 stability_floor: float = DEFAULT_STABILITY_FLOOR) -> None:
+                 stability_floor: float = DEFAULT_STABILITY_FLOOR, guard: bool = True) -> None:
         self.task_type = task_type
         self.threshold = threshold
         self.stability_floor = stability_floor
+        self.guard = guard
 
     def min_samples(self, n_features: int) -> int:
         return 2
@@ -139,6 +184,8 @@ class AutoCalibrator(Calibrator, method="auto"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not -1.0 <= value <= 1.0:
                 raise InputError(f"AutoCalibrator {name} must be a number in [-1, 1], got {value!r}")
+        if not isinstance(self.guard, bool):
+            raise InputError(f"AutoCalibrator guard must be True or False, got {self.guard!r}")
         if self.task_type is not None and not isinstance(self.task_type, str):
             raise InputError(f"AutoCalibrator task_type must be an MTEB task type name or None, got {self.task_type!r}")
 
@@ -158,7 +205,7 @@ class AutoCalibrator(Calibrator, method="auto"):
         else:
             self.signals_ = measure(X).as_dict()
             self.anisotropy_ = self.signals_["anisotropy"]
-            rule = Rule(self.threshold, self.stability_floor)
+            rule = Rule(self.threshold, self.stability_floor, guard=GUARD if self.guard else None)
             self.choice_, why = rule.decide(self.family_, self.signals_)
             self.reason_ = f"auto chose {self.choice_}: {self.task_type or 'no task type'} ({self.family_}), {why}"
         self.calibrator_ = _make(self.choice_).fit(X)
@@ -184,20 +231,24 @@ class AutoCalibrator(Calibrator, method="auto"):
         self.calibrator_ = chosen
 
     def result_params(self) -> dict[str, Any]:
-        """The hyper-parameters, plus the table the rule reads (:data:`RULES`): a result of another table is
-        another result, filed apart from this one."""
-        return {**super().result_params(), "rules": {family: list(pair) for family, pair in sorted(RULES.items())}}
+        """The hyper-parameters, plus what the rule reads (:data:`RULES`, :data:`GUARD`, :data:`SUPPORT`): a result of
+        another rule is another result, filed apart from this one."""
+        return {**super().result_params(), "rules": {family: list(pair) for family, pair in sorted(RULES.items())},
+                "guard": list(GUARD) if GUARD else None,
+                "support": {family: [list(bounds) if bounds else None for bounds in pair]
+                            for family, pair in sorted(SUPPORT.items())}}
 
     def identity_params(self) -> dict[str, Any]:
-        """``rule``: 12 hex digits of the threshold, the floor and :data:`RULES`, so that MTEB files a result of
-        another rule apart from this one's and never reuses it."""
+        """``rule``: 12 hex digits of the threshold, the floor, :data:`RULES` and the guard, so that MTEB files a
+        result of another rule apart from this one's and never reuses it."""
         rule = {key: value for key, value in self.result_params().items() if key != "task_type"}
         return {"rule": hashlib.sha256(json.dumps(rule, sort_keys=True).encode()).hexdigest()[:12]}
 
     def describe(self) -> dict[str, Any]:
         """The choice and the figure behind it, as the fit record keeps them."""
         return {"choice": self.choice_, "family": self.family_, "signals": self.signals_,
-                "threshold": self.threshold, "stability_floor": self.stability_floor, "task_type": self.task_type}
+                "threshold": self.threshold, "stability_floor": self.stability_floor, "guard": self.guard,
+                "task_type": self.task_type}
 
 
 def _make(name: str) -> Calibrator:
@@ -207,6 +258,6 @@ def _make(name: str) -> Calibrator:
     return calibrator
 
 
-__all__ = ["CANDIDATES", "DEFAULT_STABILITY_FLOOR", "DEFAULT_THRESHOLD", "FAMILIES", "FITTED_FAMILIES",
-           "MIN_MEASURED_SENTENCES", "RULES",
+__all__ = ["CANDIDATES", "DEFAULT_STABILITY_FLOOR", "DEFAULT_THRESHOLD", "FAMILIES", "FITTED_FAMILIES", "GUARD",
+           "MIN_MEASURED_SENTENCES", "RULES", "SUPPORT",
            "STEP_DOWN", "AutoCalibrator", "Rule", "anisotropy"]

@@ -29,7 +29,7 @@ from flow_plugin.errors import RegistryError, UnknownModelError, UnsupportedVers
 from flow_plugin.results import fits as fit_records
 from flow_plugin.results.files import result_path
 from flow_plugin.integrations.mteb import compat, hook, registration, versions
-from flow_plugin.integrations.mteb.base_models import load_registry_name, registry_model
+from flow_plugin.integrations.mteb.base_models import load_calibrated, registry_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -275,7 +275,7 @@ def test_registered_model_reads_mtebs_registry() -> None:
     entry = compat.registered_model("sentence-transformers/all-MiniLM-L6-v2")
     assert entry is not None and entry.name == "sentence-transformers/all-MiniLM-L6-v2"
     assert compat.registered_model("no-such/model") is None
-    assert compat.registered_model("flow_plugin/minilm-l6").loader is load_registry_name
+    assert compat.registered_model("flow_plugin/minilm-l6").loader is load_calibrated
 
 
 @pytest.mark.parametrize("first", ["flow_plugin.integrations.mteb.base_models", "flow_plugin.integrations.mteb.compat",

@@ -55,7 +55,7 @@ class RegistryEncoder(BaseEncoder):
         self.spec = spec
         self.options = EncoderOptions(**encoder_options)
         self.encoder = self.model = build_encoder(RegistryModel(spec, "raw"), self.options)
-        self.mteb_model_meta = backbone_meta(spec, load_registry_name)
+        self.mteb_model_meta = backbone_meta(spec, load_calibrated)
 
     def settled_kwargs(self) -> dict[str, Any]:
         """What this backbone runs with that names its results apart: the precision it resolved to (``auto``
@@ -115,10 +115,11 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
 def load_calibrated(base: str, revision: str | None = None, *, device: str | None = None, calibrator: str = "raw",
                     calibrator_params: dict[str, Any] | None = None, embed_dim: int | None = None,
                     **kwargs: Any) -> Any:
-    """A calibrated model from its base's spelling and the loader's keywords (MTEB's loader of every
-    ``flow_plugin/`` name): a registry backbone takes its registry file's hyper-parameters, then
-    ``calibrator_params``; any keyword that is neither an encoder option nor a fit setting is an error naming
-    the closest accepted one."""
+    """A calibrated model from its base's spelling (``flow_plugin/`` in front or not) and the loader's keywords:
+    MTEB's loader of every ``flow_plugin/`` name, which passes the backbone's name and the calibrator among the
+    keywords. A registry backbone takes its registry file's hyper-parameters, then ``calibrator_params``; any keyword
+    that is neither an encoder option nor a fit setting is an error naming the closest accepted one."""
+    base = base.removeprefix(MODEL_PREFIX)
     _refuse_unknown(base, kwargs)
     registry = default_registry()
     if base in registry:
@@ -192,7 +193,7 @@ def base_meta(base: str) -> Any:
     knows), without loading its weights; a base that cannot be loaded is a one-line error (a missing folder, an
     unknown name with close names)."""
     if base in default_registry():
-        return backbone_meta(default_registry()[base], load_registry_name)
+        return backbone_meta(default_registry()[base], load_calibrated)
     if is_folder(base):  # its results are filed under its content's revision
         folder = local_model_folder(base)
         return ModelMeta.create_empty(overwrites={"name": str(folder), "revision": folder_revision(folder)})
@@ -218,12 +219,6 @@ def _from_mteb(base: str, look_up: Any) -> Any:
             f"check the name, or spell a local folder as ./{base} or an absolute path") from error
 
 
-def load_registry_name(model_name: str, revision: str | None = None, **kwargs: Any) -> Any:
-    """MTEB's loader of every registered ``flow_plugin/`` entry: MTEB passes the backbone's name and the
-    calibrator among the keywords."""
-    return load_calibrated(model_name.removeprefix(MODEL_PREFIX), revision, **kwargs)
-
-
 def calibrate(model: Any, calibrator: str = "flow", **settings: Any) -> Any:
     """``model`` (an MTEB encoder, or what :func:`load_base` loads: an MTEB model name, a local
     sentence-transformers folder, a registry backbone) calibrated with ``calibrator``: a
@@ -237,4 +232,4 @@ def _load_spelled(base: str, name: str, revision: str | None = None, **kwargs: A
 
 
 __all__ = ["MODEL_ARGUMENTS", "RegistryEncoder", "base_meta", "calibrate", "load_base", "load_calibrated",
-           "load_registry_name", "refuse_encoder_options", "registry_model", "resolve_spelling"]
+           "refuse_encoder_options", "registry_model", "resolve_spelling"]

@@ -70,7 +70,7 @@ def calibrated_meta(base: ModelMeta, calibrator: str, calibrator_params: dict[st
 
 def backbone_meta(spec: BackboneSpec, loader: Callable[..., Any] | None) -> ModelMeta:
     """The ``ModelMeta`` of a registry backbone's raw embeddings (``flow_plugin/<backbone>``); ``loader(name,
-    revision, **kwargs)`` builds the model (:func:`flow_plugin.integrations.mteb.base_models.load_registry_name`)."""
+    revision, **kwargs)`` builds the model (:func:`flow_plugin.integrations.mteb.base_models.load_calibrated`)."""
     entry = mteb_entry(spec.hub_id)
     raw = RegistryModel(spec, "raw")
     meta = ModelMeta(

@@ -19,7 +19,7 @@ require_supported()
 
 from flow_plugin.catalog.labelled_tasks import unknown_task_hint  # noqa: E402 -- after the version check
 from flow_plugin.catalog.registry import MODEL_PREFIX  # noqa: E402
-from flow_plugin.integrations.mteb.base_models import load_registry_name, resolve_spelling  # noqa: E402
+from flow_plugin.integrations.mteb.base_models import load_calibrated, resolve_spelling  # noqa: E402
 from flow_plugin.integrations.mteb.calibrated import write_beside_result  # noqa: E402
 from flow_plugin.integrations.mteb.compat import (add_models, add_tasks, after_each_save,  # noqa: E402
                                                   check_results_before_loading, hint_unknown_tasks,
@@ -38,7 +38,7 @@ def register_models(module: object = None, requirements: list[str] | None = None
     registry folder added since: :func:`~flow_plugin.integrations.mteb.base_models.resolve_spelling`); return the
     names. ``requirements`` overrides the supported versions checked first."""
     require_supported(requirements)
-    names = add_models(all_model_metas(load_registry_name), module)  # each built by MTEB through the one loader
+    names = add_models(all_model_metas(load_calibrated), module)  # each built by MTEB through the one loader
     refuse_unknown_names(MODEL_PREFIX, resolve_spelling)
     return names
 

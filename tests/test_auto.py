@@ -115,14 +115,15 @@ def test_the_guard_steps_down_where_the_text_lies_past_the_entrys_tasks() -> Non
     that side of it, auto steps down and says why; a gentle entry, or one without a range (sts), is kept."""
     rule = Rule(threshold=0.3, choices={"ranking": ("sn", "whiten"), "sts": ("raw", "whiten")},
                 guard=("whitening_change", "high"), support={"ranking": (None, (0.3, 0.45))})
-    inside, past = {"anisotropy": 0.5, "whitening_change": 0.45}, {"anisotropy": 0.5, "whitening_change": 0.49}
+    inside, past = {"anisotropy": 0.5, "whitening_change": 0.455}, {"anisotropy": 0.5, "whitening_change": 0.49}
+    # (0.455: past the range by less than GUARD_MARGIN, as a precision's rounding may move an edge task)
     assert rule.decide("ranking", inside)[0] == "whiten"
     choice, why = rule.decide("ranking", past)
     assert choice == "remove-mean-dir" and "whitening_change 0.490 above 0.45" in why and why.count("above") == 1
     assert rule.decide("ranking", {**past, "anisotropy": 0.1})[0] == "sn"  # the isotropic entry: no range, gentle
     assert rule.decide("sts", past)[0] == "whiten"
     low = Rule(threshold=0.3, choices=rule.choices, guard=("whitening_change", "low"), support=rule.support)
-    assert low.decide("ranking", past)[0] == "whiten" and low.decide("ranking", {**past, "whitening_change": 0.2})[0] \
+    assert low.decide("ranking", past)[0] == "whiten" and low.decide("ranking", {**past, "whitening_change": 0.28})[0] \
         == "remove-mean-dir"
 
 

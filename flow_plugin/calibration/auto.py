@@ -80,6 +80,11 @@ CANDIDATES, STEP_DOWN = AUTO_CANDIDATES, AUTO_STEP_DOWN
 #: the signal whose range bounds where a fitted whitening-like entry applies, and the side a task may not pass
 #: (``"high"``: above the range's top; ``"low"``: below its bottom); ``benchmarks/auto_lodo.py`` chooses both by dataset
 GUARD: tuple[str, str] | None = ("whitening_change", "high")
+#: how far past its range a task's GUARD signal must lie for the guard to step in: a task at the range's edge (one the
+#: entry was fitted on) keeps its choice on every machine. Measured 2026-11-29 on AMD EPYC (AVX512-BF16), 2 cores:
+#: ``whitening_change`` of minilm-l6-layer1's ranking and pair tasks moved by at most 0.0010 between float32 and bf16
+#: embeddings, and not at all between 1 and 2 threads (layer 0: not at all); the margin is ten times that.
+GUARD_MARGIN = 0.01
 #: family -> the GUARD signal's (lowest, highest) value over the boards' tasks each entry was fitted on, per regime
 #: (isotropic, anisotropic); ``None``: no task. The "sts" entry is fitted elsewhere and has no range.
 SUPPORT: dict[str, tuple[tuple[float, float] | None, tuple[float, float] | None]] = {
@@ -120,16 +125,16 @@ class Rule:
         return choice, why
 
     def beyond_support(self, family: str, regime: int, signals: Mapping[str, float]) -> str:
-        """Where the guard signal lies past the range of the entry's tasks, in one clause ("": within it, or no
-        guard, range or signal)."""
+        """Where the guard signal lies past the range of the entry's tasks by more than :data:`GUARD_MARGIN`, in one
+        clause ("": not that far, or no guard, range or signal)."""
         bounds = self.support.get(family, (None, None))[regime]
         if self.guard is None or bounds is None or self.guard[0] not in signals:
             return ""
         name, side = self.guard
         value, (low, high) = signals[name], bounds
-        if side == "high" and value > high:
+        if side == "high" and value > high + GUARD_MARGIN:
             return f"{name} {value:.3f} above {high}, the most of the tasks this entry was fitted on"
-        if side == "low" and value < low:
+        if side == "low" and value < low - GUARD_MARGIN:
             return f"{name} {value:.3f} below {low}, the least of the tasks this entry was fitted on"
         return ""
 #: fewest distinct sentences whose embeddings ``auto`` measures: with fewer it keeps the raw embeddings, and says so
@@ -234,7 +239,7 @@ class AutoCalibrator(Calibrator, method="auto"):
         """The hyper-parameters, plus what the rule reads (:data:`RULES`, :data:`GUARD`, :data:`SUPPORT`): a result of
         another rule is another result, filed apart from this one."""
         return {**super().result_params(), "rules": {family: list(pair) for family, pair in sorted(RULES.items())},
-                "guard": list(GUARD) if GUARD else None,
+                "guard": list(GUARD) if GUARD else None, "guard_margin": GUARD_MARGIN,
                 "support": {family: [list(bounds) if bounds else None for bounds in pair]
                             for family, pair in sorted(SUPPORT.items())}}
 
@@ -259,5 +264,5 @@ def _make(name: str) -> Calibrator:
 
 
 __all__ = ["CANDIDATES", "DEFAULT_STABILITY_FLOOR", "DEFAULT_THRESHOLD", "FAMILIES", "FITTED_FAMILIES", "GUARD",
-           "MIN_MEASURED_SENTENCES", "RULES", "SUPPORT",
-           "STEP_DOWN", "AutoCalibrator", "Rule", "anisotropy"]
+           "GUARD_MARGIN", "MIN_MEASURED_SENTENCES", "RULES", "STEP_DOWN", "SUPPORT", "AutoCalibrator", "Rule",
+           "anisotropy"]

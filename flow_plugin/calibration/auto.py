@@ -137,6 +137,8 @@ class Rule:
         if side == "low" and value < low - GUARD_MARGIN:
             return f"{name} {value:.3f} below {low}, the least of the tasks this entry was fitted on"
         return ""
+
+
 #: fewest distinct sentences whose embeddings ``auto`` measures: with fewer it keeps the raw embeddings, and says so
 MIN_MEASURED_SENTENCES = 32
 
@@ -238,10 +240,10 @@ class AutoCalibrator(Calibrator, method="auto"):
     def result_params(self) -> dict[str, Any]:
         """The hyper-parameters, plus what the rule reads (:data:`RULES`, :data:`GUARD`, :data:`SUPPORT`): a result of
         another rule is another result, filed apart from this one."""
+        ranges = {family: [list(bounds) if bounds else None for bounds in pair] for family, pair in SUPPORT.items()}
         return {**super().result_params(), "rules": {family: list(pair) for family, pair in sorted(RULES.items())},
-                "guard": list(GUARD) if GUARD else None, "guard_margin": GUARD_MARGIN,
-                "support": {family: [list(bounds) if bounds else None for bounds in pair]
-                            for family, pair in sorted(SUPPORT.items())}}
+                "guarded_by": {"signal": list(GUARD) if GUARD else None, "margin": GUARD_MARGIN,
+                               "support": dict(sorted(ranges.items()))}}
 
     def identity_params(self) -> dict[str, Any]:
         """``rule``: 12 hex digits of the threshold, the floor, :data:`RULES` and the guard, so that MTEB files a

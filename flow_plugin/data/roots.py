@@ -94,7 +94,7 @@ def resolve_senteval_root(path: str | os.PathLike[str]) -> Path:
     """Return the SentEval data folder, i.e. the folder that contains ``downstream/``.
 
     ``path`` may be that folder (SentEval's ``task_path``, e.g. ``shared/data/senteval``), the
-    ``downstream`` folder itself, or the data root holding ``senteval/`` (:mod:`flow_plugin.data.roots`).
+    ``downstream`` folder itself, or the data root holding ``senteval/``.
     Anything else raises :class:`DataFolderError`.
     """
     if not isinstance(path, (str, os.PathLike)):
@@ -108,7 +108,7 @@ def resolve_senteval_root(path: str | os.PathLike[str]) -> Path:
         return root
     if root.name == "downstream" and ((root / "STS").is_dir() or (root / "SICK").is_dir()):
         return root.parent
-    if (root / "senteval" / "downstream").is_dir():  # the data root (flow_plugin.data.roots)
+    if (root / "senteval" / "downstream").is_dir():  # the data root
         return root / "senteval"
     raise DataFolderError(
         f"{root} is not a SentEval data folder: expected a folder containing downstream/ "

@@ -132,6 +132,7 @@ def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = No
     offline = [name for name in names if isinstance(name, str) and name in OFFLINE_TASKS]
     root = offline_data_root(data, offline) if offline else None
     labelled = labelled_tasks() if data is not None else {}  # given a data root, they read it (not the default)
+    labelled_root = _labelled_root(data) if data is not None else None
     resolved: list[Any] = []
     unknown: list[str] = []
     for name in names:
@@ -141,7 +142,7 @@ def resolve_tasks(names: Sequence[Any], data: str | os.PathLike[str] | None = No
             from flow_plugin.integrations.mteb import labelled_tasks as tables, sts_tasks  # heavy: MTEB
 
             resolved.append(sts_tasks.get_offline_task(name, data_dir=root) if name in OFFLINE_TASKS
-                            else tables.task_class(name)(data_dir=_labelled_root(data)))
+                            else tables.task_class(name)(data_dir=labelled_root))
         elif (tasks := _mteb_tasks(name)) is not None:
             resolved.extend(tasks)
         else:

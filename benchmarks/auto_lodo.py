@@ -146,11 +146,13 @@ def guarded(rule: Rule, cells: list[Cell], guard: tuple[str, str] | None) -> Rul
     return dataclasses.replace(rule, guard=guard, support=support)
 
 
-def choose_guard(cells: list[Cell]) -> tuple[tuple[str, str] | None, dict[tuple[str, str] | None, tuple[int, int]]]:
+def choose_guard(cells: list[Cell], folds: list[LeftOut] | None = None) -> tuple[
+        tuple[str, str] | None, dict[tuple[str, str] | None, tuple[int, int]]]:
     """The guard of :data:`GUARDS` whose rules, fitted without one dataset of ``cells`` at a time (each with its own
-    loss weight), meet the targets on the most left-out tasks (ties: fewer significantly below raw, then no guard,
-    then the list's order); and each guard's (meeting, significantly below) counts."""
-    folds = leave_one_dataset_out(cells)
+    loss weight: ``folds``, :func:`leave_one_dataset_out`'s, computed when not given), meet the targets on the most
+    left-out tasks (ties: fewer significantly below raw, then no guard, then the list's order); and each guard's
+    (meeting, significantly below) counts."""
+    folds = leave_one_dataset_out(cells) if folds is None else folds
     judged = {}
     for guard in GUARDS:
         scored = [_rescored(item, cells, guard) for item in folds]
@@ -266,20 +268,24 @@ class LeftOut:
         return problems
 
 
-def leave_one_dataset_out(cells: list[Cell], loss_weight: float | None = None,
-                          with_guard: bool = False) -> list[LeftOut]:
-    """Each cell scored by the rule fitted without its dataset; ``loss_weight`` fixes the loss weight of every fold
-    (default: each fold chooses its own, :func:`choose_loss_weight`, without the left-out dataset); ``with_guard``:
-    each fold also chooses its guard (:func:`choose_guard`) without it (else the rules are unguarded)."""
+def leave_one_dataset_out(cells: list[Cell], loss_weight: float | None = None) -> list[LeftOut]:
+    """Each cell scored by the (unguarded) rule fitted without its dataset; ``loss_weight`` fixes the loss weight of
+    every fold (default: each fold chooses its own, :func:`choose_loss_weight`, without the left-out dataset)."""
     scored = []
     for dataset in sorted({cell.dataset for cell in cells}):
         training = [cell for cell in cells if cell.dataset != dataset]
         weight = choose_loss_weight(weigh_losses(training)) if loss_weight is None else loss_weight
         rule = fit_rule(training, weight)
-        if with_guard:
-            rule = guarded(rule, training, choose_guard(training)[0])
         scored += [LeftOut(cell, rule, chosen(cell, rule), weight) for cell in cells if cell.dataset == dataset]
     return scored
+
+
+def with_fold_guards(cells: list[Cell], folds: list[LeftOut]) -> list[LeftOut]:
+    """:func:`leave_one_dataset_out`'s ``folds`` of ``cells``, each fold's rule given the guard it chooses
+    (:func:`choose_guard`) without its left-out dataset."""
+    guards = {dataset: choose_guard([cell for cell in cells if cell.dataset != dataset])[0]
+              for dataset in sorted({item.cell.dataset for item in folds})}
+    return [_rescored(item, cells, guards[item.cell.dataset]) for item in folds]
 
 
 def _mean_interval(values: list[tuple[float, float, float]]) -> tuple[float, float, float]:
@@ -431,9 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     cells = read_cells(args.boards, json.loads(args.signals.read_text(encoding="utf-8")))
     judged = weigh_losses(cells)
     weight = choose_loss_weight(judged)
-    guard, guards = choose_guard(cells)
+    folds = leave_one_dataset_out(cells)
+    guard, guards = choose_guard(cells, folds)
     final = guarded(fit_rule(cells, weight, keep=DEFAULT_THRESHOLD), cells, guard)
-    text = report(cells, leave_one_dataset_out(cells, with_guard=True), final, judged, weight, guards)
+    text = report(cells, with_fold_guards(cells, folds), final, judged, weight, guards)
     print(text)
     if args.output is not None:
         args.output.write_text(text, encoding="utf-8")

@@ -18,6 +18,7 @@ from typing import Any
 from flow_plugin.calibration import Calibrator, make_calibrator
 from flow_plugin.calibration.names import CALIBRATOR_NAMES, calibrator_method
 from flow_plugin.catalog.registry import RegistryModel, parse_model_name
+from flow_plugin.encoding.backbone import Backbone
 from flow_plugin.encoding.cache import CachedEncoder, shared_encoder
 from flow_plugin.encoding.options import EncoderOptions
 
@@ -25,13 +26,13 @@ logger = logging.getLogger(__name__)
 
 
 def build_encoder(registry_model: RegistryModel, options: EncoderOptions | None = None) -> CachedEncoder:
-    """The process-wide cached encoder of the registry model's backbone (shared by all the backbone's models)."""
+    """The process-wide cached encoder of the registry model's backbone (shared by all the backbone's models), run
+    as ``options`` say."""
     options = options or EncoderOptions()
     spec = registry_model.backbone
     location, revision, source = spec.weights_location()
-    encoder = shared_encoder(
+    backbone = Backbone(
         location,
-        cache_dir=options.cache_dir,
         name=f"{spec.hub_id}@{revision}" if revision else spec.hub_id,
         revision=revision,
         pooling=spec.pooling,
@@ -43,7 +44,7 @@ def build_encoder(registry_model: RegistryModel, options: EncoderOptions | None 
         **options.backbone_kwargs(),
     )
     logger.debug("backbone %s from %s (%s)", spec.name, location, source)
-    return encoder
+    return shared_encoder(backbone, cache_dir=options.cache_dir)
 
 
 def build_calibrator(registry_model: RegistryModel, *, device: str | None = None, **overrides: Any) -> Calibrator:

@@ -412,16 +412,21 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_encoder(
-    model_name_or_path: str,
+    backbone: Backbone | str | os.PathLike[str],
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     **backbone_kwargs: Any,
 ) -> CachedEncoder:
-    """The process-wide ``CachedEncoder`` for this backbone configuration (created once).
+    """The process-wide ``CachedEncoder`` for this backbone configuration (created once): ``backbone`` itself, or the
+    :class:`~flow_plugin.encoding.backbone.Backbone` of a model name or folder and ``backbone_kwargs``.
 
     ``cache_dir=None`` falls back to ``FLOW_PLUGIN_CACHE_DIR`` (unset: memory only).
     """
-    backbone = Backbone(model_name_or_path, **backbone_kwargs)
+    if not isinstance(backbone, Backbone):
+        backbone = Backbone(backbone, **backbone_kwargs)
+    elif backbone_kwargs:
+        raise InputError(f"shared_encoder: {', '.join(sorted(backbone_kwargs))} apply to a model name or folder, not "
+                         "to a Backbone already built; give them to Backbone(...)")
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     identity = (backbone.key, str(backbone.device), str(folder) if folder else None, backbone.trust_remote_code)
     with _SHARED_LOCK:

@@ -112,47 +112,48 @@ def load_base(base: str, revision: str | None = None, device: str | None = None,
         raise weights_unavailable(base, error, None) from error
 
 
-def load_calibrated(base: str, revision: str | None = None, *, device: str | None = None, calibrator: str = "raw",
-                    calibrator_params: dict[str, Any] | None = None, embed_dim: int | None = None,
-                    **kwargs: Any) -> Any:
-    """A calibrated model from its base's spelling (``flow_plugin/`` in front or not) and the loader's keywords:
-    MTEB's loader of every ``flow_plugin/`` name, which passes the backbone's name and the calibrator among the
-    keywords. A registry backbone takes its registry file's hyper-parameters, then ``calibrator_params``; any keyword
-    that is neither an encoder option nor a fit setting is an error naming the closest accepted one."""
-    base = base.removeprefix(MODEL_PREFIX)
-    _refuse_unknown(base, kwargs)
-    registry = default_registry()
-    if base in registry:
-        spec = registry[base]
-        expected = RegistryModel(spec, "raw").revision
-        if revision is not None and revision not in (expected, spec.revision):
-            raise FlowPluginError(f"{MODEL_PREFIX}{base} is revision {expected} (weights {spec.revision} and this "
-                                  f"registry configuration), not {revision}: its registry file or flow-plugin changed")
-        model = registry_model(RegistryModel(spec, calibrator), device=device, calibrator_params=calibrator_params,
-                               **kwargs)
-    else:
-        _check_identity(base, calibrator, calibrator_params or {}, kwargs)
-        settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
-        model = CalibratedModel(load_base(base, revision, device, **kwargs), calibrator,
-                                calibrator_params=calibrator_params, **settings)
+def load_calibrated(base: str | BackboneSpec, revision: str | None = None, *, device: str | None = None,
+                    calibrator: str = "raw", calibrator_params: dict[str, Any] | None = None,
+                    embed_dim: int | None = None, **kwargs: Any) -> Any:
+    """A calibrated model from its base's spelling (``flow_plugin/`` in front or not) or a registry backbone's spec,
+    and the loader's keywords: MTEB's loader of every ``flow_plugin/`` name, which passes the backbone's name and the
+    calibrator among the keywords. A registry backbone takes its registry file's hyper-parameters, then
+    ``calibrator_params``; any keyword that is neither an encoder option nor a fit setting is an error naming the
+    closest accepted one."""
+    spec = base if isinstance(base, BackboneSpec) else default_registry().get(base.removeprefix(MODEL_PREFIX))
+    name = spec.name if spec is not None else str(base).removeprefix(MODEL_PREFIX)
+    _refuse_unknown(name, kwargs)
+    params = dict(calibrator_params or {})
+    if spec is not None:
+        _check_revision(spec, revision)
+        params = {**RegistryModel(spec, calibrator).calibrator_params, **params}
+    _check_identity(spec.model_name(calibrator) if spec is not None else name, calibrator, params, kwargs)
+    settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
+    encoder = RegistryEncoder(spec, device=device, **kwargs) if spec is not None else load_base(name, revision, device,
+                                                                                                **kwargs)
+    model = CalibratedModel(encoder, calibrator, calibrator_params=params, **settings)
     width = model.mteb_model_meta.embed_dim
     if embed_dim is not None and isinstance(width, int) and embed_dim != width:
-        raise InputError(f"{MODEL_PREFIX}{base}: gives {width}-dimensional embeddings, not {embed_dim}")
+        raise InputError(f"{MODEL_PREFIX}{name}: gives {width}-dimensional embeddings, not {embed_dim}")
     return model
+
+
+def _check_revision(spec: BackboneSpec, revision: str | None) -> None:
+    """A revision MTEB passes must be the backbone's: its weights' and registry configuration's."""
+    expected = RegistryModel(spec, "raw").revision
+    if revision is not None and revision not in (expected, spec.revision):
+        raise FlowPluginError(f"{MODEL_PREFIX}{spec.name} is revision {expected} (weights {spec.revision} and this "
+                              f"registry configuration), not {revision}: its registry file or flow-plugin changed")
 
 
 def registry_model(model: str | RegistryModel, *, calibrator_params: dict[str, Any] | None = None,
                    **kwargs: Any) -> Any:
     """A registry model (``flow_plugin/<backbone>[-<calibrator>]``, or a :class:`RegistryModel`) as a calibrated
-    model, in Python: the registry file's hyper-parameters, then ``calibrator_params``; ``kwargs`` are encoder
-    options and fit settings."""
+    model, in Python (:func:`load_calibrated`): the registry file's hyper-parameters, then ``calibrator_params``;
+    ``kwargs`` are encoder options and fit settings."""
     resolved = resolve(model)
-    _refuse_unknown(resolved.name, kwargs)
-    params = {**resolved.calibrator_params, **(calibrator_params or {})}
-    _check_identity(resolved.name, resolved.calibrator, params, kwargs)
-    settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
-    return CalibratedModel(RegistryEncoder(resolved.backbone, **kwargs), resolved.calibrator, calibrator_params=params,
-                           **settings)
+    return load_calibrated(resolved.backbone, calibrator=resolved.calibrator, calibrator_params=calibrator_params,
+                           **kwargs)
 
 
 def _check_identity(name: str, calibrator: str, params: dict[str, Any], kwargs: dict[str, Any]) -> None:

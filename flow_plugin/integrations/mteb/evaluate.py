@@ -87,11 +87,10 @@ def evaluate_models(
     check_model_names(models)
     task_objects = resolve_tasks(list(tasks or OFFLINE_TASKS), data)
     options = options or EncoderOptions()
-    loader_kwargs = {**(model_kwargs or {}), **options.loader_kwargs()}
     batch_size = options.batch_size or DEFAULT_BATCH_SIZE
     output = make_output_folder(output_folder)
     with output_errors(output, "output folder"):  # MTEB's writes, and ours: a full disk is named as such
-        return [evaluate_with_seeds(name, load_model(name, options, loader_kwargs), task_objects, output, overwrite,
+        return [evaluate_with_seeds(name, load_model(name, options, model_kwargs), task_objects, output, overwrite,
                                     batch_size, command, evaluator_seeds) for name in models]
 
 

@@ -59,14 +59,16 @@ class ModelEvaluation:
     times: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def load_model(model_name: str, options: EncoderOptions, loader_kwargs: dict[str, Any]) -> Any:
-    """The calibrated model a name spells (a plain MTEB model name: its raw calibration), loaded by MTEB."""
+def load_model(model_name: str, options: EncoderOptions, model_kwargs: dict[str, Any] | None = None) -> Any:
+    """The calibrated model a name spells (a plain MTEB model name: its raw calibration), loaded by MTEB with
+    ``options`` (:meth:`~flow_plugin.encoding.options.EncoderOptions.loader_kwargs`) and ``model_kwargs``."""
     if not model_name.startswith(MODEL_PREFIX):
         return CalibratedModel(loaded_base(mteb.get_model(model_name, device=options.device), options.cache_dir),
                                "raw")
     # the cache folder names no result: CalibratedModel leaves it out of the experiment MTEB files results under
     cache = {} if options.cache_dir is None else {"cache_dir": str(options.cache_dir)}
-    return mteb.get_model(model_name, device=options.device, **loader_kwargs, **cache)
+    return mteb.get_model(model_name, device=options.device, **{**(model_kwargs or {}), **options.loader_kwargs()},
+                          **cache)
 
 
 def evaluate_with_seeds(model_name: str, model: Any, tasks: Sequence[Any], output: Path, overwrite: bool,

@@ -10,6 +10,7 @@ import pytest
 
 from flow_plugin.encoding.cache import CachedEncoder, clear_shared_encoders, shared_encoder
 from flow_plugin.encoding.backbone import Backbone
+from flow_plugin.errors import InputError
 
 SENTENCES = ["the man plays guitar .", "a dog runs in the park", "the man plays guitar .", "rain today"]
 
@@ -86,6 +87,10 @@ def test_shared_encoder_is_one_per_backbone_key(tiny_bert_dir: Path) -> None:
         same = shared_encoder(str(tiny_bert_dir), pooling=[1, -1], precision="float32")
         other = shared_encoder(str(tiny_bert_dir), pooling="cls", precision="float32")
         assert first is same and first is not other
+        built = Backbone(str(tiny_bert_dir), pooling="first-last-avg", precision="float32")
+        assert shared_encoder(built) is first  # a built backbone of the same key: the same encoder
+        with pytest.raises(InputError, match="apply to a model name or folder, not to a Backbone already built"):
+            shared_encoder(built, pooling="cls")
     finally:
         clear_shared_encoders()
 
@@ -122,7 +127,6 @@ def test_a_bad_shard_that_cannot_be_removed_is_ignored_with_a_warning(
 
 def test_a_bad_batch_size_is_refused_before_anything_enters_the_cache(tiny_bert_dir: Path, tmp_path: Path) -> None:
     """``batch_size=-1`` used to encode nothing and return (and store on disk) uninitialised memory."""
-    from flow_plugin.errors import InputError
 
     encoder = make_encoder(tiny_bert_dir, tmp_path)
     with pytest.raises(InputError, match="batch_size must be a positive int, got -1"):
@@ -144,7 +148,6 @@ def test_a_bad_batch_size_is_refused_before_anything_enters_the_cache(tiny_bert_
 def test_nothing_invalid_is_written_to_the_disk_cache(tiny_bert_dir: Path, tmp_path: Path, damage: str,
                                                       problem: str) -> None:
     """The one function that keeps a block checks what it keeps as the reader checks what it reads."""
-    from flow_plugin.errors import InputError
 
     encoder = make_encoder(tiny_bert_dir, tmp_path)
     texts = ["one", "two", "three"]

@@ -526,10 +526,6 @@ def registry_models(registry: dict[str, BackboneSpec] | None = None) -> dict[str
     return {spec.model_name(method): RegistryModel(spec, method) for spec in known.values() for method in MODEL_NAME_SUFFIXES}
 
 
-def all_model_names(registry: dict[str, BackboneSpec] | None = None) -> list[str]:
-    return list(registry_models(registry))
-
-
 def _left_out_note(short: str, registry: dict[str, BackboneSpec] | None) -> str:
     """Why a backbone of that name is missing, when the default registry left its file out."""
     if registry is not None and registry is not default_registry():

@@ -220,19 +220,13 @@ def merge_results(
     ``folders`` or in ``pair_folders`` (the folders merged into it before; nothing there is merged). A
     result whose run record is missing (its run was killed before the record was written) is not merged,
     with a one-line warning; a recorded result replaces one kept without its record."""
-    # numpy and scipy load when per-pair cosines are read (a merge), not to render a board or start the CLI
-    from flow_plugin.results.pairs import pairs_of_result
-
     tolerance = board.tolerance if tolerance is None else tolerance
     if not is_number(tolerance) or tolerance < 0:
         raise LeaderboardError(f"tolerance must be a number >= 0, got {tolerance!r}")
     model_filter = set(models) if models is not None else None
     task_filter = set(tasks) if tasks is not None else None
-    report = MergeReport()
-    rows = {row.id: row.model_copy(deep=True) for row in board.rows}  # work on a copy
-    origin: dict[tuple[str, str], str] = {}  # (row id, task) -> where the current entry came from
-    pairs = report.pairs  # (row id, task) -> the per-pair cosines of its current entry
-    conflicts: list[str] = []
+    merging = _Merging({row.id: row.model_copy(deep=True) for row in board.rows}, tolerance, replace)  # on a copy
+    report = merging.report
     for folder in folders:
         found = find_results(folder)
         if require_results and not found.files:
@@ -244,13 +238,12 @@ def merge_results(
                     task_filter is not None and result_file.task not in task_filter):
                 # not merged; but a row already on the board may be the reference of a merged one (its raw
                 # backbone, its best linear baseline)
-                _recorded_pairs(rows, result_file, pairs)
+                _recorded_pairs(merging.rows, result_file, report.pairs)
                 continue
             results_folder = result_file.path.parent
             if results_folder not in versions:
                 versions[results_folder] = run_settings_versions(results_folder)
             entry = read_score(result_file, found.hardware, versions[results_folder])
-            result_file = settled_result(result_file, entry)
             report.files_read += 1
             if found.unrecorded(entry):
                 report.unrecorded.append(
@@ -259,41 +252,7 @@ def merge_results(
                     "folder sets it aside and recomputes it)")
                 logger.warning("%s", report.unrecorded[-1])
                 continue
-            rid, task = board_row_id(rows, result_file), result_file.task
-            if rid not in rows:  # the row of a run filed before runs named the precision `auto` resolved to
-                rid = _unsettled_row_id(rows, result_file, entry) or rid
-            label = f"{rid} / {task}"
-            row = rows.get(rid)
-            if row is None:
-                row = rows[rid] = _new_row(result_file, rid)
-                report.rows_added.append(rid)
-            old = row.scores.get(task)
-            if old is None:
-                row.scores[task] = entry
-                report.scores_added.append(label)
-            else:
-                problems = score_difference(old, entry, tolerance)
-                where = origin.get((rid, task), "the leaderboard")
-                if not problems and old.hardware is None and entry.hardware is not None:
-                    row.scores[task] = entry  # the same result, now with its run record
-                    report.recorded.append(label)
-                elif not problems:
-                    report.unchanged.append(label)
-                elif replace:
-                    row.scores[task] = entry
-                    report.replaced.append(f"{label}: {'; '.join(problems)} (was from {where}, now {result_file.path})")
-                else:
-                    conflicts.append(f"{label}: {'; '.join(problems)} ({where} vs {result_file.path})")
-                    continue
-            origin[(rid, task)] = str(result_file.path)
-            current = row.scores[task]
-            kept, why = pairs_of_result(result_file.path, score_points=current.score,
-                                        dataset_revision=current.dataset_revision)
-            if kept is not None:
-                pairs[(rid, task)] = kept
-            else:
-                pairs.pop((rid, task), None)
-                report.no_pairs.append(f"{label}: {why}")
+            merging.add(settled_result(result_file, entry), entry)
     for folder in pair_folders:  # merged before: the per-pair cosines of rows already on the board
         try:
             earlier = find_results(folder).files
@@ -301,18 +260,80 @@ def merge_results(
             logger.info("per-pair cosines not looked up in %s: %s", folder, error)
             continue
         for result_file in earlier:
-            _recorded_pairs(rows, result_file, pairs)
+            _recorded_pairs(merging.rows, result_file, report.pairs)
     if (model_filter is not None or task_filter is not None) and require_results and report.files_read == 0:
         raise LeaderboardError(f"no result files of the selected models/tasks under {', '.join(map(str, folders))}")
-    if conflicts:
+    if merging.conflicts:
         raise LeaderboardConflictError(
-            f"{len(conflicts)} result(s) disagree with what is already recorded (nothing was written; "
-            "pass --replace to replace them):\n  " + "\n  ".join(conflicts),
-            conflicts,
+            f"{len(merging.conflicts)} result(s) disagree with what is already recorded (nothing was written; "
+            "pass --replace to replace them):\n  " + "\n  ".join(merging.conflicts),
+            merging.conflicts,
         )
-    board.rows = [publish_row(row) for row in rows.values()]
+    board.rows = [publish_row(row) for row in merging.rows.values()]
     board.tolerance = tolerance
     return report
+
+
+@dataclass
+class _Merging:
+    """One merge under way: the board's rows (a copy), what it did so far, where each entry came from, and the
+    conflicts found."""
+
+    rows: dict[str, Row]
+    tolerance: float
+    replace: bool
+    report: MergeReport = field(default_factory=MergeReport)
+    #: (row id, task) -> the result file the row's current entry came from
+    origin: dict[tuple[str, str], str] = field(default_factory=dict)
+    conflicts: list[str] = field(default_factory=list)
+
+    def add(self, result_file: ResultFile, entry: TaskScore) -> None:
+        """Merge one recorded result into its row (a new row when none is on the board), and keep its per-pair
+        cosines; a disagreement with the recorded score is a conflict, or replaces it with ``replace``."""
+        # numpy and scipy load when per-pair cosines are read (a merge), not to render a board or start the CLI
+        from flow_plugin.results.pairs import pairs_of_result
+
+        rid, task = board_row_id(self.rows, result_file), result_file.task
+        if rid not in self.rows:  # the row of a run filed before runs named the precision `auto` resolved to
+            rid = _unsettled_row_id(self.rows, result_file, entry) or rid
+        label = f"{rid} / {task}"
+        row = self.rows.get(rid)
+        if row is None:
+            row = self.rows[rid] = _new_row(result_file, rid)
+            self.report.rows_added.append(rid)
+        if not self._reconcile(row, task, entry, label, result_file):
+            return
+        self.origin[(rid, task)] = str(result_file.path)
+        current = row.scores[task]
+        kept, why = pairs_of_result(result_file.path, score_points=current.score,
+                                    dataset_revision=current.dataset_revision)
+        if kept is not None:
+            self.report.pairs[(rid, task)] = kept
+        else:
+            self.report.pairs.pop((rid, task), None)
+            self.report.no_pairs.append(f"{label}: {why}")
+
+    def _reconcile(self, row: Row, task: str, entry: TaskScore, label: str, result_file: ResultFile) -> bool:
+        """Put ``entry`` in ``row`` as the recorded score allows; False for a conflict (nothing changed)."""
+        old, report = row.scores.get(task), self.report
+        if old is None:
+            row.scores[task] = entry
+            report.scores_added.append(label)
+            return True
+        problems = score_difference(old, entry, self.tolerance)
+        where = self.origin.get((row.id, task), "the leaderboard")
+        if not problems and old.hardware is None and entry.hardware is not None:
+            row.scores[task] = entry  # the same result, now with its run record
+            report.recorded.append(label)
+        elif not problems:
+            report.unchanged.append(label)
+        elif self.replace:
+            row.scores[task] = entry
+            report.replaced.append(f"{label}: {'; '.join(problems)} (was from {where}, now {result_file.path})")
+        else:
+            self.conflicts.append(f"{label}: {'; '.join(problems)} ({where} vs {result_file.path})")
+            return False
+        return True
 
 
 def _recorded_pairs(rows: dict[str, Row], result_file: ResultFile, pairs: Pairs) -> None:

@@ -420,7 +420,29 @@ def run_paper(
                      "were read; these numbers are a smoke test, NOT the paper's protocol")
 
     state = _PaperRun(spec, calibrator_names, options=options, max_pairs=max_pairs)
-    report: dict[str, Any] = {
+    report = _report_head(state, model, arguments, {"senteval_root": str(root), "glue": str(glue_root) if glue_root
+                                                    else None, "tasks": task_list, "max_pairs": max_pairs})
+    report.update(sections=sections, protocols=REPORT_PROTOCOLS, notes=notes)
+    _run_sections(state, report, root, glue_root, out, timings)
+    report["summary"] = summarize(report)
+    report["errors"] = state.errors
+    report["fits"] = state.fits
+    report["encoder"] = state.encoder_report()
+    timings["total"] = time.perf_counter() - wall_start
+    report["timings_seconds"] = {key: round(value, 3) for key, value in timings.items()}
+
+    backbone = state.encoder.backbone
+    report["machine"] = backbone.hardware()
+    path = atomic_write_json(out / RESULT_FILE, report)
+    report["result_file"] = str(path)
+    return report
+
+
+def _report_head(state: _PaperRun, model: str, arguments: dict[str, Any] | None, data: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """The report's opening: its format, when, the command's arguments, the paper, the model and the data."""
+    spec = state.spec
+    return {
         "format": RESULT_FORMAT,
         "version": RESULT_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -440,15 +462,16 @@ def run_paper(
                 for name, template in state.templates.items()
             },
         },
-        "data": {"senteval_root": str(root), "glue": str(glue_root) if glue_root else None, "tasks": task_list,
-                 "max_pairs": max_pairs},
-        "sections": sections,
-        "protocols": REPORT_PROTOCOLS,
-        "notes": notes,
+        "data": data,
     }
 
+
+def _run_sections(state: _PaperRun, report: dict[str, Any], root: Path, glue_root: Path | None, out: Path,
+                  timings: dict[str, float]) -> None:
+    """Run the report's sections into it, with one progress bar and each section's seconds in ``timings``."""
+    sections, task_list, notes = report["sections"], report["data"]["tasks"], report["notes"]
     n_units = (len(task_list) if "sts" in sections else 0) + sum(name in sections for name in ("qnli", "lexical", "isotropy"))
-    with tqdm(total=n_units, desc=f"paper {spec.name}", unit="step") as progress:
+    with tqdm(total=n_units, desc=f"paper {state.spec.name}", unit="step") as progress:
         stsb_fitted: dict[str, Any] = {}
         if "sts" in sections:
             with timed(timings, "sts"):
@@ -474,19 +497,6 @@ def run_paper(
     for section in ("qnli", "lexical", "isotropy"):
         if section in report:
             report[section]["seconds"] = round(timings[section], 3)
-
-    report["summary"] = summarize(report)
-    report["errors"] = state.errors
-    report["fits"] = state.fits
-    report["encoder"] = state.encoder_report()
-    timings["total"] = time.perf_counter() - wall_start
-    report["timings_seconds"] = {key: round(value, 3) for key, value in timings.items()}
-
-    backbone = state.encoder.backbone
-    report["machine"] = backbone.hardware()
-    path = atomic_write_json(out / RESULT_FILE, report)
-    report["result_file"] = str(path)
-    return report
 
 
 # ---------------------------------------------------------------------------- summary and table

@@ -8,7 +8,7 @@ group is one row (mean ± standard deviation over its seeds).
 from __future__ import annotations
 
 from flow_plugin.leaderboard.compare import Compared
-from flow_plugin.leaderboard.models import AVERAGE, ProtocolName
+from flow_plugin.leaderboard.models import AVERAGE, Leaderboard, ProtocolName
 from flow_plugin.leaderboard.render.text import (
     BEST_LINEAR,
     CHART_CAPTION,
@@ -61,10 +61,20 @@ def render_markdown(compared: Compared, stem: str | None = None, picture: bool =
         lines.append("_No results yet._")
         return "\n".join(lines) + "\n"
 
-    header = [*name_header(), *tasks, "Avg"]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "|".join(["---"] * len(NAME_COLUMNS) + ["---:"] * (len(tasks) + 1)) + "|")
-    best = compared.best["all"]
+    lines += _scores_table(compared)
+    lines += _delta_table(compared)
+    for protocol in PROTOCOLS:
+        lines += _linear_table(compared, protocol)
+    lines += _wmean_table(compared)
+    lines += _provenance(board, tasks)
+    return "\n".join(lines) + "\n"
+
+
+def _scores_table(compared: Compared) -> list[str]:
+    """The scores, best per column in bold; a partial average says how many tasks it covers."""
+    units, tasks, best = compared.units, compared.tasks, compared.best["all"]
+    lines = ["| " + " | ".join([*name_header(), *tasks, "Avg"]) + " |",
+             "|" + "|".join(["---"] * len(NAME_COLUMNS) + ["---:"] * (len(tasks) + 1)) + "|"]
     for unit in units:
         cells = name_cells(unit)
         for task in tasks:
@@ -80,36 +90,47 @@ def render_markdown(compared: Compared, stem: str | None = None, picture: bool =
             average += f" ({unit.first.n_tasks}/{len(tasks)})"
         cells.append(_mark(average, stats.mean if stats else None, best[AVERAGE]) if unit.complete else average)
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
-    with_delta = [unit for unit in units if unit.deltas["all"]["raw"]]
-    lines += ["", "## Δ against the raw backbone", ""]
-    if with_delta:
-        lines += ["Calibrated score minus the raw backbone's score on the same task, in points.", ""]
-        lines.append("| " + " | ".join([*name_header(_DELTA_KEYS), *tasks, "Avg"]) + " |")
-        lines.append("|" + "|".join(["---"] * len(_DELTA_KEYS) + ["---:"] * (len(tasks) + 1)) + "|")
-        for unit in with_delta:
-            found = unit.deltas["all"]["raw"]
-            cells = name_cells(unit, _DELTA_KEYS) + [delta_text(found.get(column)) for column in compared.columns]
-            lines.append("| " + " | ".join(cells) + " |")
-    else:
-        lines.append("_No calibrated row has its raw backbone in this leaderboard._")
-    for protocol in PROTOCOLS:
-        lines += _linear_table(compared, protocol)
 
-    wmean_units = [unit for unit in units if any(unit.scores["wmean"][task] is not None for task in tasks)]
-    if wmean_units:
-        lines += ["", "## wmean protocol", ""]
-        lines.append(f"The same correlations under protocol {PROTOCOL_NOTES['wmean']}; — where the result does not "
-                     "carry it.")
-        lines.append("")
-        lines.append("| " + " | ".join([*name_header(_DELTA_KEYS), *tasks, "Avg"]) + " |")
-        lines.append("|" + "|".join(["---"] * len(_DELTA_KEYS) + ["---:"] * (len(tasks) + 1)) + "|")
-        for unit in wmean_units:
-            cells = name_cells(unit, _DELTA_KEYS)
-            cells += [stats_text(unit.scores["wmean"][column]) for column in compared.columns]
-            lines.append("| " + " | ".join(cells) + " |")
+def _delta_table(compared: Compared) -> list[str]:
+    """Δ against the raw backbone, for the rows whose raw backbone is on the board."""
+    tasks = compared.tasks
+    with_delta = [unit for unit in compared.units if unit.deltas["all"]["raw"]]
+    lines = ["", "## Δ against the raw backbone", ""]
+    if not with_delta:
+        return [*lines, "_No calibrated row has its raw backbone in this leaderboard._"]
+    lines += ["Calibrated score minus the raw backbone's score on the same task, in points.", ""]
+    lines.append("| " + " | ".join([*name_header(_DELTA_KEYS), *tasks, "Avg"]) + " |")
+    lines.append("|" + "|".join(["---"] * len(_DELTA_KEYS) + ["---:"] * (len(tasks) + 1)) + "|")
+    for unit in with_delta:
+        found = unit.deltas["all"]["raw"]
+        cells = name_cells(unit, _DELTA_KEYS) + [delta_text(found.get(column)) for column in compared.columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
-    lines += ["", "## Provenance", ""]
+
+def _wmean_table(compared: Compared) -> list[str]:
+    """The scores under the wmean protocol, for the rows whose results carry it (none: no table)."""
+    tasks = compared.tasks
+    wmean_units = [unit for unit in compared.units if any(unit.scores["wmean"][task] is not None for task in tasks)]
+    if not wmean_units:
+        return []
+    lines = ["", "## wmean protocol", "",
+             f"The same correlations under protocol {PROTOCOL_NOTES['wmean']}; — where the result does not carry it.",
+             ""]
+    lines.append("| " + " | ".join([*name_header(_DELTA_KEYS), *tasks, "Avg"]) + " |")
+    lines.append("|" + "|".join(["---"] * len(_DELTA_KEYS) + ["---:"] * (len(tasks) + 1)) + "|")
+    for unit in wmean_units:
+        cells = name_cells(unit, _DELTA_KEYS)
+        cells += [stats_text(unit.scores["wmean"][column]) for column in compared.columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _provenance(board: Leaderboard, tasks: list[str]) -> list[str]:
+    """Where the scores come from: mteb versions, dates, each task's data revisions, hardware, the update."""
+    lines = ["", "## Provenance", ""]
     entries = [entry for row in board.rows for entry in row.scores.values()]
     versions = sorted({e.mteb_version or "unknown" for e in entries})
     dates = sorted(e.date for e in entries if e.date)
@@ -126,7 +147,7 @@ def render_markdown(compared: Compared, stem: str | None = None, picture: bool =
     if unknown:
         lines.append(f"- hardware not recorded for {unknown} of {len(entries)} scores")
     lines.append(f"- updated: {board.updated} by {board.generated_by}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _linear_table(compared: Compared, protocol: ProtocolName) -> list[str]:

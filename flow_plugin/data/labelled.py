@@ -67,7 +67,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -414,80 +414,107 @@ def read_source(source: Source, base: Path) -> LabelledSplits:
     """Read every split of ``source`` (file names relative to ``base``)."""
     splits: dict[str, dict[str, list[Any]]] = {}
     files: list[Path] = []
-    dropped: dict[str, int] = {}
-
-    def table(split: str) -> dict[str, list[Any]]:
-        return splits.setdefault(split, {})
-
-    if isinstance(source, DelimitedSource):
-        _check_roles(list(source.columns), "source columns")
-        for split, names in source.splits.items():
-            count = [0]
-            for name in _file_list(names):
-                path = resolve_file(name, base)
-                files.append(path)
-                for number, row in _delimited_rows(source, path):
-                    _add_row(table(split), row, source, f"{path}, record {number}", count)
-            dropped[split] = count[0]
-    elif isinstance(source, LinesPerLabelSource):
-        count = [0]
-        for name, label in source.files.items():
-            for path, number, line in _text_lines(name, base, source.encoding, files):
-                _add_row(table(WHOLE_SET), {"text": line, "label": label}, source, f"{path}, line {number}", count)
-        dropped[WHOLE_SET] = count[0]
-    elif isinstance(source, AlignedLinesSource):
-        for split, by_role in source.splits.items():
-            _check_roles(list(by_role), f"source split {split!r}")
-            count = [0]
-            columns: dict[str, list[str]] = {}
-            for role, name in by_role.items():
-                path = resolve_file(name, base)
-                files.append(path)
-                columns[role] = read_lines(path, source.encoding)
-            sizes = {role: len(lines) for role, lines in columns.items()}
-            if len(set(sizes.values())) != 1:
-                raise DataFolderError(f"split {split!r}: aligned files have different line counts "
-                                      f"({', '.join(f'{by_role[role]}: {n}' for role, n in sizes.items())})")
-            for index in range(next(iter(sizes.values()))):
-                row = {role: lines[index] for role, lines in columns.items()}
-                where = f"split {split!r}, line {index + 1} of {', '.join(by_role.values())}"
-                _add_row(table(split), row, source, where, count)
-            dropped[split] = count[0]
-    elif isinstance(source, RegexLinesSource):
-        pattern = re.compile(source.pattern)
-        for split, names in source.splits.items():
-            count = [0]
-            for path, number, line in _text_lines(names, base, source.encoding, files):
-                match = pattern.fullmatch(line.strip())
-                if match is None:
-                    raise DataFolderError(f"{path}, line {number}: does not match the source's pattern "
-                                          f"{source.pattern!r}: {line.strip()!r:.80}")
-                _add_row(table(split), match.groupdict(), source, f"{path}, line {number}", count)
-            dropped[split] = count[0]
-    elif isinstance(source, JsonlSource):
-        _check_roles(list(source.columns), "source columns")
-        for split, names in source.splits.items():
-            count = [0]
-            for path, number, line in _text_lines(names, base, source.encoding, files):
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise DataFolderError(f"{path}, line {number}: not valid JSON ({error})") from None
-                where = f"{path}, line {number}"
-                if not isinstance(record, dict):
-                    raise DataFolderError(f"{where}: not a JSON object")
-                missing = [key for spec in source.columns.values() for key in _columns_of(spec) if key not in record]
-                if missing:
-                    raise DataFolderError(f"{where}: no key(s) {missing}")
-                row = {role: _pick(spec, record.__getitem__, where) for role, spec in source.columns.items()}
-                _add_row(table(split), row, source, where, count)
-            dropped[split] = count[0]
-    else:  # pragma: no cover -- the union is closed
+    reader = _READERS.get(type(source))
+    if reader is None:  # pragma: no cover -- the union is closed
         raise InputError(f"unknown source {type(source).__name__}")
+    dropped = reader(source, base, files, lambda split: splits.setdefault(split, {}))
     for split, columns in splits.items():
         if not columns:
             raise DataFolderError(f"split {split!r} of the source holds no rows")
     return LabelledSplits(splits, files, dropped)
+
+
+#: a source reader's arguments: the source, the folder its file names are relative to, the list it adds the files it
+#: reads to, and the table of a split (made on first use); it returns the rows dropped per split
+_Table = Callable[[str], dict[str, list[Any]]]
+
+
+def _read_delimited(source: DelimitedSource, base: Path, files: list[Path], table: _Table) -> dict[str, int]:
+    _check_roles(list(source.columns), "source columns")
+    dropped = {}
+    for split, names in source.splits.items():
+        count = [0]
+        for name in _file_list(names):
+            path = resolve_file(name, base)
+            files.append(path)
+            for number, row in _delimited_rows(source, path):
+                _add_row(table(split), row, source, f"{path}, record {number}", count)
+        dropped[split] = count[0]
+    return dropped
+
+
+def _read_lines_per_label(source: LinesPerLabelSource, base: Path, files: list[Path], table: _Table
+                          ) -> dict[str, int]:
+    count = [0]
+    for name, label in source.files.items():
+        for path, number, line in _text_lines(name, base, source.encoding, files):
+            _add_row(table(WHOLE_SET), {"text": line, "label": label}, source, f"{path}, line {number}", count)
+    return {WHOLE_SET: count[0]}
+
+
+def _read_aligned_lines(source: AlignedLinesSource, base: Path, files: list[Path], table: _Table) -> dict[str, int]:
+    dropped = {}
+    for split, by_role in source.splits.items():
+        _check_roles(list(by_role), f"source split {split!r}")
+        count = [0]
+        columns: dict[str, list[str]] = {}
+        for role, name in by_role.items():
+            path = resolve_file(name, base)
+            files.append(path)
+            columns[role] = read_lines(path, source.encoding)
+        sizes = {role: len(lines) for role, lines in columns.items()}
+        if len(set(sizes.values())) != 1:
+            raise DataFolderError(f"split {split!r}: aligned files have different line counts "
+                                  f"({', '.join(f'{by_role[role]}: {n}' for role, n in sizes.items())})")
+        for index in range(next(iter(sizes.values()))):
+            row = {role: lines[index] for role, lines in columns.items()}
+            where = f"split {split!r}, line {index + 1} of {', '.join(by_role.values())}"
+            _add_row(table(split), row, source, where, count)
+        dropped[split] = count[0]
+    return dropped
+
+
+def _read_regex_lines(source: RegexLinesSource, base: Path, files: list[Path], table: _Table) -> dict[str, int]:
+    pattern = re.compile(source.pattern)
+    dropped = {}
+    for split, names in source.splits.items():
+        count = [0]
+        for path, number, line in _text_lines(names, base, source.encoding, files):
+            match = pattern.fullmatch(line.strip())
+            if match is None:
+                raise DataFolderError(f"{path}, line {number}: does not match the source's pattern "
+                                      f"{source.pattern!r}: {line.strip()!r:.80}")
+            _add_row(table(split), match.groupdict(), source, f"{path}, line {number}", count)
+        dropped[split] = count[0]
+    return dropped
+
+
+def _read_jsonl(source: JsonlSource, base: Path, files: list[Path], table: _Table) -> dict[str, int]:
+    _check_roles(list(source.columns), "source columns")
+    dropped = {}
+    for split, names in source.splits.items():
+        count = [0]
+        for path, number, line in _text_lines(names, base, source.encoding, files):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataFolderError(f"{path}, line {number}: not valid JSON ({error})") from None
+            where = f"{path}, line {number}"
+            if not isinstance(record, dict):
+                raise DataFolderError(f"{where}: not a JSON object")
+            missing = [key for spec in source.columns.values() for key in _columns_of(spec) if key not in record]
+            if missing:
+                raise DataFolderError(f"{where}: no key(s) {missing}")
+            row = {role: _pick(spec, record.__getitem__, where) for role, spec in source.columns.items()}
+            _add_row(table(split), row, source, where, count)
+        dropped[split] = count[0]
+    return dropped
+
+
+#: the reader of each kind of source
+_READERS: dict[type, Callable[..., dict[str, int]]] = {
+    DelimitedSource: _read_delimited, LinesPerLabelSource: _read_lines_per_label,
+    AlignedLinesSource: _read_aligned_lines, RegexLinesSource: _read_regex_lines, JsonlSource: _read_jsonl}
 
 
 def attach_documents(splits: Mapping[str, dict[str, list[Any]]], documents: LabelledSplits

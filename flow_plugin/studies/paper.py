@@ -561,22 +561,11 @@ def format_report(report: dict[str, Any]) -> str:
                  f"{encoder['device']}, precision {encoder.get('precision_choice') or encoder['precision']})")
     for note in report.get("notes", []):
         lines.append(f"NOTE: {note}")
-    summary = report.get("summary", {})
     calibrators = list(report["model"]["calibrators"])
     labels = {**variant_labels(report), "gold": "gold"}
     name_width = max(8, *(len(label) for label in labels.values())) + 1
     if "sts" in report:
-        tasks = list(report["sts"])
-        header = f"{'':<{name_width}}" + "".join(f"{TASK_LABELS.get(task, task):>8}" for task in tasks) + f"{'avg':>8}"
-        for protocol in reversed(PROTOCOLS):  # the paper's "wmean" first
-            title = PROTOCOLS[protocol]
-            lines.append("")
-            lines.append(f"STS, cosine Spearman x100, protocol '{protocol}': {title}; calibrators fitted per set (target)")
-            lines.append(header)
-            for name in calibrators:
-                row = summary[f"sts_spearman_{protocol}"][name]
-                lines.append(f"{labels[name]:<{name_width}}" + "".join(_fmt(row[task], 8) for task in tasks)
-                             + _fmt(row["avg"], 8))
+        lines += _sts_tables(report, labels, calibrators, name_width)
     if "qnli" in report:
         qnli = report["qnli"]
         lines.append("")
@@ -584,26 +573,9 @@ def format_report(report: dict[str, Any]) -> str:
                      "fitted on its unlabelled text")
         lines.extend(f"{labels[name]:<{name_width}}{_fmt(qnli['auc'].get(name), 8)}" for name in calibrators)
     if "lexical" in report:
-        lexical = report["lexical"]
-        n_pairs = lexical["n_pairs"]
-        lines.append("")
-        lines.append(f"Lexical: Spearman x100 of word edit distance with each similarity, {lexical['data']}")
-        lines.append(f"{'':<{name_width}}{'all (' + str(n_pairs['all']) + ')':>14}"
-                     f"{'edit<=' + str(lexical['max_edit_distance']) + ' (' + str(n_pairs['small_edit']) + ')':>16}")
-        for name in ["gold", *calibrators]:
-            values = lexical["spearman"].get(name, {"all": None, "small_edit": None})
-            lines.append(f"{labels[name]:<{name_width}}{_fmt(values['all'], 14)}{_fmt(values['small_edit'], 16)}")
+        lines += _lexical_table(report["lexical"], labels, calibrators, name_width)
     if "isotropy" in report:
-        isotropy = report["isotropy"]
-        lines.append("")
-        plots = ", ".join(isotropy["plots"]) or "none (matplotlib is not installed: pip install 'flow-plugin[plots]')"
-        lines.append(f"Isotropy of {isotropy['data']}; plots: {plots}")
-        lines.append(f"{'':<{name_width}}{'mean cos':>10}{'top-1 var':>11}{'eff. rank':>11}{'isotropy':>11}"
-                     f"{'iso(unit)':>11}")
-        for name, values in isotropy["calibrators"].items():
-            lines.append(f"{labels.get(name, name):<{name_width}}{values['mean_random_cosine']:>10.4f}"
-                         f"{values['top_k_variance_share']['1']:>11.4f}{values['effective_rank']:>11.1f}"
-                         f"{values['isotropy_score']:>11.2e}{values['unit_rows']['isotropy_score']:>11.2e}")
+        lines += _isotropy_table(report["isotropy"], labels, name_width)
     flows = [fit for fit in report.get("fits", []) if "fit_log_likelihood" in fit]
     if flows:
         lines.append("")
@@ -622,3 +594,41 @@ def format_report(report: dict[str, Any]) -> str:
     for error in report.get("errors", []):
         lines.append(f"ERROR (numbers left out): {error}")
     return "\n".join(lines)
+
+
+def _sts_tables(report: dict[str, Any], labels: dict[str, str], calibrators: list[str], width: int) -> list[str]:
+    """The STS table of each protocol, the paper's "wmean" first."""
+    summary, tasks, lines = report.get("summary", {}), list(report["sts"]), []
+    header = f"{'':<{width}}" + "".join(f"{TASK_LABELS.get(task, task):>8}" for task in tasks) + f"{'avg':>8}"
+    for protocol in reversed(PROTOCOLS):
+        lines += ["", f"STS, cosine Spearman x100, protocol '{protocol}': {PROTOCOLS[protocol]}; calibrators fitted "
+                  "per set (target)", header]
+        for name in calibrators:
+            row = summary[f"sts_spearman_{protocol}"][name]
+            lines.append(f"{labels[name]:<{width}}" + "".join(_fmt(row[task], 8) for task in tasks)
+                         + _fmt(row["avg"], 8))
+    return lines
+
+
+def _lexical_table(lexical: dict[str, Any], labels: dict[str, str], calibrators: list[str], width: int) -> list[str]:
+    """Spearman of word edit distance with each similarity: over all pairs, and over the pairs of small edits."""
+    n_pairs = lexical["n_pairs"]
+    lines = ["", f"Lexical: Spearman x100 of word edit distance with each similarity, {lexical['data']}",
+             f"{'':<{width}}{'all (' + str(n_pairs['all']) + ')':>14}"
+             f"{'edit<=' + str(lexical['max_edit_distance']) + ' (' + str(n_pairs['small_edit']) + ')':>16}"]
+    for name in ["gold", *calibrators]:
+        values = lexical["spearman"].get(name, {"all": None, "small_edit": None})
+        lines.append(f"{labels[name]:<{width}}{_fmt(values['all'], 14)}{_fmt(values['small_edit'], 16)}")
+    return lines
+
+
+def _isotropy_table(isotropy: dict[str, Any], labels: dict[str, str], width: int) -> list[str]:
+    """Each variant's isotropy measures, and where its plots are."""
+    plots = ", ".join(isotropy["plots"]) or "none (matplotlib is not installed: pip install 'flow-plugin[plots]')"
+    lines = ["", f"Isotropy of {isotropy['data']}; plots: {plots}",
+             f"{'':<{width}}{'mean cos':>10}{'top-1 var':>11}{'eff. rank':>11}{'isotropy':>11}{'iso(unit)':>11}"]
+    for name, values in isotropy["calibrators"].items():
+        lines.append(f"{labels.get(name, name):<{width}}{values['mean_random_cosine']:>10.4f}"
+                     f"{values['top_k_variance_share']['1']:>11.4f}{values['effective_rank']:>11.1f}"
+                     f"{values['isotropy_score']:>11.2e}{values['unit_rows']['isotropy_score']:>11.2e}")
+    return lines

@@ -163,23 +163,14 @@ def run_bench(
     """
     started = time.perf_counter()
     spec = loadable_base(backbone, options)
-    methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
-    if methods == ["all"]:
-        methods = list(MODEL_NAME_SUFFIXES)
-    unknown = [method for method in methods if method not in MODEL_NAME_SUFFIXES]
-    if unknown:
-        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
+    methods = _bench_methods(calibrators)
     seeds = check_count("seeds", seeds, "seeds")
 
     parsed = FitCorpus.parse(fit_corpus)  # a clear error for a missing file or an old name, now
     if parsed.kind == "file":
         fit_corpus = str(parsed.path.resolve())  # a clear error for a missing file, now
-    task_names = list(tasks) if tasks else list(OFFLINE_TASKS)
-    unknown = [task for task in task_names if task not in OFFLINE_TASKS]
-    if unknown:
-        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(OFFLINE_TASKS)}")
-    models = [spec.model_name(method) for method in dict.fromkeys(methods)]
-    task_names = list(dict.fromkeys(task_names))
+    task_names = _bench_tasks(tasks)
+    models = [spec.model_name(method) for method in methods]
     data_root = offline_data_root(data, task_names)
     options = options or EncoderOptions()
     if options.device is not None:
@@ -187,7 +178,7 @@ def run_bench(
     output = make_output_folder(output_folder)
     cache_folder = disk_cache_dir(output, options.cache_dir)
     report = BenchReport(spec.name, models, task_names, output, cache_folder)
-    report.runs = expand_runs(spec, list(dict.fromkeys(methods)), seeds=seeds, fit_corpora=[fit_corpus],
+    report.runs = expand_runs(spec, methods, seeds=seeds, fit_corpora=[fit_corpus],
                              fit_duplicates=fit_duplicates)
 
     _run_tasks(report, data_root, options=options.replace(cache_dir=cache_folder), overwrite=overwrite,
@@ -197,12 +188,33 @@ def run_bench(
         have_results = any(outcome.status != "failed" for outcome in report.outcomes)
         if have_results:
             report.leaderboard = update_leaderboard([output], leaderboard, replace=replace,
-                                                    models=[spec.result_name(method) for method in dict.fromkeys(methods)],
+                                                    models=[spec.result_name(method) for method in methods],
                                                     tasks=task_names, seeds=seeds if seeds > 1 else None)
         else:
             progress(f"bench: no results to put in the leaderboard {leaderboard}")
     report.wall_seconds = time.perf_counter() - started
     return report
+
+
+def _bench_methods(calibrators: Sequence[str] | None) -> list[str]:
+    """The calibrator methods a bench runs, each once: the given ones (``["all"]``: every method and flow variant),
+    else the six methods; an unknown one is a one-line error."""
+    methods = list(calibrators) if calibrators else list(CALIBRATOR_METHODS)
+    if methods == ["all"]:
+        methods = list(MODEL_NAME_SUFFIXES)
+    unknown = [method for method in methods if method not in MODEL_NAME_SUFFIXES]
+    if unknown:
+        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
+    return list(dict.fromkeys(methods))
+
+
+def _bench_tasks(tasks: Sequence[str] | None) -> list[str]:
+    """The offline tasks a bench runs, each once (default: all seven); an unknown one is a one-line error."""
+    task_names = list(tasks) if tasks else list(OFFLINE_TASKS)
+    unknown = [task for task in task_names if task not in OFFLINE_TASKS]
+    if unknown:
+        raise RegistryError(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(OFFLINE_TASKS)}")
+    return list(dict.fromkeys(task_names))
 
 
 def _run_tasks(report: BenchReport, data_root: Path, *, options: EncoderOptions, overwrite: bool, fail_fast: bool,

@@ -168,15 +168,7 @@ def run_task_types(
     """
     started, cpu_started = time.perf_counter(), time.process_time()
     spec = loadable_base(backbone, options)
-    unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
-    if unknown:
-        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
-    check_cap(max_fit_sentences, 0)
-    if options is not None and options.device is not None:
-        resolve_device(options.device)  # a device this machine lacks: one line now, not at the first encoding
-    evaluator_seeds = check_count("evaluator_seeds", evaluator_seeds, "seeds")
-    if workers is not None:
-        workers = check_count("workers", workers, "processes (1 runs every step in this process)")
+    evaluator_seeds, workers = _checked_settings(calibrators, max_fit_sentences, evaluator_seeds, workers, options)
     runs = expand_runs(spec, list(dict.fromkeys(calibrators)), seeds=seeds)
     task_objects = study_tasks(data, tasks)
     output = make_output_folder(output_folder)
@@ -186,7 +178,6 @@ def run_task_types(
                          max_fit_sentences, earlier_runs=_earlier_runs(output / STUDY_FILE, spec.name))
     plan = _Plan(spec, runs, task_objects, data, output, options, max_fit_sentences, overwrite,
                  tuple(range(MTEB_SEED + 1, MTEB_SEED + evaluator_seeds)))
-    workers = default_workers() if workers is None else workers
     progress(f"task types: {spec.name}: {len(runs)} runs × {len(task_objects)} tasks = {len(plan.jobs)} results "
              f"({evaluator_seeds} evaluator seeds where MTEB's evaluator draws at random) in {output / 'results'}; "
              f"{workers} worker(s); embedding cache {options.cache_dir}")
@@ -202,6 +193,22 @@ def run_task_types(
         report.senteval = run_transfer(spec.name, arguments.pop("task_path"), **arguments)
     _save(report, started, cpu_started)
     return report
+
+
+def _checked_settings(calibrators: Sequence[str], max_fit_sentences: int, evaluator_seeds: int, workers: int | None,
+                      options: Any) -> tuple[int, int]:
+    """A study's settings checked before anything runs (each bad one is a one-line error): the evaluator seeds, and
+    the workers (default: :func:`default_workers`)."""
+    unknown = [name for name in calibrators if name not in MODEL_NAME_SUFFIXES]
+    if unknown:
+        raise RegistryError(f"unknown calibrator(s) {', '.join(unknown)}; choose from {', '.join(MODEL_NAME_SUFFIXES)}")
+    check_cap(max_fit_sentences, 0)
+    if options is not None and options.device is not None:
+        resolve_device(options.device)  # a device this machine lacks: one line now, not at the first encoding
+    evaluator_seeds = check_count("evaluator_seeds", evaluator_seeds, "seeds")
+    if workers is None:
+        return evaluator_seeds, default_workers()
+    return evaluator_seeds, check_count("workers", workers, "processes (1 runs every step in this process)")
 
 
 def default_workers() -> int:

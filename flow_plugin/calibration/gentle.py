@@ -40,7 +40,8 @@ import logging
 import numpy as np
 
 from flow_plugin.calibration.base import Calibrator, half_of_span
-from flow_plugin.calibration.linear import _refuse_identical_rows, covariance_spectrum, degenerate_directions
+from flow_plugin.calibration.linear import (SpectralMap, _refuse_identical_rows, covariance_spectrum,
+                                          degenerate_directions)
 from flow_plugin.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class MeanDirectionRemoval(Calibrator, method="remove-mean-dir"):
         self.mean_, self.direction_ = state["mean"], state["direction"]
 
 
-class SoftWhitening(Calibrator, method="soft-whiten"):
+class SoftWhitening(SpectralMap, Calibrator, method="soft-whiten"):
     """Whitening of adjustable strength: centre, then scale each principal direction of the
     covariance by ``λ^(-strength/2)``, ``(x - mean_) U Λ^(-strength/2) Uᵀ``.
 
@@ -254,26 +255,3 @@ class SoftWhitening(Calibrator, method="soft-whiten"):
         if self.n_degenerate_:
             logger.info("SoftWhitening: %d of %d directions have (numerically) zero variance and map to 0",
                         self.n_degenerate_, n_features)
-
-    def _transform(self, X: np.ndarray) -> np.ndarray:
-        return (X - self.mean_) @ self.components_
-
-    def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
-        """Exact but for directions of (numerically) zero variance, which a strength above 0 maps to 0."""
-        return Z @ self.inverse_components_ + self.mean_
-
-    def _get_state(self) -> dict[str, np.ndarray]:
-        return {
-            "mean": self.mean_,
-            "components": self.components_,
-            "inverse_components": self.inverse_components_,
-            "explained_variance": self.explained_variance_,
-            "n_degenerate": np.int64(self.n_degenerate_),
-        }
-
-    def _set_state(self, state: dict[str, np.ndarray]) -> None:
-        self.mean_ = state["mean"]
-        self.components_ = state["components"]
-        self.inverse_components_ = state["inverse_components"]
-        self.explained_variance_ = state["explained_variance"]
-        self.n_degenerate_ = int(state["n_degenerate"])

@@ -263,7 +263,43 @@ class StandardNormalizationNATSV(Calibrator, method="sn-natsv"):
         self.pipeline_ = pipeline
 
 
-class Whitening(Calibrator, method="whiten"):
+class SpectralMap:
+    """The fitted map of :class:`Whitening` and :class:`~.gentle.SoftWhitening`: ``(x - mean_) @ components_``,
+    its inverse, and its state (mean, components and their inverse, the spectrum, the degenerate directions).
+    Put it before :class:`~.base.Calibrator` in a calibrator's bases."""
+
+    mean_: np.ndarray
+    components_: np.ndarray
+    inverse_components_: np.ndarray
+    explained_variance_: np.ndarray
+    n_degenerate_: int
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return (X - self.mean_) @ self.components_
+
+    def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
+        """Exact on the directions the map keeps with nonzero variance; reduced whitening (k < d) returns the
+        projection on the kept directions, and a direction of (numerically) zero variance comes back as 0."""
+        return Z @ self.inverse_components_ + self.mean_
+
+    def _get_state(self) -> dict[str, np.ndarray]:
+        return {
+            "mean": self.mean_,
+            "components": self.components_,
+            "inverse_components": self.inverse_components_,
+            "explained_variance": self.explained_variance_,
+            "n_degenerate": np.int64(self.n_degenerate_),
+        }
+
+    def _set_state(self, state: dict[str, np.ndarray]) -> None:
+        self.mean_ = state["mean"]
+        self.components_ = state["components"]
+        self.inverse_components_ = state["inverse_components"]
+        self.explained_variance_ = state["explained_variance"]
+        self.n_degenerate_ = int(state["n_degenerate"])
+
+
+class Whitening(SpectralMap, Calibrator, method="whiten"):
     """Map embeddings to mean 0 and identity covariance: ``(x - mean_) @ components_``.
 
     Parameters
@@ -374,26 +410,6 @@ class Whitening(Calibrator, method="whiten"):
     def output_width(self, n_features: int) -> int:
         return self._kept(n_features)
 
-    def _transform(self, X: np.ndarray) -> np.ndarray:
-        return (X - self.mean_) @ self.components_
-
-    def _inverse_transform(self, Z: np.ndarray) -> np.ndarray:
-        """Exact for full whitening; with k < d it returns the projection on the kept directions."""
-        return Z @ self.inverse_components_ + self.mean_
-
-    def _get_state(self) -> dict[str, np.ndarray]:
-        return {
-            "mean": self.mean_,
-            "components": self.components_,
-            "inverse_components": self.inverse_components_,
-            "explained_variance": self.explained_variance_,
-            "n_degenerate": np.int64(self.n_degenerate_),
-        }
-
     def _set_state(self, state: dict[str, np.ndarray]) -> None:
-        self.mean_ = state["mean"]
-        self.components_ = state["components"]
-        self.inverse_components_ = state["inverse_components"]
-        self.explained_variance_ = state["explained_variance"]
-        self.n_degenerate_ = int(state["n_degenerate"])
+        super()._set_state(state)
         self.n_components_ = int(self.components_.shape[1])

@@ -69,6 +69,14 @@ def write_leaderboard(compared: Compared,
     picture = png is not None or png_file.exists()
     markdown = render_markdown(compared, json_file.stem, picture)
     page = render_html(compared, json_file.stem, picture)
+    return _write_files((json_file, md_file, png_file, html_file), text, markdown, png, page)
+
+
+def _write_files(paths: tuple[Path, Path, Path, Path], text: str, markdown: str, png: bytes | None, page: str
+                 ) -> tuple[Path, Path, Path | None, Path]:
+    """Write a board's rendered files atomically, its JSON (the record) last; the PNG's path is None when it was not
+    drawn."""
+    json_file, md_file, png_file, html_file = paths
     if png is not None:
         atomic_write_bytes(png_file, png)
     atomic_write_text(md_file, markdown)
@@ -103,12 +111,7 @@ def write_task_types_board(board: TaskTypesBoard, json_path: str | os.PathLike[s
     picture = png is not None or png_file.exists()
     markdown = render_task_types_markdown(board, json_file.stem, picture)
     page = render_task_types_html(board, json_file.stem, picture)
-    if png is not None:
-        atomic_write_bytes(png_file, png)
-    atomic_write_text(md_file, markdown)
-    atomic_write_text(html_file, page)
-    atomic_write_text(json_file, text)
-    return json_file, md_file, png_file if png is not None else None, html_file
+    return _write_files((json_file, md_file, png_file, html_file), text, markdown, png, page)
 
 
 def read_task_types_board(path: Path) -> TaskTypesBoard | None:

@@ -120,17 +120,19 @@ def load_calibrated(base: str | BackboneSpec, revision: str | None = None, *, de
     calibrator among the keywords. A registry backbone takes its registry file's hyper-parameters, then
     ``calibrator_params``; any keyword that is neither an encoder option nor a fit setting is an error naming the
     closest accepted one."""
-    spec = base if isinstance(base, BackboneSpec) else default_registry().get(base.removeprefix(MODEL_PREFIX))
-    name = spec.name if spec is not None else str(base).removeprefix(MODEL_PREFIX)
+    name = base.name if isinstance(base, BackboneSpec) else base.removeprefix(MODEL_PREFIX)
+    spec = base if isinstance(base, BackboneSpec) else default_registry().get(name)
     _refuse_unknown(name, kwargs)
-    params = dict(calibrator_params or {})
+    params, label = dict(calibrator_params or {}), name
     if spec is not None:
         _check_revision(spec, revision)
-        params = {**RegistryModel(spec, calibrator).calibrator_params, **params}
-    _check_identity(spec.model_name(calibrator) if spec is not None else name, calibrator, params, kwargs)
+        params, label = {**RegistryModel(spec, calibrator).calibrator_params, **params}, spec.model_name(calibrator)
+    _check_identity(label, calibrator, params, kwargs)
     settings = {key: kwargs.pop(key) for key in list(kwargs) if key in FIT_ARGUMENTS}
-    encoder = RegistryEncoder(spec, device=device, **kwargs) if spec is not None else load_base(name, revision, device,
-                                                                                                **kwargs)
+    if spec is not None:
+        encoder = RegistryEncoder(spec, device=device, **kwargs)
+    else:
+        encoder = load_base(name, revision, device, **kwargs)
     model = CalibratedModel(encoder, calibrator, calibrator_params=params, **settings)
     width = model.mteb_model_meta.embed_dim
     if embed_dim is not None and isinstance(width, int) and embed_dim != width:
